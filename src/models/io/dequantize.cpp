@@ -1,0 +1,189 @@
+// Dequantisation of ggml tensor blocks into float. Block layouts follow ggml's ggml-common.h (little-endian):
+//   Q4_0 (32 values, 18 bytes): f16 d; u8 qs[16]       x[j] = d * ((qs[j] & 15) - 8), x[j+16] = d * ((qs[j] >> 4) - 8)
+//   Q4_1 (32 values, 20 bytes): f16 d, m; u8 qs[16]    x[j] = d * (qs[j] & 15) + m,   x[j+16] = d * (qs[j] >> 4) + m
+//   Q8_0 (32 values, 34 bytes): f16 d; i8 qs[32]       x[j] = d * qs[j]
+//   Q4_K (256 values, 144 bytes): f16 d, dmin; u8 scales[12] (8 six-bit scales + 8 six-bit mins); u8 qs[128]
+//   Q6_K (256 values, 210 bytes): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "specdec/models/gguf.hpp"
+
+namespace specdec::models {
+
+namespace {
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  std::uint32_t mant = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float bf16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+std::uint16_t load_u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+float load_half(const std::byte* p) { return half_to_float(load_u16(p)); }
+std::uint8_t u8(const std::byte* p, std::size_t i) { return static_cast<std::uint8_t>(p[i]); }
+
+void scale_min_k4(int j, const std::byte* q, std::uint8_t& sc, std::uint8_t& m) {
+  if (j < 4) {
+    sc = u8(q, j) & 63;
+    m = u8(q, j + 4) & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((u8(q, j + 4) & 0xF) | ((u8(q, j - 4) >> 6) << 4));
+    m = static_cast<std::uint8_t>((u8(q, j + 4) >> 4) | ((u8(q, j) >> 6) << 4));
+  }
+}
+
+void dequant_q4_0(const std::byte* b, float* y) {
+  const float d = load_half(b);
+  const std::byte* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>((u8(qs, j) & 0xF) - 8);
+    y[j + 16] = d * static_cast<float>((u8(qs, j) >> 4) - 8);
+  }
+}
+
+void dequant_q4_1(const std::byte* b, float* y) {
+  const float d = load_half(b);
+  const float m = load_half(b + 2);
+  const std::byte* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(u8(qs, j) & 0xF) + m;
+    y[j + 16] = d * static_cast<float>(u8(qs, j) >> 4) + m;
+  }
+}
+
+void dequant_q8_0(const std::byte* b, float* y) {
+  const float d = load_half(b);
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(static_cast<std::int8_t>(u8(b + 2, j)));
+}
+
+void dequant_q4_k(const std::byte* b, float* y) {
+  const float d = load_half(b);
+  const float dmin = load_half(b + 2);
+  const std::byte* scales = b + 4;
+  const std::byte* q = b + 16;
+  int is = 0;
+  for (int j = 0; j < 256; j += 64) {
+    std::uint8_t sc, m;
+    scale_min_k4(is, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(is + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(u8(q, l) & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(u8(q, l) >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+void dequant_q6_k(const std::byte* b, float* y) {
+  const std::byte* ql = b;
+  const std::byte* qh = b + 128;
+  const std::byte* sc = b + 192;
+  const float d = load_half(b + 208);
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = static_cast<int>((u8(ql, l) & 0xF) | (((u8(qh, l) >> 0) & 3) << 4)) - 32;
+      const int q2 = static_cast<int>((u8(ql, l + 32) & 0xF) | (((u8(qh, l) >> 2) & 3) << 4)) - 32;
+      const int q3 = static_cast<int>((u8(ql, l) >> 4) | (((u8(qh, l) >> 4) & 3) << 4)) - 32;
+      const int q4 = static_cast<int>((u8(ql, l + 32) >> 4) | (((u8(qh, l) >> 6) & 3) << 4)) - 32;
+      const auto s = [&](int i) { return static_cast<float>(static_cast<std::int8_t>(u8(sc, i))); };
+      y[l + 0] = d * s(is + 0) * static_cast<float>(q1);
+      y[l + 32] = d * s(is + 2) * static_cast<float>(q2);
+      y[l + 64] = d * s(is + 4) * static_cast<float>(q3);
+      y[l + 96] = d * s(is + 6) * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+template <class F>
+void for_blocks(std::span<const std::byte> in, std::span<float> out, std::size_t block_elems, std::size_t block_bytes, F f) {
+  const std::size_t nb = out.size() / block_elems;
+  for (std::size_t i = 0; i < nb; ++i) f(in.data() + i * block_bytes, out.data() + i * block_elems);
+}
+
+}  // namespace
+
+bool can_dequantize(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
+void dequantize(GgmlType type, std::span<const std::byte> in, std::span<float> out) {
+  const auto traits = ggml_type_traits(static_cast<std::uint32_t>(type));
+  if (!traits) throw specdec::error(fmt::format("dequantize: unknown ggml type {}", static_cast<std::uint32_t>(type)));
+  if (!can_dequantize(type))
+    throw specdec::error(fmt::format("dequantize: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+                                     "Q4_K, Q6_K)",
+                                     to_string(type)));
+  if (out.size() % traits->block_elements != 0)
+    throw specdec::error(fmt::format("dequantize: {} values of type {} is not a multiple of the block size {}", out.size(),
+                                     to_string(type), traits->block_elements));
+  const std::size_t need = out.size() / traits->block_elements * traits->block_bytes;
+  if (in.size() != need)
+    throw specdec::error(fmt::format("dequantize: {} values of type {} need {} bytes, got {}", out.size(), to_string(type), need,
+                                     in.size()));
+  switch (type) {
+    case GgmlType::kF32: std::memcpy(out.data(), in.data(), need); break;
+    case GgmlType::kF16:
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = load_half(in.data() + 2 * i);
+      break;
+    case GgmlType::kBF16:
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(load_u16(in.data() + 2 * i));
+      break;
+    case GgmlType::kQ4_0: for_blocks(in, out, 32, 18, dequant_q4_0); break;
+    case GgmlType::kQ4_1: for_blocks(in, out, 32, 20, dequant_q4_1); break;
+    case GgmlType::kQ8_0: for_blocks(in, out, 32, 34, dequant_q8_0); break;
+    case GgmlType::kQ4_K: for_blocks(in, out, 256, 144, dequant_q4_k); break;
+    case GgmlType::kQ6_K: for_blocks(in, out, 256, 210, dequant_q6_k); break;
+    default: break;
+  }
+}
+
+}  // namespace specdec::models

@@ -1,0 +1,205 @@
+// LlamaConfig loaders: GGUF metadata and Hugging Face config.json.
+#include "specdec/models/llama_config.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "specdec/models/gguf.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::models {
+
+namespace {
+[[noreturn]] void fail(const std::string& msg) { throw specdec::error(msg); }
+}  // namespace
+
+const char* to_string(RopeScalingType type) noexcept {
+  switch (type) {
+    case RopeScalingType::kNone: return "none";
+    case RopeScalingType::kLinear: return "linear";
+    case RopeScalingType::kLlama3: return "llama3";
+  }
+  return "unknown";
+}
+
+void LlamaConfig::validate() const {
+  const auto positive = [](const char* name, std::int64_t v) {
+    if (v <= 0) fail(fmt::format("llama config: {} must be positive, got {}", name, v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_layers", num_layers);
+  positive("num_heads", num_heads);
+  positive("num_kv_heads", num_kv_heads);
+  positive("head_dim", head_dim);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (num_heads % num_kv_heads != 0)
+    fail(fmt::format("llama config: num_heads ({}) must be a multiple of num_kv_heads ({})", num_heads, num_kv_heads));
+  if (!(rms_norm_eps > 0.0)) fail(fmt::format("llama config: rms_norm_eps must be positive, got {}", rms_norm_eps));
+  if (!(rope_theta > 0.0)) fail(fmt::format("llama config: rope_theta must be positive, got {}", rope_theta));
+  if (rope_scaling.type != RopeScalingType::kNone && !(rope_scaling.factor > 0.0))
+    fail(fmt::format("llama config: rope_scaling.factor must be positive, got {}", rope_scaling.factor));
+  if (rope_scaling.type == RopeScalingType::kLlama3) {
+    if (rope_scaling.original_max_position_embeddings <= 0)
+      fail("llama config: llama3 rope scaling needs original_max_position_embeddings > 0");
+    if (!(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
+      fail(fmt::format("llama config: llama3 rope scaling needs high_freq_factor ({}) > low_freq_factor ({})",
+                       rope_scaling.high_freq_factor, rope_scaling.low_freq_factor));
+  }
+  if (bos_token_id && (*bos_token_id < 0 || *bos_token_id >= vocab_size))
+    fail(fmt::format("llama config: bos_token_id {} is outside [0, {})", *bos_token_id, vocab_size));
+  for (auto id : eos_token_ids)
+    if (id < 0 || id >= vocab_size) fail(fmt::format("llama config: eos_token_id {} is outside [0, {})", id, vocab_size));
+}
+
+LlamaConfig llama_config_from_gguf(const GgufFile& f) {
+  LlamaConfig c;
+  const std::string& arch = f.get_string("general.architecture");
+  if (arch != "llama")
+    fail(fmt::format("llama config: general.architecture is '{}', expected 'llama'", arch));
+  c.architecture = arch;
+  const std::string p = arch + ".";
+  c.hidden_size = f.get_integer(p + "embedding_length");
+  c.intermediate_size = f.get_integer(p + "feed_forward_length");
+  c.num_layers = f.get_integer(p + "block_count");
+  c.num_heads = f.get_integer(p + "attention.head_count");
+  c.num_kv_heads = f.get_integer_optional(p + "attention.head_count_kv").value_or(c.num_heads);
+  if (auto kl = f.get_integer_optional(p + "attention.key_length")) {
+    c.head_dim = *kl;
+  } else {
+    if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
+      fail(fmt::format("llama config: embedding_length {} is not a multiple of head_count {}", c.hidden_size, c.num_heads));
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  c.rms_norm_eps = f.get_double(p + "attention.layer_norm_rms_epsilon");
+  c.rope_theta = f.get_double_optional(p + "rope.freq_base").value_or(10000.0);
+  c.max_position_embeddings = f.get_integer_optional(p + "context_length").value_or(2048);
+  if (auto v = f.get_integer_optional(p + "vocab_size")) {
+    c.vocab_size = *v;
+  } else if (f.contains("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<std::int64_t>(f.get_array("tokenizer.ggml.tokens").elements.size());
+  } else if (const auto* t = f.find_tensor("token_embd.weight"); t != nullptr && !t->shape.empty()) {
+    c.vocab_size = t->shape.front();
+  }
+  if (const auto* st = f.find(p + "rope.scaling.type")) {
+    const std::string& type = f.get_string(p + "rope.scaling.type");
+    (void)st;
+    if (type == "linear") {
+      c.rope_scaling.type = RopeScalingType::kLinear;
+      c.rope_scaling.factor = f.get_double(p + "rope.scaling.factor");
+    } else if (type != "none") {
+      fail(fmt::format("llama config: {}rope.scaling.type '{}' is not supported (expected none or linear)", p, type));
+    }
+  } else if (auto factor = f.get_double_optional(p + "rope.scale_linear")) {
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    c.rope_scaling.factor = *factor;
+  }
+  if (auto o = f.get_integer_optional(p + "rope.scaling.original_context_length"))
+    c.rope_scaling.original_max_position_embeddings = *o;
+  c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (auto b = f.get_integer_optional("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<std::int32_t>(*b);
+  if (auto e = f.get_integer_optional("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<std::int32_t>(*e));
+  if (auto e = f.get_integer_optional("tokenizer.ggml.eot_token_id")) {
+    const auto id = static_cast<std::int32_t>(*e);
+    if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) c.eos_token_ids.push_back(id);
+  }
+  c.validate();
+  return c;
+}
+
+LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) fail(fmt::format("llama config: cannot open '{}'", path.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(fmt::format("llama config: '{}' is not valid JSON: {}", path.string(), e.what()));
+  }
+  if (!j.is_object()) fail(fmt::format("llama config: '{}' must hold a JSON object", path.string()));
+  const std::string where = path.string();
+  const auto req_int = [&](const char* key) -> std::int64_t {
+    const auto it = j.find(key);
+    if (it == j.end()) fail(fmt::format("llama config: '{}' is missing key '{}'", where, key));
+    if (!it->is_number_integer()) fail(fmt::format("llama config: '{}' key '{}' must be an integer, got {}", where, key, it->dump()));
+    return it->get<std::int64_t>();
+  };
+  const auto opt_int = [&](const char* key) -> std::optional<std::int64_t> {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) fail(fmt::format("llama config: '{}' key '{}' must be an integer, got {}", where, key, it->dump()));
+    return it->get<std::int64_t>();
+  };
+  const auto opt_num = [&](const nlohmann::json& obj, const char* key) -> std::optional<double> {
+    const auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) fail(fmt::format("llama config: '{}' key '{}' must be a number, got {}", where, key, it->dump()));
+    return it->get<double>();
+  };
+
+  LlamaConfig c;
+  const std::string model_type = j.value("model_type", std::string("llama"));
+  if (model_type != "llama" && model_type != "mistral")
+    fail(fmt::format("llama config: '{}' has model_type '{}', expected 'llama' or 'mistral'", where, model_type));
+  c.vocab_size = req_int("vocab_size");
+  c.hidden_size = req_int("hidden_size");
+  c.intermediate_size = req_int("intermediate_size");
+  c.num_layers = req_int("num_hidden_layers");
+  c.num_heads = req_int("num_attention_heads");
+  c.num_kv_heads = opt_int("num_key_value_heads").value_or(c.num_heads);
+  if (auto hd = opt_int("head_dim")) {
+    c.head_dim = *hd;
+  } else {
+    if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
+      fail(fmt::format("llama config: hidden_size {} is not a multiple of num_attention_heads {}", c.hidden_size, c.num_heads));
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  c.rms_norm_eps = opt_num(j, "rms_norm_eps").value_or(1e-6);
+  c.rope_theta = opt_num(j, "rope_theta").value_or(10000.0);
+  c.max_position_embeddings = opt_int("max_position_embeddings").value_or(2048);
+  if (auto it = j.find("tie_word_embeddings"); it != j.end() && !it->is_null()) {
+    if (!it->is_boolean()) fail(fmt::format("llama config: '{}' key 'tie_word_embeddings' must be a bool", where));
+    c.tie_word_embeddings = it->get<bool>();
+  }
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) fail(fmt::format("llama config: '{}' key 'rope_scaling' must be an object or null", where));
+    std::string type;
+    if (auto t = it->find("rope_type"); t != it->end() && t->is_string()) type = t->get<std::string>();
+    else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string()) type = t2->get<std::string>();
+    auto& rs = c.rope_scaling;
+    rs.factor = opt_num(*it, "factor").value_or(1.0);
+    if (auto o = opt_num(*it, "original_max_position_embeddings")) rs.original_max_position_embeddings = static_cast<std::int64_t>(*o);
+    if (type == "llama3") {
+      rs.type = RopeScalingType::kLlama3;
+      rs.low_freq_factor = opt_num(*it, "low_freq_factor").value_or(1.0);
+      rs.high_freq_factor = opt_num(*it, "high_freq_factor").value_or(4.0);
+    } else if (type == "linear") {
+      rs.type = RopeScalingType::kLinear;
+    } else if (type == "default" || type.empty()) {
+      rs.type = RopeScalingType::kNone;
+    } else {
+      fail(fmt::format("llama config: '{}' rope_scaling type '{}' is not supported (expected linear or llama3)", where, type));
+    }
+  }
+  if (auto b = opt_int("bos_token_id")) c.bos_token_id = static_cast<std::int32_t>(*b);
+  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
+    if (it->is_number_integer()) {
+      c.eos_token_ids.push_back(it->get<std::int32_t>());
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) fail(fmt::format("llama config: '{}' eos_token_id entries must be integers", where));
+        c.eos_token_ids.push_back(e.get<std::int32_t>());
+      }
+    } else {
+      fail(fmt::format("llama config: '{}' key 'eos_token_id' must be an integer or a list, got {}", where, it->dump()));
+    }
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace specdec::models
