@@ -1,0 +1,123 @@
+// Byte-level BPE tokenizer (GPT-2 style, tokenizer.ggml.model == "gpt2") built from GGUF metadata. Torch-free.
+//
+// Encoding: the text is split at special tokens (when asked), then pre-tokenized into words over Unicode code points, and each
+// word's UTF-8 bytes are merged by BPE rank. Pre-tokenizers:
+//   kGpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//   kSmollm: every \p{N} code point is isolated first (Hugging Face Digits(individual_digits=true); llama.cpp's "smollm" pre
+//            type), then kGpt2 runs on the pieces between them. This is SmolLM2's tokenizer.
+// Bytes that are not valid UTF-8 count as "other" (neither letter, number nor space), so any byte string encodes and decodes
+// back to itself: decode(encode(s)) == s for every s (special tokens only parsed when parse_special is set).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::models {
+
+class GgufFile;
+
+/// llama.cpp's token types (tokenizer.ggml.token_type).
+enum class TokenType : std::int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,      ///< special tokens such as <|im_start|>: matched in text only with parse_special
+  kUserDefined = 4,  ///< always matched in text
+  kUnused = 5,
+  kByte = 6,
+};
+
+enum class PreTokenizer : std::uint8_t { kGpt2, kSmollm };
+
+struct EncodeOptions {
+  bool add_special = true;     ///< prepend BOS when the model asks for it (tokenizer.ggml.add_bos_token)
+  bool parse_special = false;  ///< match control tokens ("<|im_start|>") in the text instead of encoding their characters
+};
+
+/// Everything a byte-level BPE tokenizer is built from (what the GGUF metadata holds).
+struct TokenizerSpec {
+  std::vector<std::string> tokens;    ///< vocabulary in byte-level form ("Ġthe")
+  std::vector<TokenType> token_types; ///< empty = all kNormal
+  std::vector<std::string> merges;    ///< "Ġ t" = merge "Ġ" and "t"; earlier = higher priority
+  PreTokenizer pre_tokenizer = PreTokenizer::kSmollm;
+  std::optional<std::int32_t> bos_id, eos_id, eot_id, unk_id, pad_id;
+  bool add_bos = false;
+};
+
+class Tokenizer {
+ public:
+  /// Reads tokenizer.ggml.* from a GGUF file. Throws specdec::error for a non-"gpt2" model, an unknown pre-tokenizer, or
+  /// inconsistent arrays.
+  static Tokenizer from_gguf(const GgufFile& file);
+  explicit Tokenizer(TokenizerSpec spec);
+
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+  ~Tokenizer();
+
+  std::vector<std::int32_t> encode(std::string_view text, EncodeOptions options = {}) const;
+  /// Concatenated bytes of the tokens (possibly invalid UTF-8 when cut mid-character). Control tokens give their text unless
+  /// skip_special. Throws for an id outside [0, vocab_size).
+  std::string decode(std::span<const std::int32_t> ids, bool skip_special = false) const;
+  /// Raw bytes of one token.
+  std::string token_to_piece(std::int32_t id) const;
+
+  std::int32_t vocab_size() const noexcept;
+  /// The vocabulary string as stored (byte-level form).
+  const std::string& token_text(std::int32_t id) const;
+  std::optional<std::int32_t> token_id(std::string_view token_text) const;
+  TokenType token_type(std::int32_t id) const;
+  PreTokenizer pre_tokenizer() const noexcept;
+
+  std::optional<std::int32_t> bos_id() const noexcept;
+  std::optional<std::int32_t> eos_id() const noexcept;
+  std::optional<std::int32_t> eot_id() const noexcept;
+  std::optional<std::int32_t> unk_id() const noexcept;
+  std::optional<std::int32_t> pad_id() const noexcept;
+  bool add_bos() const noexcept;
+  /// End of generation: eos or eot.
+  bool is_end_of_generation(std::int32_t id) const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Turns a stream of token ids into text, emitting only complete UTF-8 sequences; bytes that can never complete a sequence are
+/// emitted as they are, so the concatenation of every push() and the final flush() equals decode(all ids).
+class StreamingDecoder {
+ public:
+  explicit StreamingDecoder(const Tokenizer& tokenizer, bool skip_special = false)
+      : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+  std::string push(std::int32_t id);
+  /// Emits whatever is pending (an incomplete sequence at the end of the stream).
+  std::string flush();
+  void reset() { pending_.clear(); }
+
+ private:
+  const Tokenizer* tokenizer_;
+  bool skip_special_;
+  std::string pending_;
+};
+
+namespace detail {
+enum class UnicodeKind : std::uint8_t { kOther, kLetter, kNumber };
+/// Unicode general category L* -> kLetter, N* -> kNumber (generated table, src/models/io/unicode_categories.cpp).
+UnicodeKind unicode_kind(char32_t cp) noexcept;
+/// Unicode White_Space property (what \s matches).
+bool is_unicode_space(char32_t cp) noexcept;
+/// Splits `text` into the pre-tokenizer's words (views into text); their concatenation is text.
+std::vector<std::string_view> pre_tokenize(std::string_view text, PreTokenizer kind);
+/// Length of the longest prefix of `bytes` that ends on a complete sequence boundary, treating bytes that can never start or
+/// continue a valid sequence as complete. Used by StreamingDecoder.
+std::size_t utf8_complete_prefix(std::string_view bytes) noexcept;
+}  // namespace detail
+
+}  // namespace specdec::models
