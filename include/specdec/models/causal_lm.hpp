@@ -1,0 +1,87 @@
+// CausalLM: what a target or draft model must offer to the speculative decoder.
+//
+// A model owns a KV cache with numbered sequence slots. One forward call takes, for each of B sequences, the new tokens that
+// follow what its slot already caches (a chain, or a tree given as a parent-index array), writes their keys/values into the
+// slot, and returns the logits of every new token (optionally hidden states, e.g. the features EAGLE-1/EAGLE-3 heads read).
+// After verification the decoder rolls each slot back to the accepted prefix (truncate, O(1)) or, after a tree forward,
+// keeps only the accepted root-to-leaf path (keep_path).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace specdec::models {
+
+/// One forward over a ragged batch. N = cu_num_tokens[B] new tokens in total; sequence b owns rows
+/// [cu_num_tokens[b], cu_num_tokens[b+1]) of every [N, ...] tensor in the result.
+struct ForwardBatch {
+  /// [B] KV-cache slots (from allocate_sequence), pairwise distinct.
+  std::vector<std::int64_t> slots;
+  /// [N] new token ids, flattened in sequence order.
+  std::vector<std::int64_t> token_ids;
+  /// [B + 1] prefix sums of new tokens per sequence: cu_num_tokens[0] == 0, non-decreasing, back() == N. Every sequence has
+  /// at least one new token.
+  std::vector<std::int64_t> cu_num_tokens;
+  /// Empty: every sequence is a chain (causal). Otherwise [B] arrays; entry b is empty (chain) or holds n_b parent indices
+  /// local to sequence b: parents[b][0] == -1 (node 0, the root, is the last accepted token) and 0 <= parents[b][i] < i for i > 0.
+  /// Node i is written to cache position L_b + i (L_b = the slot's length before the call), sits at rotary position
+  /// L_b + depth(i) and attends to the cached positions [0, L_b) and to its ancestors and itself.
+  /// A chain is the tree with parents[i] == i - 1.
+  std::vector<std::vector<std::int32_t>> parents;
+  /// false: logits for all N rows. true: only for the last new token of each sequence ([B, V]; e.g. for prompt prefill).
+  bool last_logits_only = false;
+  /// Also return the final hidden state before and after the final norm ([N, hidden] each).
+  bool return_final_hidden = false;
+  /// Return the output of these decoder layers (0-based block index; the residual stream after block l), [N, hidden] each.
+  std::vector<std::int64_t> hidden_layers;
+};
+
+struct ForwardOutput {
+  /// [N, V] float32 (or [B, V] when last_logits_only); owned by the caller (not a view of model buffers).
+  at::Tensor logits;
+  /// [N, hidden] float32 when return_final_hidden: the residual stream after the last block, before the final RMSNorm.
+  at::Tensor hidden_pre_norm;
+  /// [N, hidden] float32 when return_final_hidden: after the final RMSNorm (the input of the output projection).
+  at::Tensor hidden_post_norm;
+  /// One [N, hidden] float32 tensor per entry of ForwardBatch::hidden_layers, in the same order.
+  std::vector<at::Tensor> layer_hidden;
+};
+
+/// The model interface the speculative decoder drives. Every operation throws specdec::error (or c10::Error) on bad
+/// input without changing the model's state.
+template <class M>
+concept CausalLM = requires(M& m, const M& cm, const ForwardBatch& batch, std::int64_t slot, std::int64_t length,
+                            std::span<const std::int64_t> path) {
+  /// Number of logits per token (V).
+  { cm.vocab_size() } -> std::convertible_to<std::int64_t>;
+  /// Hidden width (the size of hidden-state rows).
+  { cm.hidden_size() } -> std::convertible_to<std::int64_t>;
+  /// Runs the new tokens of every sequence in the batch through the model, appending them to the slots' caches.
+  { m.forward(batch) } -> std::same_as<ForwardOutput>;
+  /// Takes a fresh cache slot (length 0).
+  { m.allocate_sequence() } -> std::convertible_to<std::int64_t>;
+  /// Releases a slot.
+  { m.free_sequence(slot) };
+  /// Number of cached tokens of a slot.
+  { cm.sequence_length(slot) } -> std::convertible_to<std::int64_t>;
+  /// Rolls a slot back to `length` cached tokens, O(1).
+  { m.truncate(slot, length) };
+  /// After a tree forward at prefix length `length`: keeps nodes `path` (strictly increasing node indices of one
+  /// root-to-leaf path prefix) at positions length, length + 1, ...; the slot's length becomes length + path.size().
+  { m.keep_path(slot, length, path) };
+};
+
+/// Convenience: a single-sequence chain batch.
+inline ForwardBatch make_chain_batch(std::int64_t slot, std::vector<std::int64_t> tokens) {
+  ForwardBatch b;
+  b.slots = {slot};
+  b.cu_num_tokens = {0, static_cast<std::int64_t>(tokens.size())};
+  b.token_ids = std::move(tokens);
+  return b;
+}
+
+}  // namespace specdec::models

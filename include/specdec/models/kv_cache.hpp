@@ -1,0 +1,85 @@
+// KvCache: per-layer key/value storage for several sequences ("slots") of a decoder-only transformer, with O(1) rollback.
+//
+// Layout: one float32 tensor `storage` of shape [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim]
+// (index 0 of dim 1 holds keys, 1 holds values). keys(l) / values(l) are views [num_slots, num_kv_heads, capacity, head_dim];
+// the first length(slot) positions of a slot are valid. Keys are stored after the rotary embedding was applied.
+//
+// Growth: when a sequence needs more positions than `capacity`, capacity doubles (at least) and the storage is reallocated
+// once; likewise the number of slots doubles when every slot is taken. So n single-token steps cost O(log n) reallocations.
+// Truncation (rollback after rejected drafts) only sets the length: O(1), no data moves.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace specdec::models {
+
+struct KvCacheShape {
+  std::int64_t num_layers = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t initial_capacity = 64;  ///< positions per slot before the first growth (>= 1)
+  std::int64_t initial_slots = 1;      ///< slots before the first growth (>= 1)
+};
+
+class KvCache {
+ public:
+  KvCache() = default;
+  /// Throws specdec::error when a dimension is < 1.
+  explicit KvCache(const KvCacheShape& shape);
+
+  /// Takes a free slot (growing the slot count by doubling when none is free) and returns its index; its length is 0.
+  std::int64_t allocate();
+  /// Returns the slot to the free list. Throws specdec::error for an index that is not allocated.
+  void free(std::int64_t slot);
+  bool is_allocated(std::int64_t slot) const noexcept;
+
+  /// Number of valid positions of `slot`.
+  std::int64_t length(std::int64_t slot) const;
+  /// Rolls `slot` back to `new_length` positions (0 <= new_length <= length(slot)). O(1): no data moves.
+  void truncate(std::int64_t slot, std::int64_t new_length);
+  /// Makes room for positions [0, required) of any slot: grows capacity by doubling when required > capacity().
+  /// Existing data is preserved. Does not change any length.
+  void reserve(std::int64_t required);
+  /// Declares positions [0, new_length) of `slot` valid after a writer filled them (new_length <= capacity()).
+  void set_length(std::int64_t slot, std::int64_t new_length);
+
+  /// After a tree forward wrote its n nodes at positions [prefix_length, prefix_length + n): keeps only the nodes
+  /// `path` (node indices, strictly increasing, each < length(slot) - prefix_length), moving node path[i] to position
+  /// prefix_length + i in every layer, and sets length(slot) = prefix_length + path.size(). Costs O(layers * path.size()).
+  /// A root-to-leaf path of a tree laid out with parents before children satisfies the ordering; since node path[i] sits at
+  /// depth i, its rotary position (prefix_length + depth) already matches its new position.
+  void keep_path(std::int64_t slot, std::int64_t prefix_length, std::span<const std::int64_t> path);
+
+  /// [num_slots, num_kv_heads, capacity, head_dim] views into the storage (invalidated by growth).
+  at::Tensor keys(std::int64_t layer) const;
+  at::Tensor values(std::int64_t layer) const;
+  /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim] (invalidated by growth).
+  const at::Tensor& storage() const noexcept { return storage_; }
+
+  std::int64_t capacity() const noexcept { return capacity_; }
+  std::int64_t num_slots() const noexcept { return static_cast<std::int64_t>(lengths_.size()); }
+  std::int64_t num_layers() const noexcept { return shape_.num_layers; }
+  std::int64_t num_kv_heads() const noexcept { return shape_.num_kv_heads; }
+  std::int64_t head_dim() const noexcept { return shape_.head_dim; }
+  /// How many times the storage was reallocated (capacity or slot growth) since construction.
+  std::int64_t num_reallocations() const noexcept { return reallocations_; }
+  /// Bytes held by the storage.
+  std::int64_t bytes() const noexcept;
+
+ private:
+  void check_slot(std::int64_t slot, const char* what) const;
+  void resize(std::int64_t slots, std::int64_t capacity);
+
+  KvCacheShape shape_{};
+  at::Tensor storage_;
+  std::int64_t capacity_ = 0;
+  std::vector<std::int64_t> lengths_;   // per slot
+  std::vector<bool> allocated_;         // per slot
+  std::int64_t reallocations_ = 0;
+};
+
+}  // namespace specdec::models

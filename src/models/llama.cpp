@@ -1,0 +1,541 @@
+// The Llama-family forward pass on CPU (float32). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding (written
+// straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence (two batched
+// matrix products over the sequence's cache, with an additive mask for multi-token chains and trees) -> output product
+// accumulated into the residual -> RMSNorm -> fused gate/up product -> SiLU(gate) * up -> down product accumulated into the
+// residual. Element-wise steps are plain loops over raw float pointers; only the matrix products and attention go through
+// ATen, so a layer costs about a dozen ATen calls regardless of the batch.
+#include "specdec/models/llama.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <unordered_set>
+
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::models {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+
+std::string shape_str(at::IntArrayRef s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// out[n, out] = x[n, in] @ w[out, in]^T (n == 1 goes through gemv, which reads the weight once, row by row).
+void linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out) {
+  if (x.size(0) == 1) {
+    at::Tensor o = out.select(0, 0);
+    at::mv_out(o, w, x.select(0, 0));
+  } else {
+    at::Tensor o = out;
+    at::mm_out(o, x, w.t());
+  }
+}
+
+// acc[n, out] += x[n, in] @ w[out, in]^T
+void linear_accumulate(const at::Tensor& x, const at::Tensor& w, const at::Tensor& acc) {
+  if (x.size(0) == 1) {
+    acc.select(0, 0).addmv_(w, x.select(0, 0));
+  } else {
+    acc.addmm_(x, w.t());
+  }
+}
+
+// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
+void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float ss = 0.f;
+    for (std::int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float scale = 1.f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (std::int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
+  }
+}
+
+// out[r, i] = silu(gu[r, i]) * gu[r, F + i]
+void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * f;
+    const float* u = g + f;
+    float* o = out + r * f;
+    for (std::int64_t i = 0; i < f; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+  }
+}
+
+// Rotary embedding in the rotate_half convention: pairs (j, j + half).
+inline void rope_rotate(const float* in, float* out, const float* cos, const float* sin, std::int64_t half, float scale) {
+  for (std::int64_t j = 0; j < half; ++j) {
+    const float a = in[j], b = in[j + half];
+    out[j] = (a * cos[j] - b * sin[j]) * scale;
+    out[j + half] = (b * cos[j] + a * sin[j]) * scale;
+  }
+}
+
+std::vector<float> rope_inv_freq(const LlamaConfig& c, std::int64_t head_dim) {
+  const std::int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  for (std::int64_t j = 0; j < half; ++j)
+    inv[static_cast<std::size_t>(j)] =
+        static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim)));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kLinear) {
+    for (auto& f : inv) f = static_cast<float>(f / s.factor);
+  } else if (s.type == RopeScalingType::kLlama3) {
+    // Llama 3.1: keep high frequencies, divide low frequencies by `factor`, interpolate smoothly in between.
+    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / s.low_freq_factor;
+    const double high_wavelen = old_ctx / s.high_freq_factor;
+    for (auto& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else {
+        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+struct SequencePlan {
+  std::int64_t slot = 0;
+  std::int64_t start = 0;   // first row in the flattened batch
+  std::int64_t n = 0;       // new tokens
+  std::int64_t cached = 0;  // L: cache length before the call
+  at::Tensor mask;          // [n, L + n] additive (0 / -inf); undefined for a single token
+};
+
+}  // namespace
+
+struct LlamaModel::Impl {
+  struct Layer {
+    at::Tensor attn_norm;  // [H]
+    at::Tensor wqkv;       // [(nh + 2 nkv) * hd, H]
+    at::Tensor wo;         // [H, nh * hd]
+    at::Tensor ffn_norm;   // [H]
+    at::Tensor wgu;        // [2F, H]: gate rows then up rows
+    at::Tensor wdown;      // [H, F]
+  };
+
+  LlamaConfig cfg;
+  LlamaOptions opts;
+  std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, group = 0;
+  float eps = 1e-5f;
+  at::Tensor embed;       // [V, H]
+  at::Tensor lm_head;     // [V, H] (the same tensor as embed when tied)
+  at::Tensor final_norm;  // [H]
+  std::vector<Layer> layers;
+  std::vector<float> inv_freq;  // [hd / 2]
+  std::vector<float> cos_table, sin_table;  // [rope_positions, hd / 2]
+  std::int64_t rope_positions = 0;
+  KvCache cache;
+  // Workspace, grown to the largest batch seen: rows x width.
+  std::int64_t ws_rows = 0;
+  at::Tensor x, normed, qkv, qbuf, attn, gu, act;
+
+  void ensure_rope(std::int64_t positions) {
+    if (positions <= rope_positions) return;
+    std::int64_t n = std::max<std::int64_t>(rope_positions, 256);
+    while (n < positions) n *= 2;
+    const std::int64_t half = hd / 2;
+    cos_table.resize(static_cast<std::size_t>(n * half));
+    sin_table.resize(static_cast<std::size_t>(n * half));
+    for (std::int64_t p = rope_positions; p < n; ++p)
+      for (std::int64_t j = 0; j < half; ++j) {
+        const double a = static_cast<double>(p) * static_cast<double>(inv_freq[static_cast<std::size_t>(j)]);
+        cos_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::cos(a));
+        sin_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::sin(a));
+      }
+    rope_positions = n;
+  }
+
+  void ensure_workspace(std::int64_t rows) {
+    if (rows <= ws_rows) return;
+    std::int64_t n = std::max<std::int64_t>(ws_rows, 8);
+    while (n < rows) n *= 2;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    x = at::empty({n, H}, f32);
+    normed = at::empty({n, H}, f32);
+    qkv = at::empty({n, qkv_dim}, f32);
+    qbuf = at::empty({n * q_dim}, f32);
+    attn = at::empty({n, q_dim}, f32);
+    gu = at::empty({n, 2 * F}, f32);
+    act = at::empty({n, F}, f32);
+    ws_rows = n;
+  }
+
+  std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
+  ForwardOutput forward(const ForwardBatch& b);
+  void attention(std::int64_t layer, const SequencePlan& s);
+};
+
+std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
+  const auto B = static_cast<std::int64_t>(b.slots.size());
+  if (B < 1) fail("forward: slots: expected at least one sequence, got 0");
+  if (static_cast<std::int64_t>(b.cu_num_tokens.size()) != B + 1)
+    fail(fmt::format("forward: cu_num_tokens: expected {} entries (slots + 1), got {}", B + 1, b.cu_num_tokens.size()));
+  if (b.cu_num_tokens[0] != 0) fail(fmt::format("forward: cu_num_tokens[0]: expected 0, got {}", b.cu_num_tokens[0]));
+  for (std::int64_t i = 0; i < B; ++i)
+    if (b.cu_num_tokens[i + 1] <= b.cu_num_tokens[i])
+      fail(fmt::format("forward: cu_num_tokens: expected strictly increasing (>= 1 token per sequence), got {} then {} at {}",
+                       b.cu_num_tokens[i], b.cu_num_tokens[i + 1], i));
+  const std::int64_t N = b.cu_num_tokens[B];
+  if (static_cast<std::int64_t>(b.token_ids.size()) != N)
+    fail(fmt::format("forward: token_ids: expected {} ids (cu_num_tokens.back()), got {}", N, b.token_ids.size()));
+  for (std::int64_t t = 0; t < N; ++t)
+    if (b.token_ids[t] < 0 || b.token_ids[t] >= V)
+      fail(fmt::format("forward: token_ids[{}]: expected in [0, {}), got {}", t, V, b.token_ids[t]));
+  if (!b.parents.empty() && static_cast<std::int64_t>(b.parents.size()) != B)
+    fail(fmt::format("forward: parents: expected empty or {} arrays (one per sequence), got {}", B, b.parents.size()));
+  for (const auto l : b.hidden_layers)
+    if (l < 0 || l >= static_cast<std::int64_t>(layers.size()))
+      fail(fmt::format("forward: hidden_layers: expected layer indices in [0, {}), got {}", layers.size(), l));
+  std::unordered_set<std::int64_t> seen;
+  for (std::int64_t i = 0; i < B; ++i) {
+    const std::int64_t slot = b.slots[i];
+    if (!cache.is_allocated(slot))
+      fail(fmt::format("forward: slots[{}]: expected an allocated sequence slot, got {}", i, slot));
+    if (!seen.insert(slot).second) fail(fmt::format("forward: slots[{}]: expected distinct slots, got {} twice", i, slot));
+  }
+
+  std::vector<SequencePlan> plans(static_cast<std::size_t>(B));
+  positions.assign(static_cast<std::size_t>(N), 0);
+  std::vector<std::int64_t> depth;
+  for (std::int64_t i = 0; i < B; ++i) {
+    SequencePlan& s = plans[static_cast<std::size_t>(i)];
+    s.slot = b.slots[i];
+    s.start = b.cu_num_tokens[i];
+    s.n = b.cu_num_tokens[i + 1] - s.start;
+    s.cached = cache.length(s.slot);
+    const std::vector<std::int32_t>* parents =
+        b.parents.empty() || b.parents[i].empty() ? nullptr : &b.parents[static_cast<std::size_t>(i)];
+    if (parents) {
+      if (static_cast<std::int64_t>(parents->size()) != s.n)
+        fail(fmt::format("forward: parents[{}]: expected {} entries (the sequence's new tokens), got {}", i, s.n,
+                         parents->size()));
+      if ((*parents)[0] != -1) fail(fmt::format("forward: parents[{}][0]: expected -1 (the root), got {}", i, (*parents)[0]));
+      for (std::int64_t j = 1; j < s.n; ++j) {
+        const std::int32_t p = (*parents)[static_cast<std::size_t>(j)];
+        if (p < 0 || p >= j)
+          throw specdec::error(Status::kInvalidTree,
+                               fmt::format("forward: parents[{}][{}]: expected a parent index in [0, {}), got {}", i, j, j, p));
+      }
+    }
+    depth.assign(static_cast<std::size_t>(s.n), 0);
+    for (std::int64_t j = 1; j < s.n; ++j)
+      depth[static_cast<std::size_t>(j)] = parents ? depth[static_cast<std::size_t>((*parents)[static_cast<std::size_t>(j)])] + 1 : j;
+    for (std::int64_t j = 0; j < s.n; ++j) positions[static_cast<std::size_t>(s.start + j)] = s.cached + depth[static_cast<std::size_t>(j)];
+    if (s.n > 1) {
+      // Additive mask over [cached context | new nodes]: node j sees the context and its ancestors-or-self.
+      const float neg_inf = -std::numeric_limits<float>::infinity();
+      s.mask = at::zeros({s.n, s.cached + s.n}, at::TensorOptions().dtype(at::kFloat));
+      float* m = s.mask.data_ptr<float>();
+      const std::int64_t width = s.cached + s.n;
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        float* row = m + j * width + s.cached;
+        for (std::int64_t k = 0; k < s.n; ++k) row[k] = neg_inf;
+        if (parents) {
+          for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)]) row[a] = 0.f;
+        } else {
+          for (std::int64_t k = 0; k <= j; ++k) row[k] = 0.f;
+        }
+      }
+    }
+  }
+  return plans;
+}
+
+void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
+  const std::int64_t total = s.cached + s.n;
+  at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, group * s.n, hd});
+  at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total);    // [nkv, total, hd]
+  at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total);  // [nkv, total, hd]
+  at::Tensor scores = at::bmm(q, k.transpose(1, 2));                          // [nkv, group * n, total]
+  if (s.mask.defined()) scores.view({nkv, group, s.n, total}).add_(s.mask);
+  at::Tensor probs = at::_softmax(scores, -1, false);
+  at::Tensor o = at::bmm(probs, v);  // [nkv, group * n, hd], rows ordered (group member, token)
+  attn.narrow(0, s.start, s.n).view({s.n, nkv, group, hd}).copy_(o.view({nkv, group, s.n, hd}).permute({2, 0, 1, 3}));
+}
+
+ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
+  at::NoGradGuard guard;
+  std::vector<std::int64_t> positions;
+  std::vector<SequencePlan> plans = plan(b, positions);
+  const std::int64_t N = static_cast<std::int64_t>(b.token_ids.size());
+  std::int64_t max_total = 0, max_pos = 0;
+  for (const auto& s : plans) max_total = std::max(max_total, s.cached + s.n);
+  for (const auto p : positions) max_pos = std::max(max_pos, p);
+  cache.reserve(max_total);
+  ensure_rope(max_pos + 1);
+  ensure_workspace(N);
+
+  at::Tensor xs = x.narrow(0, 0, N), ns = normed.narrow(0, 0, N), qkvs = qkv.narrow(0, 0, N), attns = attn.narrow(0, 0, N),
+             gus = gu.narrow(0, 0, N), acts = act.narrow(0, 0, N);
+  {
+    at::Tensor ids = at::from_blob(const_cast<std::int64_t*>(b.token_ids.data()), {N}, at::TensorOptions().dtype(at::kLong));
+    at::index_select_out(xs, embed, 0, ids);
+  }
+
+  ForwardOutput out;
+  std::vector<at::Tensor> saved(layers.size());
+  const std::int64_t half = hd / 2;
+  const float q_scale = 1.f / std::sqrt(static_cast<float>(hd));
+  float* xp = xs.data_ptr<float>();
+  float* np = ns.data_ptr<float>();
+  const float* qkvp = qkvs.data_ptr<float>();
+  float* qp = qbuf.data_ptr<float>();
+  const std::int64_t cap = cache.capacity();
+  const std::int64_t slot_stride = nkv * cap * hd;  // in the [slots, nkv, cap, hd] view of one layer's keys or values
+
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const Layer& L = layers[l];
+    rms_norm(xp, L.attn_norm.data_ptr<float>(), np, N, H, eps);
+    linear(ns, L.wqkv, qkvs);
+
+    // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, group, n, hd];
+    // keys and values into the cache at positions cached + i.
+    float* kp = cache.keys(static_cast<std::int64_t>(l)).data_ptr<float>();
+    float* vp = cache.values(static_cast<std::int64_t>(l)).data_ptr<float>();
+    for (const auto& s : plans) {
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        const std::int64_t t = s.start + i;
+        const float* row = qkvp + t * qkv_dim;
+        const std::int64_t pos = positions[static_cast<std::size_t>(t)];
+        const float* c = cos_table.data() + pos * half;
+        const float* sn = sin_table.data() + pos * half;
+        for (std::int64_t h = 0; h < nh; ++h) {
+          const std::int64_t kh = h / group, g = h % group;
+          float* dst = qp + s.start * q_dim + ((kh * group + g) * s.n + i) * hd;
+          rope_rotate(row + h * hd, dst, c, sn, half, q_scale);
+        }
+        for (std::int64_t kh = 0; kh < nkv; ++kh) {
+          const std::int64_t off = s.slot * slot_stride + (kh * cap + s.cached + i) * hd;
+          rope_rotate(row + q_dim + kh * hd, kp + off, c, sn, half, 1.f);
+          std::copy_n(row + q_dim + kv_dim + kh * hd, hd, vp + off);
+        }
+      }
+    }
+    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
+    linear_accumulate(attns, L.wo, xs);
+
+    rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);
+    linear(ns, L.wgu, gus);
+    silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
+    linear_accumulate(acts, L.wdown, xs);
+    if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
+      saved[l] = xs.clone();
+  }
+  for (const auto& s : plans) cache.set_length(s.slot, s.cached + s.n);
+
+  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(saved[static_cast<std::size_t>(l)]);
+  if (b.return_final_hidden) {
+    out.hidden_pre_norm = xs.clone();
+    out.hidden_post_norm = at::empty({N, H}, xs.options());
+    rms_norm(xp, final_norm.data_ptr<float>(), out.hidden_post_norm.data_ptr<float>(), N, H, eps);
+  }
+  // Output projection over the rows whose logits are wanted.
+  at::Tensor rows;
+  if (b.last_logits_only) {
+    const auto B = static_cast<std::int64_t>(plans.size());
+    rows = at::empty({B, H}, xs.options());
+    for (std::int64_t i = 0; i < B; ++i) {
+      const auto& s = plans[static_cast<std::size_t>(i)];
+      rms_norm(xp + (s.start + s.n - 1) * H, final_norm.data_ptr<float>(), rows.data_ptr<float>() + i * H, 1, H, eps);
+    }
+  } else if (b.return_final_hidden) {
+    rows = out.hidden_post_norm;
+  } else {
+    rms_norm(xp, final_norm.data_ptr<float>(), np, N, H, eps);
+    rows = ns;
+  }
+  out.logits = at::empty({rows.size(0), V}, xs.options());
+  linear(rows, lm_head, out.logits);
+  return out;
+}
+
+// --- construction ------------------------------------------------------------------------------------------------------
+
+namespace {
+
+at::Tensor fetch(const WeightGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
+  at::Tensor t = get(name);
+  if (!t.defined()) fail(fmt::format("LlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
+  if (t.sizes() != at::IntArrayRef(shape))
+    fail(fmt::format("LlamaModel: weight {}: expected shape {}, got {}", name, shape_str(shape), shape_str(t.sizes())));
+  if (t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
+  return t.contiguous();
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const LlamaOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  at::NoGradGuard guard;
+  Impl& m = *impl_;
+  m.cfg = config;
+  m.opts = options;
+  LlamaConfig& c = m.cfg;
+  if (c.hidden_size < 1 || c.num_heads < 1 || c.num_layers < 1 || c.vocab_size < 1 || c.intermediate_size < 1)
+    fail(fmt::format("LlamaModel: config: expected positive hidden_size, num_heads, num_layers, vocab_size and "
+                     "intermediate_size, got {}, {}, {}, {}, {}",
+                     c.hidden_size, c.num_heads, c.num_layers, c.vocab_size, c.intermediate_size));
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  if (c.num_kv_heads < 1 || c.num_heads % c.num_kv_heads != 0)
+    fail(fmt::format("LlamaModel: config.num_kv_heads: expected a divisor of num_heads = {}, got {}", c.num_heads,
+                     c.num_kv_heads));
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.num_heads != 0)
+      fail(fmt::format("LlamaModel: config.num_heads: expected a divisor of hidden_size = {}, got {}", c.hidden_size,
+                       c.num_heads));
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim < 2 || c.head_dim % 2 != 0)
+    fail(fmt::format("LlamaModel: config.head_dim: expected an even number >= 2, got {}", c.head_dim));
+  if (c.rope_scaling.type == RopeScalingType::kLlama3 &&
+      (c.rope_scaling.original_max_position_embeddings <= 0 ||
+       c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor))
+    fail(fmt::format("LlamaModel: config.rope_scaling: llama3 scaling expects original_max_position_embeddings > 0 and "
+                     "high_freq_factor > low_freq_factor, got {}, {}, {}",
+                     c.rope_scaling.original_max_position_embeddings, c.rope_scaling.low_freq_factor,
+                     c.rope_scaling.high_freq_factor));
+  if (options.num_threads > 0) at::set_num_threads(options.num_threads);
+
+  m.H = c.hidden_size;
+  m.nh = c.num_heads;
+  m.nkv = c.num_kv_heads;
+  m.hd = c.head_dim;
+  m.F = c.intermediate_size;
+  m.V = c.vocab_size;
+  m.q_dim = m.nh * m.hd;
+  m.kv_dim = m.nkv * m.hd;
+  m.qkv_dim = m.q_dim + 2 * m.kv_dim;
+  m.group = m.nh / m.nkv;
+  m.eps = static_cast<float>(c.rms_norm_eps);
+  m.inv_freq = rope_inv_freq(c, m.hd);
+
+  m.embed = fetch(get, "model.embed_tokens.weight", {m.V, m.H});
+  at::Tensor head = c.tie_word_embeddings ? at::Tensor() : get("lm_head.weight");
+  m.lm_head = head.defined() ? fetch([&](const std::string&) { return head; }, "lm_head.weight", {m.V, m.H}) : m.embed;
+  m.final_norm = fetch(get, "model.norm.weight", {m.H});
+  m.layers.reserve(static_cast<std::size_t>(c.num_layers));
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    Impl::Layer layer;
+    layer.attn_norm = fetch(get, p + "input_layernorm.weight", {m.H});
+    layer.ffn_norm = fetch(get, p + "post_attention_layernorm.weight", {m.H});
+    layer.wqkv = at::cat({fetch(get, p + "self_attn.q_proj.weight", {m.q_dim, m.H}),
+                          fetch(get, p + "self_attn.k_proj.weight", {m.kv_dim, m.H}),
+                          fetch(get, p + "self_attn.v_proj.weight", {m.kv_dim, m.H})},
+                         0);
+    layer.wo = fetch(get, p + "self_attn.o_proj.weight", {m.H, m.q_dim});
+    layer.wgu = at::cat({fetch(get, p + "mlp.gate_proj.weight", {m.F, m.H}), fetch(get, p + "mlp.up_proj.weight", {m.F, m.H})}, 0);
+    layer.wdown = fetch(get, p + "mlp.down_proj.weight", {m.H, m.F});
+    m.layers.push_back(std::move(layer));
+  }
+  KvCacheShape shape;
+  shape.num_layers = c.num_layers;
+  shape.num_kv_heads = m.nkv;
+  shape.head_dim = m.hd;
+  shape.initial_capacity = std::max<std::int64_t>(options.initial_cache_capacity, 1);
+  shape.initial_slots = std::max<std::int64_t>(options.initial_cache_slots, 1);
+  m.cache = KvCache(shape);
+  m.ensure_rope(std::min<std::int64_t>(std::max<std::int64_t>(c.max_position_embeddings, 1), 4096));
+}
+
+LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, const LlamaOptions& options) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto make = [&](std::vector<std::int64_t> shape, float mean, float std) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (auto& e : v) e = mean + std * normal(rng);
+    return at::tensor(v, at::TensorOptions().dtype(at::kFloat)).view(shape);
+  };
+  const std::int64_t H = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
+  const std::int64_t nh = config.num_heads, nkv = config.num_kv_heads ? config.num_kv_heads : nh;
+  const std::int64_t hd = config.head_dim ? config.head_dim : (nh ? H / nh : 0);
+  const float in_h = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(H, 1)));
+  const float in_q = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(nh * hd, 1)));
+  const float in_f = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(F, 1)));
+  std::unordered_map<std::string, at::Tensor> w;
+  {
+    at::NoGradGuard guard;
+    w["model.embed_tokens.weight"] = make({V, H}, 0.f, 1.f);
+    if (!config.tie_word_embeddings) w["lm_head.weight"] = make({V, H}, 0.f, in_h);
+    w["model.norm.weight"] = make({H}, 1.f, 0.1f);
+    for (std::int64_t i = 0; i < config.num_layers; ++i) {
+      const std::string p = fmt::format("model.layers.{}.", i);
+      w[p + "input_layernorm.weight"] = make({H}, 1.f, 0.1f);
+      w[p + "post_attention_layernorm.weight"] = make({H}, 1.f, 0.1f);
+      // Query/key weights larger than 1/sqrt(in) so attention is far from uniform and mask errors show.
+      w[p + "self_attn.q_proj.weight"] = make({nh * hd, H}, 0.f, 2.f * in_h);
+      w[p + "self_attn.k_proj.weight"] = make({nkv * hd, H}, 0.f, 2.f * in_h);
+      w[p + "self_attn.v_proj.weight"] = make({nkv * hd, H}, 0.f, in_h);
+      w[p + "self_attn.o_proj.weight"] = make({H, nh * hd}, 0.f, in_q);
+      w[p + "mlp.gate_proj.weight"] = make({F, H}, 0.f, in_h);
+      w[p + "mlp.up_proj.weight"] = make({F, H}, 0.f, in_h);
+      w[p + "mlp.down_proj.weight"] = make({H, F}, 0.f, in_f);
+    }
+  }
+  return LlamaModel(config, [&](const std::string& name) {
+    auto it = w.find(name);
+    return it == w.end() ? at::Tensor() : it->second;
+  }, options);
+}
+
+LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;
+LlamaModel& LlamaModel::operator=(LlamaModel&&) noexcept = default;
+LlamaModel::~LlamaModel() = default;
+
+const LlamaConfig& LlamaModel::config() const noexcept { return impl_->cfg; }
+std::int64_t LlamaModel::vocab_size() const noexcept { return impl_->V; }
+std::int64_t LlamaModel::hidden_size() const noexcept { return impl_->H; }
+ForwardOutput LlamaModel::forward(const ForwardBatch& batch) { return impl_->forward(batch); }
+std::int64_t LlamaModel::allocate_sequence() { return impl_->cache.allocate(); }
+void LlamaModel::free_sequence(std::int64_t slot) { impl_->cache.free(slot); }
+std::int64_t LlamaModel::sequence_length(std::int64_t slot) const { return impl_->cache.length(slot); }
+void LlamaModel::truncate(std::int64_t slot, std::int64_t length) { impl_->cache.truncate(slot, length); }
+void LlamaModel::keep_path(std::int64_t slot, std::int64_t prefix_length, std::span<const std::int64_t> path) {
+  impl_->cache.keep_path(slot, prefix_length, path);
+}
+const KvCache& LlamaModel::cache() const noexcept { return impl_->cache; }
+
+std::int64_t LlamaModel::weight_bytes_per_forward() const noexcept {
+  const Impl& m = *impl_;
+  std::int64_t n = m.lm_head.numel() + m.final_norm.numel();
+  for (const auto& l : m.layers)
+    n += l.attn_norm.numel() + l.wqkv.numel() + l.wo.numel() + l.ffn_norm.numel() + l.wgu.numel() + l.wdown.numel();
+  return n * 4;
+}
+
+std::int64_t LlamaModel::weight_bytes() const noexcept {
+  const Impl& m = *impl_;
+  std::int64_t n = weight_bytes_per_forward() / 4;
+  if (!m.lm_head.is_same(m.embed)) n += m.embed.numel();
+  return n * 4;
+}
+
+at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads) {
+  if (weight.dim() != 2 || n_heads < 1 || weight.size(0) % (2 * n_heads) != 0)
+    fail(fmt::format("unpermute_gguf_qk: weight: expected [n_heads * head_dim, in] with n_heads = {} and even head_dim, got {}",
+                     n_heads, shape_str(weight.sizes())));
+  const std::int64_t rows = weight.size(0), in = weight.size(1), half = rows / n_heads / 2;
+  // GGUF row h*hd + 2j + s holds HF row h*hd + s*half + j.
+  return weight.reshape({n_heads, half, 2, in}).transpose(1, 2).reshape({rows, in}).contiguous();
+}
+
+}  // namespace specdec::models

@@ -1,0 +1,100 @@
+// Loaders: GGUF (llama.cpp) and Hugging Face safetensors checkpoints into a float32 LlamaModel.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+#include <regex>
+
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/models/safetensors.hpp"
+
+namespace specdec::models {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+
+// Hugging Face parameter name -> llama.cpp GGUF tensor name (+ the number of heads to un-permute with, 0 for none).
+struct GgufName {
+  std::string name;
+  std::int64_t unpermute_heads = 0;
+};
+
+GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
+  static const std::map<std::string, std::string> globals = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  if (auto it = globals.find(hf); it != globals.end()) return {it->second, 0};
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+  static const std::map<std::string, std::string> per_layer = {
+      {"input_layernorm.weight", "attn_norm.weight"},     {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},       {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},       {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  std::smatch m;
+  if (std::regex_match(hf, m, layer)) {
+    if (auto it = per_layer.find(m[2].str()); it != per_layer.end()) {
+      std::int64_t heads = 0;
+      if (m[2] == "self_attn.q_proj.weight") heads = c.num_heads;
+      if (m[2] == "self_attn.k_proj.weight") heads = c.num_kv_heads ? c.num_kv_heads : c.num_heads;
+      return {fmt::format("blk.{}.{}", m[1].str(), it->second), heads};
+    }
+  }
+  return {"", 0};
+}
+
+}  // namespace
+
+LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions& options) {
+  GgufFile file(path);
+  LlamaConfig config = llama_config_from_gguf(file);
+  config.validate();
+  at::NoGradGuard guard;
+  return LlamaModel(config, [&](const std::string& hf) -> at::Tensor {
+    const GgufName g = gguf_name(hf, config);
+    if (g.name.empty()) return {};
+    const TensorInfo* info = file.find_tensor(g.name);
+    if (!info) return {};
+    at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(at::kFloat));
+    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; restore the rotate_half order.
+    if (g.unpermute_heads > 0) t = unpermute_gguf_qk(t, g.unpermute_heads);
+    return t;
+  }, options);
+}
+
+LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
+  if (!std::filesystem::is_directory(dir))
+    fail(fmt::format("load_llama_safetensors: dir: expected a checkpoint directory, got '{}'", dir.string()));
+  LlamaConfig config = llama_config_from_hf_json(dir / "config.json");
+  config.validate();
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, std::pair<std::size_t, const SafetensorsTensor*>, std::less<>> index;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) fail(fmt::format("load_llama_safetensors: dir: expected *.safetensors files in '{}', got none", dir.string()));
+  files.reserve(paths.size());
+  for (const auto& p : paths) files.emplace_back(p);
+  for (std::size_t f = 0; f < files.size(); ++f)
+    for (const auto& t : files[f].tensors()) index[t.name] = {f, &t};
+  at::NoGradGuard guard;
+  return LlamaModel(config, [&](const std::string& name) -> at::Tensor {
+    auto it = index.find(name);
+    if (it == index.end()) return {};
+    const auto& [f, t] = it->second;
+    at::Tensor out = at::empty(t->shape, at::TensorOptions().dtype(at::kFloat));
+    files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+    return out;
+  }, options);
+}
+
+}  // namespace specdec::models

@@ -1,0 +1,127 @@
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "specdec/models/kv_cache.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace sm = specdec::models;
+
+namespace {
+sm::KvCache make_cache(std::int64_t capacity = 4, std::int64_t slots = 1) {
+  sm::KvCacheShape s;
+  s.num_layers = 3;
+  s.num_kv_heads = 2;
+  s.head_dim = 5;
+  s.initial_capacity = capacity;
+  s.initial_slots = slots;
+  return sm::KvCache(s);
+}
+
+// Writes value (layer*1000 + kv*100 + pos) + 0.5*head into every element of `slot` at `pos`.
+void write_position(sm::KvCache& c, std::int64_t slot, std::int64_t pos, float base) {
+  for (std::int64_t l = 0; l < c.num_layers(); ++l)
+    for (std::int64_t kv = 0; kv < 2; ++kv) {
+      at::Tensor t = kv == 0 ? c.keys(l) : c.values(l);
+      for (std::int64_t h = 0; h < c.num_kv_heads(); ++h)
+        t[slot][h][pos].fill_(base + static_cast<float>(l * 1000 + kv * 100) + 0.5f * static_cast<float>(h));
+    }
+}
+float read_position(const sm::KvCache& c, std::int64_t slot, std::int64_t pos, std::int64_t l, std::int64_t kv,
+                    std::int64_t h) {
+  at::Tensor t = kv == 0 ? c.keys(l) : c.values(l);
+  return t[slot][h][pos][0].item<float>();
+}
+}  // namespace
+
+TEST(KvCache, CapacityDoublesInsteadOfGrowingEveryStep) {
+  sm::KvCache c = make_cache(4);
+  const std::int64_t s = c.allocate();
+  std::int64_t reallocations_seen = 0;
+  for (std::int64_t len = 1; len <= 1000; ++len) {
+    const std::int64_t before = c.num_reallocations();
+    c.reserve(len);
+    write_position(c, s, len - 1, static_cast<float>(len));
+    c.set_length(s, len);
+    if (c.num_reallocations() != before) {
+      ++reallocations_seen;
+      EXPECT_EQ(c.capacity() & (c.capacity() - 1), 0) << "capacity stays a power-of-two multiple of 4";
+    }
+    ASSERT_GE(c.capacity(), len);
+  }
+  // 4 -> 8 -> ... -> 1024: 8 doublings for 1000 single-position steps.
+  EXPECT_EQ(reallocations_seen, 8);
+  EXPECT_EQ(c.capacity(), 1024);
+  // Growth preserved every earlier position.
+  for (std::int64_t pos : {0, 3, 4, 500, 999}) EXPECT_FLOAT_EQ(read_position(c, s, pos, 2, 1, 1), pos + 1 + 2100.5f);
+}
+
+TEST(KvCache, TruncateOnlyMovesTheLength) {
+  sm::KvCache c = make_cache(8);
+  const std::int64_t s = c.allocate();
+  for (std::int64_t p = 0; p < 6; ++p) write_position(c, s, p, static_cast<float>(p));
+  c.set_length(s, 6);
+  const void* data = c.storage().data_ptr();
+  c.truncate(s, 2);
+  EXPECT_EQ(c.length(s), 2);
+  EXPECT_EQ(c.storage().data_ptr(), data);
+  EXPECT_FLOAT_EQ(read_position(c, s, 1, 0, 0, 0), 1.f);
+  EXPECT_THROW(c.truncate(s, 3), specdec::error) << "cannot truncate beyond the length";
+  EXPECT_THROW(c.truncate(s, -1), specdec::error);
+}
+
+TEST(KvCache, SlotsAllocateFreeAndGrow) {
+  sm::KvCache c = make_cache(4, 2);
+  const std::int64_t a = c.allocate(), b = c.allocate();
+  EXPECT_NE(a, b);
+  write_position(c, a, 0, 7.f);
+  write_position(c, b, 0, 9.f);
+  c.set_length(a, 1);
+  c.set_length(b, 1);
+  const std::int64_t d = c.allocate();  // doubles the slot count, keeping a's and b's data
+  EXPECT_EQ(c.num_slots(), 4);
+  EXPECT_FLOAT_EQ(read_position(c, a, 0, 1, 0, 0), 1007.f);
+  EXPECT_FLOAT_EQ(read_position(c, b, 0, 1, 0, 0), 1009.f);
+  EXPECT_EQ(c.length(a), 1);
+  EXPECT_EQ(c.length(d), 0);
+  c.free(b);
+  EXPECT_FALSE(c.is_allocated(b));
+  EXPECT_THROW(c.length(b), specdec::error);
+  EXPECT_THROW(c.free(b), specdec::error);
+  EXPECT_EQ(c.allocate(), b) << "freed slots are reused";
+  EXPECT_EQ(c.length(b), 0);
+}
+
+TEST(KvCache, KeepPathCompactsAcceptedNodes) {
+  sm::KvCache c = make_cache(16);
+  const std::int64_t s = c.allocate();
+  for (std::int64_t p = 0; p < 10; ++p) write_position(c, s, p, static_cast<float>(p));
+  c.set_length(s, 10);
+  // prefix 3, tree nodes at 3..9; keep nodes {0, 2, 5} -> positions 3, 4, 5 hold old 3, 5, 8.
+  const std::vector<std::int64_t> path = {0, 2, 5};
+  c.keep_path(s, 3, path);
+  EXPECT_EQ(c.length(s), 6);
+  for (std::int64_t l = 0; l < 3; ++l)
+    for (std::int64_t kv = 0; kv < 2; ++kv) {
+      const float base = static_cast<float>(l * 1000 + kv * 100) + 0.5f;
+      EXPECT_FLOAT_EQ(read_position(c, s, 2, l, kv, 1), 2.f + base);
+      EXPECT_FLOAT_EQ(read_position(c, s, 3, l, kv, 1), 3.f + base);
+      EXPECT_FLOAT_EQ(read_position(c, s, 4, l, kv, 1), 5.f + base);
+      EXPECT_FLOAT_EQ(read_position(c, s, 5, l, kv, 1), 8.f + base);
+    }
+  // Invalid paths leave the cache untouched.
+  const std::vector<std::int64_t> unordered = {1, 0};
+  EXPECT_THROW(c.keep_path(s, 3, unordered), specdec::error);
+  const std::vector<std::int64_t> out_of_range = {0, 3};
+  EXPECT_THROW(c.keep_path(s, 3, out_of_range), specdec::error);
+  EXPECT_EQ(c.length(s), 6);
+}
+
+TEST(KvCache, RejectsBadShapes) {
+  sm::KvCacheShape s;
+  s.num_layers = 0;
+  s.num_kv_heads = 1;
+  s.head_dim = 1;
+  EXPECT_THROW(sm::KvCache{s}, specdec::error);
+}
