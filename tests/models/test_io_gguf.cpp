@@ -1,0 +1,691 @@
+// GGUF reader tests: files are written by a small writer below (every metadata value type, every dequantised dtype, every
+// error path), plus the real SmolLM2 model when it has been downloaded.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama_config.hpp"
+
+namespace sm = specdec::models;
+using sm::GgmlType;
+using sm::GgufType;
+
+namespace {
+
+// --------------------------------------------------------------------------------------------------------------------------
+// A minimal GGUF writer (little-endian host assumed, as everywhere this project runs).
+
+struct Bytes {
+  std::vector<std::byte> b;
+  template <class T>
+  void put(T v) {
+    const auto* p = reinterpret_cast<const std::byte*>(&v);
+    b.insert(b.end(), p, p + sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<std::uint64_t>(s.size());
+    const auto* p = reinterpret_cast<const std::byte*>(s.data());
+    b.insert(b.end(), p, p + s.size());
+  }
+  void raw(const std::vector<std::byte>& v) { b.insert(b.end(), v.begin(), v.end()); }
+};
+
+struct Tensor {
+  std::string name;
+  std::vector<std::uint64_t> ne;
+  std::uint32_t type;
+  std::vector<std::byte> data;
+};
+
+struct Writer {
+  std::uint32_t version = 3;
+  std::uint64_t alignment = 32;
+  std::vector<std::pair<std::string, Bytes>> kvs;  // key -> (type + value) bytes
+  std::vector<Tensor> tensors;
+
+  template <class T>
+  void scalar(const std::string& key, GgufType t, T v) {
+    Bytes x;
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(t));
+    x.put<T>(v);
+    kvs.emplace_back(key, std::move(x));
+  }
+  void string(const std::string& key, const std::string& v) {
+    Bytes x;
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kString));
+    x.str(v);
+    kvs.emplace_back(key, std::move(x));
+  }
+  void string_array(const std::string& key, const std::vector<std::string>& v) {
+    Bytes x;
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kArray));
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kString));
+    x.put<std::uint64_t>(v.size());
+    for (const auto& s : v) x.str(s);
+    kvs.emplace_back(key, std::move(x));
+  }
+  template <class T>
+  void array(const std::string& key, GgufType et, const std::vector<T>& v) {
+    Bytes x;
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kArray));
+    x.put<std::uint32_t>(static_cast<std::uint32_t>(et));
+    x.put<std::uint64_t>(v.size());
+    for (const auto& e : v) x.put<T>(e);
+    kvs.emplace_back(key, std::move(x));
+  }
+  void raw_kv(const std::string& key, Bytes value) { kvs.emplace_back(key, std::move(value)); }
+  void tensor(const std::string& name, std::vector<std::uint64_t> ne, GgmlType type, std::vector<std::byte> data) {
+    tensors.push_back({name, std::move(ne), static_cast<std::uint32_t>(type), std::move(data)});
+  }
+
+  std::vector<std::byte> build() const {
+    Bytes out;
+    out.put<std::uint32_t>(0x46554747u);
+    out.put<std::uint32_t>(version);
+    out.put<std::uint64_t>(tensors.size());
+    out.put<std::uint64_t>(kvs.size());
+    for (const auto& [k, v] : kvs) {
+      out.str(k);
+      out.raw(v.b);
+    }
+    std::uint64_t off = 0;
+    for (const auto& t : tensors) {
+      out.str(t.name);
+      out.put<std::uint32_t>(static_cast<std::uint32_t>(t.ne.size()));
+      for (auto d : t.ne) out.put<std::uint64_t>(d);
+      out.put<std::uint32_t>(t.type);
+      out.put<std::uint64_t>(off);
+      off += (t.data.size() + alignment - 1) / alignment * alignment;
+    }
+    while (out.b.size() % alignment != 0) out.b.push_back(std::byte{0});
+    for (const auto& t : tensors) {
+      out.raw(t.data);
+      while (out.b.size() % alignment != 0) out.b.push_back(std::byte{0});
+    }
+    return out.b;
+  }
+};
+
+sm::GgufFile parse(const std::vector<std::byte>& b) { return sm::GgufFile::from_bytes(b); }
+
+std::string error_of(const std::vector<std::byte>& b) {
+  try {
+    (void)parse(b);
+  } catch (const specdec::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_ERROR_HAS(expr_string, needle) EXPECT_NE((expr_string).find(needle), std::string::npos) << (expr_string)
+
+template <class F>
+std::string error_of_call(F&& f) {
+  try {
+    f();
+  } catch (const specdec::error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Reference conversions written from the format definitions, in double.
+double ref_half(std::uint16_t h) {
+  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  const double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+  return s ? -v : v;
+}
+std::vector<std::byte> random_bytes(std::mt19937& rng, std::size_t n) {
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng() & 0xFF);
+  return v;
+}
+void put_half(std::vector<std::byte>& v, std::size_t at, std::uint16_t h) { std::memcpy(v.data() + at, &h, 2); }
+std::uint8_t at(const std::vector<std::byte>& v, std::size_t i) { return static_cast<std::uint8_t>(v[i]); }
+std::uint16_t half_at(const std::vector<std::byte>& v, std::size_t i) {
+  std::uint16_t h;
+  std::memcpy(&h, v.data() + i, 2);
+  return h;
+}
+
+/// A random finite half in roughly [-2, 2] (avoids inf/NaN scales).
+std::uint16_t random_scale(std::mt19937& rng) {
+  const std::uint16_t exp = static_cast<std::uint16_t>(5 + rng() % 11);  // 2^-10 .. 2^0
+  return static_cast<std::uint16_t>(((rng() & 1) << 15) | (exp << 10) | (rng() & 1023));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// metadata
+
+TEST(GgufMetadata, EveryValueTypeRoundTrips) {
+  Writer w;
+  w.scalar<std::uint8_t>("u8", GgufType::kUint8, 200);
+  w.scalar<std::int8_t>("i8", GgufType::kInt8, -100);
+  w.scalar<std::uint16_t>("u16", GgufType::kUint16, 60000);
+  w.scalar<std::int16_t>("i16", GgufType::kInt16, -30000);
+  w.scalar<std::uint32_t>("u32", GgufType::kUint32, 4000000000u);
+  w.scalar<std::int32_t>("i32", GgufType::kInt32, -2000000000);
+  w.scalar<float>("f32", GgufType::kFloat32, 1.5f);
+  w.scalar<std::uint8_t>("bool", GgufType::kBool, 1);
+  w.string("str", "héllo");
+  w.scalar<std::uint64_t>("u64", GgufType::kUint64, 18000000000000000000ull);
+  w.scalar<std::int64_t>("i64", GgufType::kInt64, -9000000000000000000ll);
+  w.scalar<double>("f64", GgufType::kFloat64, -2.25);
+  w.array<std::int32_t>("arr.i32", GgufType::kInt32, {1, -2, 3});
+  w.array<float>("arr.f32", GgufType::kFloat32, {0.5f, -1.0f});
+  w.array<std::uint8_t>("arr.bool", GgufType::kBool, {1, 0});
+  w.string_array("arr.str", {"a", "", "ccc"});
+  {  // array of arrays of uint16
+    Bytes x;
+    x.put<std::uint32_t>(9);
+    x.put<std::uint32_t>(9);
+    x.put<std::uint64_t>(2);
+    for (int i = 0; i < 2; ++i) {
+      x.put<std::uint32_t>(2);
+      x.put<std::uint64_t>(1);
+      x.put<std::uint16_t>(static_cast<std::uint16_t>(7 + i));
+    }
+    w.raw_kv("arr.nested", std::move(x));
+  }
+  const auto f = parse(w.build());
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get<std::uint8_t>("u8"), 200);
+  EXPECT_EQ(f.get<std::int8_t>("i8"), -100);
+  EXPECT_EQ(f.get<std::uint16_t>("u16"), 60000);
+  EXPECT_EQ(f.get<std::int16_t>("i16"), -30000);
+  EXPECT_EQ(f.get<std::uint32_t>("u32"), 4000000000u);
+  EXPECT_EQ(f.get<std::int32_t>("i32"), -2000000000);
+  EXPECT_EQ(f.get<float>("f32"), 1.5f);
+  EXPECT_TRUE(f.get<bool>("bool"));
+  EXPECT_EQ(f.get_string("str"), "héllo");
+  EXPECT_EQ(f.get<std::uint64_t>("u64"), 18000000000000000000ull);
+  EXPECT_EQ(f.get<std::int64_t>("i64"), -9000000000000000000ll);
+  EXPECT_EQ(f.get<double>("f64"), -2.25);
+  EXPECT_EQ(f.get_integer("u32"), 4000000000ll);
+  EXPECT_EQ(f.get_integer("i8"), -100);
+  EXPECT_EQ(f.get_double("f32"), 1.5);
+  EXPECT_EQ(f.get_double("u16"), 60000.0);
+  EXPECT_EQ(f.get_integer_array("arr.i32"), (std::vector<std::int64_t>{1, -2, 3}));
+  EXPECT_EQ(f.get_integer_array("arr.bool"), (std::vector<std::int64_t>{1, 0}));
+  EXPECT_EQ(f.get_double_array("arr.f32"), (std::vector<double>{0.5, -1.0}));
+  EXPECT_EQ(f.get_string_array("arr.str"), (std::vector<std::string>{"a", "", "ccc"}));
+  const auto& nested = f.get_array("arr.nested");
+  ASSERT_EQ(nested.element_type, GgufType::kArray);
+  ASSERT_EQ(nested.elements.size(), 2u);
+  EXPECT_EQ(std::get<sm::GgufArray>(nested.elements[1].data).elements[0].as_integer("x"), 8);
+  EXPECT_EQ(f.metadata_keys().front(), "u8");
+  EXPECT_EQ(f.metadata_keys().size(), 17u);
+  EXPECT_FALSE(f.get_optional<std::uint32_t>("absent").has_value());
+  EXPECT_EQ(f.get_integer_optional("u8").value(), 200);
+}
+
+TEST(GgufMetadata, Version2IsAccepted) {
+  Writer w;
+  w.version = 2;
+  w.scalar<std::uint32_t>("x", GgufType::kUint32, 7);
+  EXPECT_EQ(parse(w.build()).get<std::uint32_t>("x"), 7u);
+}
+
+TEST(GgufMetadata, AccessorErrorsNameKeyAndTypes) {
+  Writer w;
+  w.string("s", "text");
+  w.scalar<std::uint64_t>("big", GgufType::kUint64, ~0ull);
+  w.array<std::int32_t>("ints", GgufType::kInt32, {1});
+  const auto f = parse(w.build());
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get<std::uint32_t>("s"); }),
+                   "metadata key 's' has type string, expected uint32");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get<std::uint32_t>("missing"); }), "metadata key 'missing' is missing");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get_integer("s"); }), "has type string, expected an integer");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get_integer("big"); }), "does not fit in int64");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get_double("s"); }), "expected a number");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get_string_array("ints"); }),
+                   "is an array of int32, expected an array of string");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.get_array("s"); }), "has type string, expected array");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.tensor("nope"); }), "tensor 'nope' is missing");
+}
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// tensors and dequantisation
+
+TEST(GgufTensors, ShapesAreOutermostFirstAndOffsetsAligned) {
+  Writer w;
+  w.alignment = 64;
+  w.scalar<std::uint32_t>("general.alignment", GgufType::kUint32, 64);
+  std::vector<std::byte> a(3 * 5 * 4), b(7 * 4);
+  for (std::size_t i = 0; i < a.size() / 4; ++i) {
+    const float v = static_cast<float>(i);
+    std::memcpy(a.data() + 4 * i, &v, 4);
+  }
+  w.tensor("a", {5, 3}, GgmlType::kF32, a);
+  w.tensor("b", {7}, GgmlType::kF32, b);
+  const auto f = parse(w.build());
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.data_offset() % 64, 0u);
+  const auto& ta = f.tensor("a");
+  EXPECT_EQ(ta.shape, (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(ta.ne(), (std::vector<std::int64_t>{5, 3}));
+  EXPECT_EQ(ta.num_elements, 15);
+  EXPECT_EQ(ta.size_bytes, 60u);
+  EXPECT_EQ(f.tensor("b").offset, 64u);
+  const auto v = f.dequantize(ta);
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(v[i], static_cast<float>(i));  // row-major: row r holds ne[0] contiguous values
+  std::vector<float> wrong(14);
+  EXPECT_ERROR_HAS(error_of_call([&] { f.dequantize(ta, wrong); }), "output has 14 floats, expected 15");
+}
+
+namespace {
+struct DequantCase {
+  GgmlType type;
+  std::size_t block_elems, block_bytes;
+};
+
+// fp64 reference of one element, written per element index from the block definitions in ggml-common.h.
+double reference_element(GgmlType type, const std::vector<std::byte>& blk, std::size_t i) {
+  switch (type) {
+    case GgmlType::kQ4_0: {
+      const int q = i < 16 ? (at(blk, 2 + i) & 15) : (at(blk, 2 + i - 16) >> 4);
+      return ref_half(half_at(blk, 0)) * (q - 8);
+    }
+    case GgmlType::kQ4_1: {
+      const int q = i < 16 ? (at(blk, 4 + i) & 15) : (at(blk, 4 + i - 16) >> 4);
+      return ref_half(half_at(blk, 0)) * q + ref_half(half_at(blk, 2));
+    }
+    case GgmlType::kQ8_0: return ref_half(half_at(blk, 0)) * static_cast<std::int8_t>(at(blk, 2 + i));
+    case GgmlType::kQ4_K: {
+      // 8 sub-blocks of 32; sub-block j uses 6-bit scale/min j; pairs of sub-blocks share 32 bytes (low nibble, high nibble).
+      const std::size_t j = i / 32;
+      const auto sc_byte = [&](std::size_t k) { return at(blk, 4 + k); };
+      int sc, mn;
+      if (j < 4) {
+        sc = sc_byte(j) & 63;
+        mn = sc_byte(j + 4) & 63;
+      } else {
+        sc = (sc_byte(j + 4) & 15) | ((sc_byte(j - 4) >> 6) << 4);
+        mn = (sc_byte(j + 4) >> 4) | ((sc_byte(j) >> 6) << 4);
+      }
+      const std::uint8_t byte = at(blk, 16 + (j / 2) * 32 + i % 32);
+      const int q = (j % 2 == 0) ? (byte & 15) : (byte >> 4);
+      return ref_half(half_at(blk, 0)) * sc * q - ref_half(half_at(blk, 2)) * mn;
+    }
+    case GgmlType::kQ6_K: {
+      // Halves of 128; within a half, 4 quarters of 32; quarter k takes low (k<2) or high (k>=2) nibbles of ql[l + 32*(k%2)]
+      // and bits 2k..2k+1 of qh[l]; scale index 8*half + l/16 + 2k.
+      const std::size_t h = i / 128, r = i % 128, k = r / 32, l = r % 32;
+      const std::uint8_t qlb = at(blk, h * 64 + l + 32 * (k % 2));
+      const int low = k < 2 ? (qlb & 15) : (qlb >> 4);
+      const int high = (at(blk, 128 + h * 32 + l) >> (2 * k)) & 3;
+      const int q = (low | (high << 4)) - 32;
+      const int sc = static_cast<std::int8_t>(at(blk, 192 + h * 8 + l / 16 + 2 * k));
+      return ref_half(half_at(blk, 208)) * sc * q;
+    }
+    default: return NAN;
+  }
+}
+}  // namespace
+
+TEST(GgufDequantize, BlockTypesMatchFp64Reference) {
+  const DequantCase cases[] = {{GgmlType::kQ4_0, 32, 18}, {GgmlType::kQ4_1, 32, 20}, {GgmlType::kQ8_0, 32, 34},
+                               {GgmlType::kQ4_K, 256, 144}, {GgmlType::kQ6_K, 256, 210}};
+  std::mt19937 rng(1234);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(sm::to_string(c.type));
+    const std::size_t rows = 3, blocks_per_row = 2;
+    std::vector<std::byte> data;
+    for (std::size_t b = 0; b < rows * blocks_per_row; ++b) {
+      auto blk = random_bytes(rng, c.block_bytes);
+      switch (c.type) {
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ4_K: put_half(blk, 0, random_scale(rng)), put_half(blk, 2, random_scale(rng)); break;
+        case GgmlType::kQ6_K: put_half(blk, 208, random_scale(rng)); break;
+        default: put_half(blk, 0, random_scale(rng)); break;
+      }
+      data.insert(data.end(), blk.begin(), blk.end());
+    }
+    Writer w;
+    w.tensor("t", {c.block_elems * blocks_per_row, rows}, c.type, data);
+    const auto f = parse(w.build());
+    const auto& t = f.tensor("t");
+    EXPECT_EQ(t.shape, (std::vector<std::int64_t>{3, static_cast<std::int64_t>(c.block_elems * blocks_per_row)}));
+    EXPECT_EQ(t.size_bytes, data.size());
+    const auto got = f.dequantize(t);
+    ASSERT_EQ(got.size(), rows * blocks_per_row * c.block_elems);
+    for (std::size_t b = 0; b < rows * blocks_per_row; ++b) {
+      const std::vector<std::byte> blk(data.begin() + b * c.block_bytes, data.begin() + (b + 1) * c.block_bytes);
+      for (std::size_t i = 0; i < c.block_elems; ++i) {
+        const double want = reference_element(c.type, blk, i);
+        ASSERT_NEAR(got[b * c.block_elems + i], want, 1e-6 * (1.0 + 64.0 * 64.0 * std::fabs(want) / (1.0 + std::fabs(want))))
+            << "block " << b << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(GgufDequantize, FloatTypesMatchReference) {
+  std::mt19937 rng(99);
+  const std::size_t n = 4096;
+  // F16: every finite and infinite bit pattern class, random.
+  std::vector<std::byte> h(2 * n), bf(2 * n), f32(4 * n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t bits = static_cast<std::uint16_t>(rng());
+    if (((bits >> 10) & 31) == 31) bits &= 0xFBFF;  // keep finite (exponent 30 at most)
+    put_half(h, 2 * i, i < 2 ? static_cast<std::uint16_t>(i ? 0x0001 : 0x8000) : bits);  // -0 and the smallest subnormal
+    const std::uint16_t b16 = static_cast<std::uint16_t>(rng());
+    std::memcpy(bf.data() + 2 * i, &b16, 2);
+    const float x = std::uniform_real_distribution<float>(-10, 10)(rng);
+    std::memcpy(f32.data() + 4 * i, &x, 4);
+  }
+  Writer w;
+  w.tensor("h", {n}, GgmlType::kF16, h);
+  w.tensor("bf", {n}, GgmlType::kBF16, bf);
+  w.tensor("f", {64, n / 64}, GgmlType::kF32, f32);
+  const auto f = parse(w.build());
+  const auto gh = f.dequantize(f.tensor("h"));
+  const auto gb = f.dequantize(f.tensor("bf"));
+  const auto gf = f.dequantize(f.tensor("f"));
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(static_cast<double>(gh[i]), ref_half(half_at(h, 2 * i))) << i;
+    std::uint16_t b16;
+    std::memcpy(&b16, bf.data() + 2 * i, 2);
+    const int s = b16 >> 15, e = (b16 >> 7) & 255, m = b16 & 127;
+    if (e == 255) {
+      EXPECT_TRUE(m ? std::isnan(gb[i]) : std::isinf(gb[i])) << i;
+    } else {
+      const double v = e == 0 ? std::ldexp(m, -133) : std::ldexp(1.0 + m / 128.0, e - 127);
+      EXPECT_EQ(static_cast<double>(gb[i]), s ? -v : v) << i;
+    }
+    float x;
+    std::memcpy(&x, f32.data() + 4 * i, 4);
+    EXPECT_EQ(gf[i], x);
+  }
+  EXPECT_TRUE(std::signbit(gh[0]));
+}
+
+TEST(GgufDequantize, UnsupportedTypeAndSizeMismatch) {
+  Writer w;
+  w.tensor("q5", {32}, GgmlType::kQ5_0, std::vector<std::byte>(22));
+  const auto f = parse(w.build());
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.dequantize(f.tensor("q5")); }), "ggml type Q5_0 is not supported");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.dequantize(f.tensor("q5")); }), "tensor 'q5'");
+  std::vector<float> out(32);
+  std::vector<std::byte> in(17);
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::dequantize(GgmlType::kQ4_0, in, out); }), "32 values of type Q4_0 need 18 bytes, got 17");
+  std::vector<float> out2(31);
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::dequantize(GgmlType::kQ4_0, in, out2); }), "not a multiple of the block size 32");
+}
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// malformed files
+
+namespace {
+std::vector<std::byte> one_tensor_file() {
+  Writer w;
+  w.scalar<std::uint32_t>("k", GgufType::kUint32, 1);
+  w.tensor("blk.0.attn_q.weight", {32, 2}, GgmlType::kQ8_0, std::vector<std::byte>(68));
+  return w.build();
+}
+template <class T>
+void poke(std::vector<std::byte>& b, std::size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof(T));
+}
+// Offsets in the header written by Writer: magic 0, version 4, n_tensors 8, n_kv 16, first key length 24.
+}  // namespace
+
+TEST(GgufErrors, HeaderProblems) {
+  EXPECT_ERROR_HAS(error_of({}), "expected at least the 4-byte magic 'GGUF', the file has 0 bytes");
+  auto b = one_tensor_file();
+  auto bad = b;
+  std::memcpy(bad.data(), "GGML", 4);
+  EXPECT_ERROR_HAS(error_of(bad), "bad magic: expected 'GGUF', got 'GGML'");
+  bad = b;
+  poke<std::uint32_t>(bad, 4, 1);
+  EXPECT_ERROR_HAS(error_of(bad), "unsupported version 1 (expected 2 or 3");
+  poke<std::uint32_t>(bad, 4, 4);
+  EXPECT_ERROR_HAS(error_of(bad), "unsupported version 4 (expected 2 or 3)");
+  poke<std::uint32_t>(bad, 4, 3u << 24);
+  EXPECT_ERROR_HAS(error_of(bad), "looks big-endian");
+  bad = b;
+  poke<std::uint64_t>(bad, 8, 1ull << 60);
+  EXPECT_ERROR_HAS(error_of(bad), "tensor count 1152921504606846976 is impossible");
+  bad = b;
+  poke<std::uint64_t>(bad, 16, 1ull << 40);
+  EXPECT_ERROR_HAS(error_of(bad), "metadata count 1099511627776 is impossible");
+  bad.assign(b.begin(), b.begin() + 20);
+  EXPECT_ERROR_HAS(error_of(bad), "file truncated: reading metadata count needs 8 bytes at offset 16");
+}
+
+TEST(GgufErrors, MetadataProblems) {
+  {
+    auto b = one_tensor_file();
+    poke<std::uint64_t>(b, 24, 1ull << 50);  // key length
+    EXPECT_ERROR_HAS(error_of(b), "key of metadata entry 0 has length 1125899906842624");
+  }
+  {
+    Writer w;
+    Bytes x;
+    x.put<std::uint32_t>(13);
+    x.put<std::uint32_t>(0);
+    w.raw_kv("weird", x);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'weird' has unknown value type 13 (expected 0..12)");
+  }
+  {
+    Writer w;
+    Bytes x;
+    x.put<std::uint32_t>(9);
+    x.put<std::uint32_t>(77);
+    x.put<std::uint64_t>(1);
+    w.raw_kv("arr", x);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'arr' is an array of unknown element type 77");
+  }
+  {
+    Writer w;
+    Bytes x;
+    x.put<std::uint32_t>(9);
+    x.put<std::uint32_t>(8);
+    x.put<std::uint64_t>(1ull << 61);
+    w.raw_kv("tokens", x);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'tokens' is an array of 2305843009213693952 string values, but only");
+  }
+  {
+    Writer w;
+    w.scalar<std::uint8_t>("flag", GgufType::kBool, 2);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'flag' is a bool with byte value 2, expected 0 or 1");
+  }
+  {
+    Writer w;
+    w.scalar<std::uint32_t>("dup", GgufType::kUint32, 1);
+    w.scalar<std::uint32_t>("dup", GgufType::kUint32, 2);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'dup' appears twice");
+  }
+  {
+    Writer w;
+    w.scalar<std::uint64_t>("general.alignment", GgufType::kUint64, 32);
+    EXPECT_ERROR_HAS(error_of(w.build()), "'general.alignment' has type uint64, expected uint32");
+  }
+  {
+    Writer w;
+    w.scalar<std::uint32_t>("general.alignment", GgufType::kUint32, 48);
+    EXPECT_ERROR_HAS(error_of(w.build()), "general.alignment must be a non-zero power of two, got 48");
+  }
+  {
+    Writer w;
+    Bytes x;
+    x.put<std::uint32_t>(9);
+    for (int i = 0; i < 20; ++i) {
+      x.put<std::uint32_t>(9);
+      x.put<std::uint64_t>(1);
+    }
+    x.put<std::uint32_t>(0);
+    w.raw_kv("deep", x);
+    EXPECT_ERROR_HAS(error_of(w.build()), "metadata key 'deep' nests arrays deeper than 8 levels");
+  }
+  {
+    Writer w;
+    w.string("s", "abcdef");
+    auto b = w.build();
+    b.resize(24 + 8 + 1 + 4 + 8 + 3);  // header, key "s", type, length, then only 3 of the 6 string bytes
+    EXPECT_ERROR_HAS(error_of(b), "string value of metadata key 's' has length 6");
+  }
+}
+
+TEST(GgufErrors, TensorInfoProblems) {
+  {
+    Writer w;
+    w.tensor("t", {1, 1, 1, 1, 1}, GgmlType::kF32, std::vector<std::byte>(4));
+    EXPECT_ERROR_HAS(error_of(w.build()), "tensor 't' has 5 dimensions, expected at most 4");
+  }
+  {
+    Writer w;
+    w.tensor("t", {1ull << 32, 1ull << 32}, GgmlType::kF32, {});
+    EXPECT_ERROR_HAS(error_of(w.build()), "tensor 't' dimensions overflow");
+  }
+  {
+    Writer w;
+    w.tensor("t", {1ull << 63}, GgmlType::kF32, {});
+    EXPECT_ERROR_HAS(error_of(w.build()), "tensor 't' dimensions overflow");
+  }
+  {
+    Writer w;
+    w.tensors.push_back({"t", {4}, 5, std::vector<std::byte>(4)});  // type 5 was removed from ggml
+    EXPECT_ERROR_HAS(error_of(w.build()), "tensor 't' has unknown ggml type 5");
+  }
+  {
+    Writer w;
+    w.tensor("t", {30}, GgmlType::kQ4_0, std::vector<std::byte>(18));
+    EXPECT_ERROR_HAS(error_of(w.build()), "innermost dimension 30, expected a multiple of the block size 32");
+  }
+  {
+    Writer w;
+    w.tensor("t", {4}, GgmlType::kF32, std::vector<std::byte>(16));
+    w.tensor("t", {4}, GgmlType::kF32, std::vector<std::byte>(16));
+    EXPECT_ERROR_HAS(error_of(w.build()), "tensor 't' appears twice");
+  }
+  {
+    auto b = one_tensor_file();
+    // The tensor's offset field is the last 8 bytes before the padding; find it by parsing once.
+    const auto f = parse(b);
+    const std::size_t info_end = 24 + 8 + 1 + 4 + 4 + 8 + 19 + 4 + 16 + 4 + 8;
+    ASSERT_LE(info_end, f.data_offset());
+    poke<std::uint64_t>(b, info_end - 8, 8);
+    EXPECT_ERROR_HAS(error_of(b), "data offset 8 is not a multiple of the alignment 32");
+    poke<std::uint64_t>(b, info_end - 8, 1ull << 40);
+    EXPECT_ERROR_HAS(error_of(b), "tensor 'blk.0.attn_q.weight' data [offset");
+    EXPECT_ERROR_HAS(error_of(b), "lies past the end of the file");
+  }
+  {
+    auto b = one_tensor_file();
+    b.resize(b.size() - 40);  // cut into the data
+    EXPECT_ERROR_HAS(error_of(b), "tensor 'blk.0.attn_q.weight' data [offset");
+  }
+}
+
+TEST(GgufErrors, OpeningPaths) {
+  EXPECT_ERROR_HAS(error_of_call([] { sm::GgufFile f("/nonexistent/x.gguf"); }), "gguf: cannot open '/nonexistent/x.gguf'");
+  const auto dir = std::filesystem::temp_directory_path();
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::GgufFile f(dir); }), "is not a regular file");
+  const auto path = dir / ("specdec_io_test_" + std::to_string(::getpid()) + ".gguf");
+  {
+    std::ofstream o(path, std::ios::binary);
+    o << "GGUF";
+  }
+  const auto msg = error_of_call([&] { sm::GgufFile f(path); });
+  EXPECT_ERROR_HAS(msg, "file truncated");
+  EXPECT_ERROR_HAS(msg, path.string());
+  std::filesystem::remove(path);
+}
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// The real model
+
+namespace {
+std::filesystem::path model_path() {
+  if (const char* p = std::getenv("SPECDEC_GGUF")) return p;
+  return std::filesystem::path(SPECDEC_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+}  // namespace
+
+TEST(GgufModel, SmolLM2MetadataAndShapes) {
+  const auto path = model_path();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/setup.sh downloads it)";
+  const sm::GgufFile f(path);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get<std::uint32_t>("llama.block_count"), 30u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.embedding_length"), 576u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.feed_forward_length"), 1536u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.attention.head_count"), 9u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.attention.head_count_kv"), 3u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.vocab_size"), 49152u);
+  EXPECT_EQ(f.get<std::uint32_t>("llama.context_length"), 8192u);
+  EXPECT_EQ(f.get<float>("llama.rope.freq_base"), 100000.0f);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "smollm");
+  EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").elements.size(), 49152u);
+  EXPECT_EQ(f.tensors().size(), 272u);  // 30 blocks x 9 + token_embd + output_norm (no output.weight: tied)
+
+  const auto& emb = f.tensor("token_embd.weight");
+  EXPECT_EQ(emb.shape, (std::vector<std::int64_t>{49152, 576}));
+  EXPECT_EQ(emb.type, GgmlType::kQ8_0);
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight").shape, (std::vector<std::int64_t>{576, 576}));
+  EXPECT_EQ(f.tensor("blk.0.attn_k.weight").shape, (std::vector<std::int64_t>{192, 576}));
+  EXPECT_EQ(f.tensor("blk.0.attn_v.weight").shape, (std::vector<std::int64_t>{192, 576}));
+  EXPECT_EQ(f.tensor("blk.29.ffn_gate.weight").shape, (std::vector<std::int64_t>{1536, 576}));
+  EXPECT_EQ(f.tensor("blk.29.ffn_down.weight").shape, (std::vector<std::int64_t>{576, 1536}));
+  EXPECT_EQ(f.tensor("blk.29.ffn_down.weight").type, GgmlType::kQ4_1);
+  EXPECT_EQ(f.tensor("output_norm.weight").shape, (std::vector<std::int64_t>{576}));
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+
+  const auto norm = f.dequantize(f.tensor("blk.0.attn_norm.weight"));
+  double sum = 0;
+  for (float v : norm) {
+    ASSERT_TRUE(std::isfinite(v));
+    sum += std::fabs(v);
+  }
+  EXPECT_GT(sum, 0.1);
+  const auto q = f.dequantize(f.tensor("blk.0.attn_q.weight"));
+  double sq = 0;
+  for (float v : q) {
+    ASSERT_TRUE(std::isfinite(v));
+    sq += double(v) * v;
+  }
+  EXPECT_GT(sq, 1.0);
+
+  const auto c = sm::llama_config_from_gguf(f);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_EQ(c.hidden_size, 576);
+  EXPECT_EQ(c.intermediate_size, 1536);
+  EXPECT_EQ(c.num_layers, 30);
+  EXPECT_EQ(c.num_heads, 9);
+  EXPECT_EQ(c.num_kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-9);
+  EXPECT_EQ(c.rope_theta, 100000.0);
+  EXPECT_EQ(c.rope_scaling.type, sm::RopeScalingType::kNone);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{2}));
+}
+
+TEST(LlamaConfigGguf, RejectsOtherArchitecturesAndMissingKeys) {
+  Writer w;
+  w.string("general.architecture", "gpt2");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)sm::llama_config_from_gguf(parse(w.build())); }),
+                   "general.architecture is 'gpt2', expected 'llama'");
+  Writer w2;
+  w2.string("general.architecture", "llama");
+  w2.scalar<std::uint32_t>("llama.embedding_length", GgufType::kUint32, 64);
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)sm::llama_config_from_gguf(parse(w2.build())); }),
+                   "metadata key 'llama.feed_forward_length' is missing");
+}
