@@ -1,0 +1,13 @@
+# The libtorch Llama model and its KV cache (specdec::models).
+if(TARGET specdec::models)
+  specdec_add_test(test_models_llama
+    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kv_cache.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama.cpp
+            ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp
+    LIBS specdec::models)
+  target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
+
+  # Helper for scripts/validate-model.sh: tokenizes prompts and dumps logits / greedy continuations for an independent check.
+  add_executable(specdec-dump-logits ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_dump_logits.cpp)
+  target_link_libraries(specdec-dump-logits PRIVATE specdec::models)
+  specdec_warnings(specdec-dump-logits)
+endif()
