@@ -1,0 +1,61 @@
+// specdec — tensor front of the verifiers: validation in one place, CPU/CUDA dispatch.
+//
+// Shapes (DESIGN.md), B requests, N = sum_b K_b drafts, V vocabulary:
+//   draft_token_ids     [N]        int32 or int64
+//   cu_num_draft_tokens [B + 1]    int32 or int64, cu[0] = 0, non-decreasing, cu[B] = N
+//   draft_probs         [N, V]     float32, or absent (deterministic drafts)
+//   target_probs        [N + B, V] float32 (CPU); float32, float16 or bfloat16 (CUDA)
+//   seeds               [B]        int64 (bits reinterpreted as uint64)
+//   positions           [B]        int64, sequence index of each request's first draft token (>= 0)
+//   greedy              [B]        bool or uint8, or absent (every row sampled); 1 = temperature 0
+//   parents (trees)     [N]        same dtype as draft_token_ids; draft j is node j + 1, parents[j] in [0, j]
+// Results (fresh tensors, on the inputs' device):
+//   output_token_ids    [B, max_K + 1]  dtype of draft_token_ids, accepted drafts then one token, -1 padded
+//   num_accepted        [B]             int32
+//   accepted            [N]             bool, per-draft acceptance flags (chains)
+//   accepted_nodes      [B, max_K + 1]  node indices of the accepted path (trees), -1 padded
+// Every failure raises c10::Error whose message names the argument, what was expected and what was received;
+// no result is produced, and no input is modified.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace specdec::torch {
+
+struct RejectionSampleOptions {
+  double lenience = 1.0;        ///< in (0, 1]; < 1 is lossy (chain only; see sampling/chain.hpp)
+  bool validate_probs = true;   ///< scan every probability row for NaN/inf/negative values and zero mass;
+                                ///< off, only the values the verifier reads are checked
+};
+
+struct RejectionSampleResult {
+  at::Tensor output_token_ids;
+  at::Tensor num_accepted;
+  at::Tensor accepted;
+};
+
+struct TreeRejectionSampleResult {
+  at::Tensor output_token_ids;
+  at::Tensor num_accepted;
+  at::Tensor accepted_nodes;
+};
+
+/// Chain verification of a ragged batch (see sampling/chain.hpp for the rule).
+RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
+                                       const std::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs,
+                                       const at::Tensor& seeds, const at::Tensor& positions,
+                                       const std::optional<at::Tensor>& greedy = std::nullopt,
+                                       const RejectionSampleOptions& options = {});
+
+/// Tree verification of a ragged batch (see sampling/tree.hpp for the rule).
+TreeRejectionSampleResult tree_rejection_sample(const at::Tensor& draft_token_ids, const at::Tensor& parents,
+                                                const at::Tensor& cu_num_draft_tokens,
+                                                const std::optional<at::Tensor>& draft_probs,
+                                                const at::Tensor& target_probs, const at::Tensor& seeds,
+                                                const at::Tensor& positions,
+                                                const std::optional<at::Tensor>& greedy = std::nullopt,
+                                                const RejectionSampleOptions& options = {});
+
+}  // namespace specdec::torch

@@ -1,0 +1,48 @@
+// specdec — torch custom ops: torch.ops.specdec.rejection_sample and torch.ops.specdec.tree_rejection_sample.
+// Built as the loadable module libspecdec_ops.so, for `torch.ops.load_library(path)` in Python engines.
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "specdec/torch/rejection_sample.hpp"
+
+namespace {
+
+template <class T>
+std::optional<T> to_std(const c10::optional<T>& v) {
+  return v.has_value() ? std::optional<T>(*v) : std::nullopt;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_op(
+    const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
+    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
+    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, double lenience, bool validate_probs) {
+  auto r = specdec::torch::rejection_sample(draft_token_ids, cu_num_draft_tokens, to_std(draft_probs), target_probs,
+                                            seeds, positions, to_std(greedy), {lenience, validate_probs});
+  return {r.output_token_ids, r.num_accepted, r.accepted};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_op(
+    const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
+    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
+    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs) {
+  auto r = specdec::torch::tree_rejection_sample(draft_token_ids, parents, cu_num_draft_tokens, to_std(draft_probs),
+                                                 target_probs, seeds, positions, to_std(greedy),
+                                                 {1.0, validate_probs});
+  return {r.output_token_ids, r.num_accepted, r.accepted_nodes};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(specdec, m) {
+  m.def(
+      "rejection_sample(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
+      "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, float lenience=1.0, "
+      "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted)",
+      &rejection_sample_op);
+  m.def(
+      "tree_rejection_sample(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
+      "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "
+      "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted_nodes)",
+      &tree_rejection_sample_op);
+}

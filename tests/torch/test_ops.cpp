@@ -1,0 +1,40 @@
+// The custom ops, loaded as Python engines load them (dlopen of libspecdec_ops.so) and called through the
+// dispatcher by name.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "specdec/torch/rejection_sample.hpp"
+
+namespace {
+
+TEST(TorchOps, LoadLibraryAndCallByName) {
+  void* handle = dlopen(SPECDEC_OPS_PATH, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::rejection_sample", "");
+  const std::int64_t V = 8;
+  at::Tensor ids = at::tensor(std::vector<std::int64_t>{3, 1});
+  at::Tensor cu = at::tensor(std::vector<std::int64_t>{0, 2});
+  at::Tensor p = at::softmax(at::arange(3 * V, at::kFloat).reshape({3, V}) * 0.1, 1);
+  at::Tensor q = at::softmax(at::ones({2, V}), 1);
+  at::Tensor seeds = at::tensor(std::vector<std::int64_t>{7});
+  at::Tensor pos = at::tensor(std::vector<std::int64_t>{12});
+  std::vector<c10::IValue> stack = {ids, cu, q, p, seeds, pos, c10::IValue(), 1.0, true};
+  op.callBoxed(&stack);
+  ASSERT_EQ(stack.size(), 3u);
+  const auto direct = specdec::torch::rejection_sample(ids, cu, q, p, seeds, pos);
+  EXPECT_TRUE(at::equal(stack[0].toTensor(), direct.output_token_ids));
+  EXPECT_TRUE(at::equal(stack[1].toTensor(), direct.num_accepted));
+  EXPECT_TRUE(at::equal(stack[2].toTensor(), direct.accepted));
+
+  auto tree = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::tree_rejection_sample", "");
+  at::Tensor parents = at::tensor(std::vector<std::int64_t>{0, 0});
+  std::vector<c10::IValue> tstack = {ids, parents, cu, q, p, seeds, pos, c10::IValue(), true};
+  tree.callBoxed(&tstack);
+  ASSERT_EQ(tstack.size(), 3u);
+  EXPECT_EQ(tstack[0].toTensor().size(1), 3);
+  EXPECT_LE(tstack[1].toTensor()[0].item<int>(), 1);  // siblings: the path has depth <= 1
+}
+
+}  // namespace
