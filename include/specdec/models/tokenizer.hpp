@@ -6,7 +6,10 @@
 //   kSmollm: every \p{N} code point is isolated first (Hugging Face Digits(individual_digits=true); llama.cpp's "smollm" pre
 //            type), then kGpt2 runs on the pieces between them. This is SmolLM2's tokenizer.
 // Bytes that are not valid UTF-8 count as "other" (neither letter, number nor space), so any byte string encodes and decodes
-// back to itself: decode(encode(s)) == s for every s (special tokens only parsed when parse_special is set).
+// back to itself: decode(encode(s)) == s for every s (special tokens only parsed when parse_special is set) -- provided every
+// byte of s has a token. A byte the vocabulary lacks (SmolLM2 has no token for 21 bytes: 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D,
+// 0xC0, 0xC1, 0xF1, 0xF2, 0xF5..0xFF) is dropped, exactly as Hugging Face's BPE without unk_token and llama.cpp do;
+// has_byte_token() tells which bytes survive.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +73,8 @@ class Tokenizer {
   std::string token_to_piece(std::int32_t id) const;
 
   std::int32_t vocab_size() const noexcept;
+  /// Whether `byte` has a single-byte token (bytes without one are dropped by encode()).
+  bool has_byte_token(unsigned char byte) const noexcept;
   /// The vocabulary string as stored (byte-level form).
   const std::string& token_text(std::int32_t id) const;
   std::optional<std::int32_t> token_id(std::string_view token_text) const;

@@ -169,6 +169,7 @@ void dequantize(GgmlType type, std::span<const std::byte> in, std::span<float> o
   if (in.size() != need)
     throw specdec::error(fmt::format("dequantize: {} values of type {} need {} bytes, got {}", out.size(), to_string(type), need,
                                      in.size()));
+  if (out.empty()) return;  // a zero-sized tensor (its data pointer may be null)
   switch (type) {
     case GgmlType::kF32: std::memcpy(out.data(), in.data(), need); break;
     case GgmlType::kF16:

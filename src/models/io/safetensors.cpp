@@ -247,6 +247,10 @@ void SafetensorsFile::to_float(const SafetensorsTensor& t, std::span<float> out)
   if (data.size() != out.size() * element_size(t.dtype))
     fail(fmt::format("safetensors: tensor '{}' has {} bytes, expected {}", t.name, data.size(),
                      out.size() * element_size(t.dtype)));
+  if (t.dtype != SafetensorsDtype::kF32 && t.dtype != SafetensorsDtype::kF16 && t.dtype != SafetensorsDtype::kBF16)
+    fail(fmt::format("safetensors: tensor '{}' has dtype {}, expected F32, F16 or BF16 for conversion to float", t.name,
+                     to_string(t.dtype)));
+  if (out.empty()) return;  // a zero-sized tensor
   switch (t.dtype) {
     case SafetensorsDtype::kF32: std::memcpy(out.data(), data.data(), data.size()); break;
     case SafetensorsDtype::kF16:

@@ -368,14 +368,14 @@ void Tokenizer::Impl::bpe_uncached(std::string_view word, std::vector<std::int32
   std::vector<Symbol> sym;
   sym.reserve(word.size());
   for (std::size_t i = 0; i < word.size(); ++i) {
-    std::int32_t id = byte_token[static_cast<unsigned char>(word[i])];
-    if (id < 0) {
-      if (!spec.unk_id) fail(fmt::format("tokenizer: byte 0x{:02x} has no token and there is no unknown token",
-                                         static_cast<unsigned char>(word[i])));
-      id = *spec.unk_id;
-    }
-    sym.push_back({id, static_cast<std::int32_t>(i) - 1, static_cast<std::int32_t>(i + 1)});
+    // A byte without a token of its own is dropped, as Hugging Face's BPE (no unk_token) and llama.cpp do; the bytes around it
+    // become adjacent and may merge.
+    const std::int32_t id = byte_token[static_cast<unsigned char>(word[i])];
+    if (id < 0) continue;
+    const auto k = static_cast<std::int32_t>(sym.size());
+    sym.push_back({id, k - 1, k + 1});
   }
+  if (sym.empty()) return;
   sym.back().next = -1;
   struct Cand {
     std::int32_t rank;
@@ -484,6 +484,8 @@ std::string Tokenizer::token_to_piece(std::int32_t id) const {
   (void)token_type(id);  // range check
   return impl_->bytes[static_cast<std::size_t>(id)];
 }
+
+bool Tokenizer::has_byte_token(unsigned char byte) const noexcept { return impl_->byte_token[byte] >= 0; }
 
 std::int32_t Tokenizer::vocab_size() const noexcept { return static_cast<std::int32_t>(impl_->bytes.size()); }
 
