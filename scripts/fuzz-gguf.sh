@@ -8,6 +8,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
 cxx="${CLANGXX:-clang++}"
+for pkg in clang libclang-rt-14-dev; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    echo "fuzz-gguf: installing $pkg"
+    ${SUDO:-$([[ $(id -u) -ne 0 ]] && echo sudo)} apt-get install -y -qq "$pkg" >/dev/null
+  fi
+done
 out="$root/build-io/fuzz"
 mkdir -p "$out/corpus" "$out/artifacts"
 srcs=("$root"/src/models/io/*.cpp "$root/tests/fuzz/fuzz_gguf.cpp")
