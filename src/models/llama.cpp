@@ -31,25 +31,39 @@ std::string shape_str(at::IntArrayRef s) {
   return out + "]";
 }
 
-// out[n, out] = x[n, in] @ w[out, in]^T (n == 1 goes through gemv, which reads the weight once, row by row).
-void linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out) {
-  if (x.size(0) == 1) {
-    at::Tensor o = out.select(0, 0);
-    at::mv_out(o, w, x.select(0, 0));
+}  // namespace
+
+namespace detail {
+// src/models/linear_kernel.cpp
+void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
+                 float* y, std::int64_t ldy, bool accumulate);
+}  // namespace detail
+
+namespace {
+
+// Up to this many token rows, products go through detail::linear_rows (weights streamed once); above it, BLAS gemm.
+constexpr std::int64_t kMaxRowsForStreamingKernel = 16;
+
+// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous.
+void linear_impl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
+  const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
+  if (n <= kMaxRowsForStreamingKernel) {
+    const float* xp = x.data_ptr<float>();
+    const float* wp = w.data_ptr<float>();
+    float* yp = out.data_ptr<float>();
+    const std::int64_t ldy = out.stride(0);
+    at::parallel_for(0, rows, 128, [&](std::int64_t b, std::int64_t e) {
+      detail::linear_rows(xp, n, in, wp, b, e, yp, ldy, accumulate);
+    });
+  } else if (accumulate) {
+    out.addmm_(x, w.t());
   } else {
     at::Tensor o = out;
     at::mm_out(o, x, w.t());
   }
 }
-
-// acc[n, out] += x[n, in] @ w[out, in]^T
-void linear_accumulate(const at::Tensor& x, const at::Tensor& w, const at::Tensor& acc) {
-  if (x.size(0) == 1) {
-    acc.select(0, 0).addmv_(w, x.select(0, 0));
-  } else {
-    acc.addmm_(x, w.t());
-  }
-}
+void linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out) { linear_impl(x, w, out, false); }
+void linear_accumulate(const at::Tensor& x, const at::Tensor& w, const at::Tensor& acc) { linear_impl(x, w, acc, true); }
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
 void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {

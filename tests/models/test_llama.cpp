@@ -172,6 +172,8 @@ struct RefCase {
   std::int64_t kv_heads;
 };
 
+void PrintTo(const RefCase& c, std::ostream* os) { *os << c.name; }
+
 class LlamaReference : public ::testing::TestWithParam<RefCase> {};
 
 TEST_P(LlamaReference, MatchesIndependentFullSequenceForward) {

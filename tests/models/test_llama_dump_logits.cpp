@@ -39,10 +39,18 @@ int main(int argc, char** argv) {
     int index = 0;
     while (std::getline(in, line)) {
       if (line.empty()) continue;
-      for (std::size_t p; (p = line.find("\\n")) != std::string::npos;) line.replace(p, 2, "\n");
+      std::string text;
+      for (std::size_t i = 0; i < line.size(); ++i) {
+        if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n') {
+          text += '\n';
+          ++i;
+        } else {
+          text += line[i];
+        }
+      }
       sm::EncodeOptions opts;
       opts.parse_special = true;
-      const std::vector<std::int32_t> ids32 = tok.encode(line, opts);
+      const std::vector<std::int32_t> ids32 = tok.encode(text, opts);
       const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
       const auto T = static_cast<std::int64_t>(ids.size());
       const std::int64_t slot = model.allocate_sequence();

@@ -1,0 +1,132 @@
+// Decode throughput of LlamaModel on SmolLM2-135M-Instruct (float32 weights dequantised from the Q4_1 GGUF; random weights of
+// the same shape when the file is absent), with 1 and 6 new tokens per forward at a fixed context length.
+//
+// A decode forward reads every layer matrix and the output projection once (~0.54 GB in float32), so it is bound by memory
+// bandwidth. Counters:
+//   tokens_per_second      new tokens processed per second
+//   ms_per_forward         wall time of one forward
+//   weight_gb_per_forward  bytes of weights one forward reads
+//   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
+//   roofline_fraction_1t   the same against the single-thread read bandwidth
+//   peak_rss_mib           peak resident memory of the process so far
+// BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp).
+//
+//   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores)
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <thread>
+
+#include "bandwidth.hpp"
+#include "specdec/models/llama.hpp"
+
+namespace sm = specdec::models;
+
+namespace {
+
+int g_threads = 1;
+double g_bw_1t = 0, g_bw_mt = 0;
+std::string g_model_label;
+
+sm::LlamaModel& model() {
+  static std::unique_ptr<sm::LlamaModel> m = [] {
+    std::filesystem::path path = std::filesystem::path(SPECDEC_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (const char* env = std::getenv("SPECDEC_MODEL")) path = env;
+    if (std::filesystem::exists(path)) {
+      g_model_label = path.filename().string();
+      return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path));
+    }
+    g_model_label = "random weights, SmolLM2-135M shape (model file absent)";
+    sm::LlamaConfig c;
+    c.vocab_size = 49152;
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_layers = 30;
+    c.num_heads = 9;
+    c.num_kv_heads = 3;
+    c.rope_theta = 100000.0;
+    c.tie_word_embeddings = true;
+    return std::make_unique<sm::LlamaModel>(sm::LlamaModel::random(c, 1));
+  }();
+  return *m;
+}
+
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// Args: new tokens per forward, context length (cached tokens before the forward).
+void BM_Decode(benchmark::State& state) {
+  sm::LlamaModel& m = model();
+  const std::int64_t n = state.range(0), context = state.range(1);
+  const std::int64_t slot = m.allocate_sequence();
+  std::vector<std::int64_t> prompt(static_cast<std::size_t>(context));
+  for (std::int64_t i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 7919 + 13) % m.vocab_size();
+  sm::ForwardBatch prefill = sm::make_chain_batch(slot, prompt);
+  prefill.last_logits_only = true;
+  m.forward(prefill);
+  std::vector<std::int64_t> block(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
+  const sm::ForwardBatch step = sm::make_chain_batch(slot, block);
+  for (auto _ : state) {
+    sm::ForwardOutput out = m.forward(step);
+    benchmark::DoNotOptimize(out.logits.data_ptr());
+    m.truncate(slot, context);  // keep the context length fixed
+  }
+  m.free_sequence(slot);
+  const double bytes = static_cast<double>(m.weight_bytes_per_forward());
+  state.counters["tokens_per_second"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ms_per_forward"] =
+      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["weight_gb_per_forward"] = bytes / 1e9;
+  state.counters["roofline_fraction"] =
+      benchmark::Counter(bytes / g_bw_mt, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["roofline_fraction_1t"] =
+      benchmark::Counter(bytes / g_bw_1t, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.SetLabel(g_model_label);
+}
+BENCHMARK(BM_Decode)
+    ->ArgNames({"new_tokens", "context"})
+    ->Args({1, 128})
+    ->Args({6, 128})
+    ->Args({1, 1024})
+    ->Args({6, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  double bw = 0;
+  for (auto _ : state) bw = specdec::bench::measure_read_bandwidth(threads);
+  state.counters["GB_per_second"] = bw / 1e9;
+}
+BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (const char* env = std::getenv("SPECDEC_BENCH_THREADS")) g_threads = std::max(1, std::atoi(env));
+  at::set_num_threads(g_threads);
+  g_bw_1t = specdec::bench::measure_read_bandwidth(1);
+  g_bw_mt = specdec::bench::measure_read_bandwidth(g_threads);
+  benchmark::AddCustomContext("torch_threads", std::to_string(g_threads));
+  benchmark::AddCustomContext("read_bandwidth_1t_GBps", std::to_string(g_bw_1t / 1e9));
+  benchmark::AddCustomContext("read_bandwidth_mt_GBps", std::to_string(g_bw_mt / 1e9));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
