@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds and checks specdec's CUDA kernels on a GPU machine that has nvcc, CMake and PyTorch but no internet and
+# no apt. Results go to $OUT if set, else out/gpu-check/:
+#   build-kernels.log, ctest.log          CUDA tests (tests/cuda: device tests and the host emulation)
+#   memcheck-*.log, racecheck-*.log       compute-sanitizer on the device tests
+#   bench.json, bench.txt                 bench_verify_cuda (Google Benchmark)
+#   build-torch.log, ctest-torch.log      second configure against the machine's PyTorch libtorch (torch CUDA glue,
+#   bench-torch.json                      torch-ops baseline); skipped when PyTorch is missing
+#   summary.txt
+# Dependencies: fmt, nlohmann-json, GoogleTest and Google Benchmark come from Debian .deb files fetched beforehand with
+# scripts/fetch-gpu-deps.sh into .deps/ (git-ignored); they are unpacked here with `dpkg -x` into .deps/prefix and
+# given to CMake through CMAKE_PREFIX_PATH. If the GPU machine already has them, that prefix is simply unused.
+# libtorch: the CPU-side libtorch parts must be configured against the PyTorch found here
+# (python3 -c "import torch;print(torch.utils.cmake_prefix_path)"); its C++ ABI (_GLIBCXX_USE_CXX11_ABI) may differ
+# from Debian's, so the kernels are first built with -DSPECDEC_WITH_TORCH=OFF, then a second build directory with
+# torch ON builds the torch CUDA glue (src/torch/cuda) and the torch-ops benchmark.
+# Usage: scripts/gpu-check.sh [--quick]   (--quick: fewer benchmark shapes, no racecheck)
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/out/gpu-check}"
+mkdir -p "$out"
+jobs="${SPECDEC_JOBS:-$(nproc)}"
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+summary="$out/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+export PATH="/usr/local/cuda/bin:$PATH"
+prefix="$root/.deps/prefix"
+if ls "$root"/.deps/*.deb >/dev/null 2>&1; then
+  mkdir -p "$prefix"
+  for deb in "$root"/.deps/*.deb; do dpkg -x "$deb" "$prefix"; done
+fi
+multi="$prefix/usr/lib/x86_64-linux-gnu"
+prefix_path="$prefix/usr;$multi/cmake"
+export LD_LIBRARY_PATH="$multi:${LD_LIBRARY_PATH:-}"
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+note "device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+
+# 1. Kernels, CUDA tests, benchmark: no torch.
+b1="$root/build-gpu-check"
+cmake -S "$root" -B "$b1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
+  -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$prefix_path" >"$out/build-kernels.log" 2>&1 &&
+  cmake --build "$b1" -j "$jobs" --target test_cuda_verify test_cuda_emulation bench_verify_cuda >>"$out/build-kernels.log" 2>&1
+note "build (kernels): rc=$?"
+(cd "$b1" && ctest -R cuda --output-on-failure) >"$out/ctest.log" 2>&1
+note "ctest -R cuda: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1))"
+
+san=compute-sanitizer
+if command -v "$san" >/dev/null 2>&1; then
+  # Sanitizers are slow: run the device tests on their smaller cases (the filters keep every code path).
+  filter='cuda_verify*:-*ChainMatchesCpu*:*TreeMatchesCpu*'
+  "$san" --tool memcheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter="$filter" >"$out/memcheck-verify.log" 2>&1
+  note "memcheck: rc=$?"
+  if [[ $quick == 0 ]]; then
+    "$san" --tool racecheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter='cuda_verify*BadInput*:cuda_verify_graph*' \
+      >"$out/racecheck-verify.log" 2>&1
+    note "racecheck: rc=$?"
+    "$san" --tool synccheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter='cuda_verify*BadInput*' \
+      >"$out/synccheck-verify.log" 2>&1
+    note "synccheck: rc=$?"
+  fi
+else
+  note "compute-sanitizer not found: sanitizers skipped"
+fi
+
+bench_filter='.'
+[[ $quick == 1 ]] && bench_filter='cuda_chain/(f32|bf16)/B:(1|64)/K:5/V:(32000|128256)'
+"$b1/bin/bench_verify_cuda" --benchmark_filter="$bench_filter" --benchmark_counters_tabular=true \
+  --benchmark_out="$out/bench.json" --benchmark_out_format=json >"$out/bench.txt" 2>&1
+note "bench: rc=$?"
+grep -E 'B:1/K:5/V:32000|B:64/K:5/V:128256' "$out/bench.txt" | tee -a "$summary"
+
+# 2. Torch CUDA glue against this machine's PyTorch.
+torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
+if [[ -n "$torch_prefix" ]]; then
+  b2="$root/build-gpu-check-torch"
+  cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=ON -DSPECDEC_BUILD_EXAMPLES=OFF \
+    -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix_path" >"$out/build-torch.log" 2>&1 &&
+    cmake --build "$b2" -j "$jobs" >>"$out/build-torch.log" 2>&1
+  note "build (torch ON): rc=$?"
+  (cd "$b2" && ctest -R 'torch|cuda' --output-on-failure) >"$out/ctest-torch.log" 2>&1
+  note "ctest torch|cuda: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
+  if [[ -x "$b2/bin/bench_verify_cuda_torch" ]]; then
+    "$b2/bin/bench_verify_cuda_torch" --benchmark_filter="${bench_filter/cuda_chain/cuda_chain(_torch_ops)?}" \
+      --benchmark_counters_tabular=true --benchmark_out="$out/bench-torch.json" --benchmark_out_format=json \
+      >"$out/bench-torch.txt" 2>&1
+    note "bench (torch ops): rc=$?"
+  fi
+else
+  note "PyTorch not found: torch CUDA glue not checked"
+fi
+cat "$summary"
