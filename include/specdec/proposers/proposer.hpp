@@ -118,6 +118,12 @@ struct StepFeedback {
   const TargetFeatures* features = nullptr;       ///< rows for [root, accepted drafts] when wanted, else null
 };
 
+/// The processed distributions of a batch of logit rows: row i of `logits` ([R, V] float32) goes through
+/// specdec::logits_to_probs with *row_params[i] (temperature 0 gives the one-hot argmax row). Returns [R, V] float32 on the CPU.
+/// Proposers that sample use it for their draft rows so that draft and target rows are processed identically. Throws
+/// specdec::error naming the row for NaN/+inf logits or a row whose logits are all -inf. Defined in specdec::decoder.
+at::Tensor process_logits(const at::Tensor& logits, std::span<const SamplingParams* const> row_params);
+
 /// The interface every proposer satisfies. See the file comment for the protocol.
 template <class P>
 concept Proposer = requires(P& p, const RequestContext& ctx, RequestId id, std::span<const ProposeRequest> requests,

@@ -1,0 +1,73 @@
+// specdec — the non-template parts of a decoding step (compiled in src/decoder/step.cpp): draft validation, the target's
+// ragged forward batch, batched verification and stop-string matching. Internal to SpeculativeDecoder.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder/types.hpp"
+#include "specdec/models/causal_lm.hpp"
+#include "specdec/proposers/proposer.hpp"
+
+namespace specdec::decoder::detail {
+
+/// Checks a proposer's DraftBatch against the step's requests: B + 1 offsets, at most max_drafts[b] drafts per chain (tree depth
+/// at most max_drafts[b], at most max_tree_nodes nodes), ids in [0, V), probs [N, V] float32 when present, well-formed parents.
+/// Throws specdec::error naming the request and what was wrong.
+void check_draft_batch(const proposers::DraftBatch& drafts, std::span<const std::int32_t> max_drafts,
+                       std::int64_t vocab_size, bool trees_allowed, std::int64_t max_tree_nodes);
+
+/// The target forward of a step: request b feeds [roots[b], drafts of b...] into slot slots[b]; trees through parents.
+models::ForwardBatch build_forward(const proposers::DraftBatch& drafts, std::span<const std::int64_t> roots,
+                                   std::span<const std::int64_t> slots, const proposers::TargetFeatureSpec* features);
+
+/// Depth (1-based) of every draft node of request b (chains: 1, 2, ...).
+std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& drafts, std::int64_t b);
+
+struct Verified {
+  std::vector<std::vector<std::int64_t>> tokens;  ///< per request: accepted drafts then the recovered/bonus token
+  std::vector<std::vector<std::int64_t>> nodes;   ///< per request: node indices (1-based) of the accepted drafts
+};
+
+/// Verifies every request's drafts against the processed target rows ([N + B, V]) with specdec::torch::rejection_sample
+/// (chains) or tree_rejection_sample (any tree in the batch). seeds/positions/greedy per request.
+Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
+                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy);
+
+/// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).
+proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
+                                          std::span<const std::int64_t> accepted_nodes, std::int64_t start,
+                                          const proposers::TargetFeatureSpec& spec);
+/// All rows of a prefill output as features (start 0).
+proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, const proposers::TargetFeatureSpec& spec);
+
+/// Stop-string matching over the bytes of emitted tokens, keeping only the tail it needs.
+class StopMatcher {
+ public:
+  StopMatcher() = default;
+  explicit StopMatcher(std::vector<std::string> stops);
+  bool active() const { return !stops_.empty(); }
+  /// Appends the piece of one token; returns the index of a stop string now present (ending in this piece), or -1.
+  int push(const std::string& piece);
+  const std::string& stop(int i) const { return stops_[static_cast<std::size_t>(i)]; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::size_t longest_ = 0;
+  std::string tail_;
+};
+
+/// Validates a request against the target vocabulary and the decoder options; throws specdec::error naming the field.
+void check_request(const GenerationRequest& request, std::int64_t vocab_size, const DecoderOptions& options);
+/// Validates decoder options.
+void check_options(const DecoderOptions& options);
+
+/// The g that maximises theory::walltime_improvement(a, g, c, r(g)) with r(g) = 1 + (r_ref - 1) g / g_ref (0 when nothing
+/// beats plain decoding), in [0, max_g].
+std::int32_t choose_gamma(double a, double c, double r_ref, double g_ref, std::int32_t max_g);
+
+}  // namespace specdec::decoder::detail

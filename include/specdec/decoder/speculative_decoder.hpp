@@ -1,0 +1,470 @@
+// SpeculativeDecoder<Draft, Target>: the generation loop over a batch of requests.
+//
+// Each step: the proposer drafts up to g tokens per request (a chain or a tree); ONE target forward runs every request's
+// [last token, drafts...]; the logits are processed with each request's SamplingParams; specdec::torch::rejection_sample
+// (or tree_rejection_sample) keeps the accepted drafts and draws one recovered/bonus token per request (seed = the request's
+// seed, position = sequence index of its first draft token, greedy rows at temperature 0); the target cache is rolled back to
+// the accepted prefix (trees: keep_path); the tokens are streamed; the proposer learns what was accepted. A request that
+// finishes (stop token, stop string, max_new_tokens) leaves at once and frees its slots; the others continue.
+//
+// With NoProposer (or g = 0) every step is a plain autoregressive step through the same code: the token is the verifier's
+// bonus token with 0 drafts (argmax at temperature 0, otherwise the race over p at the token's position), so a speculative
+// and a plain run with the same seed draw from the same random stream and agree token for token at temperature 0.
+//
+// The target's cache for a running request holds every context token except the last (which the next step feeds as root).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec/decoder/detail.hpp"
+#include "specdec/decoder/types.hpp"
+#include "specdec/models/causal_lm.hpp"
+#include "specdec/proposers/proposer.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::decoder {
+
+template <class Draft, class Target>
+class SpeculativeDecoder {
+  static_assert(proposers::Proposer<Draft>,
+                "SpeculativeDecoder<Draft, Target>: Draft does not satisfy specdec::proposers::Proposer. It needs "
+                "begin_request(const RequestContext&), end_request(RequestId), "
+                "propose(std::span<const ProposeRequest>) -> DraftBatch and observe(std::span<const StepFeedback>) "
+                "(see specdec/proposers/proposer.hpp).");
+  static_assert(models::CausalLM<Target>,
+                "SpeculativeDecoder<Draft, Target>: Target does not satisfy specdec::models::CausalLM (see "
+                "specdec/models/causal_lm.hpp).");
+
+ public:
+  /// Most tree nodes a proposer may return for one request in one step.
+  static constexpr std::int64_t kMaxTreeNodes = 256;
+
+  /// Both the proposer and the target must outlive the decoder. Throws specdec::error for bad options or a proposer whose
+  /// vocabulary differs from the target's.
+  SpeculativeDecoder(Draft& proposer, Target& target, DecoderOptions options = {})
+      : proposer_(&proposer), target_(&target), options_(std::move(options)) {
+    detail::check_options(options_);
+    vocab_size_ = static_cast<std::int64_t>(target_->vocab_size());
+    if constexpr (proposers::has_vocab_size<Draft>) {
+      const auto dv = static_cast<std::int64_t>(proposer_->vocab_size());
+      if (dv != vocab_size_)
+        throw error(Status::kInvalidArgument,
+                    "SpeculativeDecoder: the proposer's vocabulary has " + std::to_string(dv) +
+                        " tokens but the target's has " + std::to_string(vocab_size_) +
+                        "; a draft model must share the target's vocabulary (tokenizer)");
+    }
+    if constexpr (proposers::wants_target_features<Draft>) feature_spec_ = proposer_->target_feature_spec();
+  }
+
+  ~SpeculativeDecoder() {
+    for (auto& [id, r] : running_) release(r, /*to_proposer=*/true);
+  }
+  SpeculativeDecoder(const SpeculativeDecoder&) = delete;
+  SpeculativeDecoder& operator=(const SpeculativeDecoder&) = delete;
+
+  /// Validates the request, prefills the target with prompt[0 .. n-1) and registers it with the proposer. On any error nothing
+  /// is left behind (no slot, no proposer state). Returns the request's id.
+  RequestId add_request(GenerationRequest request) {
+    detail::check_request(request, vocab_size_, options_);
+    const auto t0 = Clock::now();
+    Request r;
+    r.id = next_id_;
+    r.context = request.prompt;
+    r.req = std::move(request);
+    if (!r.req.stop_strings.empty()) r.stops = detail::StopMatcher(r.req.stop_strings);
+    const auto slot = static_cast<std::int64_t>(target_->allocate_sequence());
+    r.slot = slot;
+    try {
+      std::optional<proposers::TargetFeatures> features;
+      const auto n = static_cast<std::int64_t>(r.context.size());
+      if (n > 1) {
+        models::ForwardBatch fb = models::make_chain_batch(r.slot, {r.context.begin(), r.context.end() - 1});
+        fb.last_logits_only = true;
+        if (feature_spec_) {
+          fb.return_final_hidden = feature_spec_->final_hidden;
+          fb.hidden_layers = feature_spec_->layers;
+        }
+        models::ForwardOutput out = target_->forward(fb);
+        if (feature_spec_) features = detail::prefill_features(out, *feature_spec_);
+      } else if (feature_spec_) {
+        features = proposers::TargetFeatures{};
+      }
+      proposers::RequestContext ctx;
+      ctx.id = r.id;
+      ctx.context = r.context;
+      ctx.params = &r.req.params;
+      ctx.features = features ? &*features : nullptr;
+      auto [it, inserted] = running_.emplace(r.id, std::move(r));
+      try {
+        ctx.params = &it->second.req.params;
+        proposer_->begin_request(ctx);
+      } catch (...) {
+        running_.erase(it);
+        throw;
+      }
+    } catch (...) {
+      target_->free_sequence(slot);
+      throw;
+    }
+    ++next_id_;
+    metrics_.prefill_seconds += seconds_since(t0);
+    return next_id_ - 1;
+  }
+
+  /// Ends a running request now (its result gets FinishReason::kCancelled). Unknown or finished ids are ignored.
+  void cancel(RequestId id) {
+    auto it = running_.find(id);
+    if (it == running_.end()) return;
+    finish(it->second, FinishReason::kCancelled);
+    release(it->second, true);
+    store_result(it->second);
+    running_.erase(it);
+  }
+
+  /// One decoding step over every running request. Returns the ids that finished in it.
+  std::vector<RequestId> step() {
+    std::vector<RequestId> done;
+    if (running_.empty()) return done;
+    const auto t_step = Clock::now();
+    double draft_s = 0, target_s = 0, excluded_s = 0;
+
+    std::vector<Request*> reqs;
+    reqs.reserve(running_.size());
+    for (auto& [id, r] : running_) reqs.push_back(&r);
+    const auto B = static_cast<std::int64_t>(reqs.size());
+
+    std::vector<std::int32_t> g(static_cast<std::size_t>(B));
+    std::int32_t max_g = 0;
+    for (std::int64_t b = 0; b < B; ++b) {
+      g[static_cast<std::size_t>(b)] = gamma_for(*reqs[static_cast<std::size_t>(b)]);
+      max_g = std::max(max_g, g[static_cast<std::size_t>(b)]);
+    }
+    if (max_g > 0 && options_.calibrate && metrics_.one_token_forwards == 0) excluded_s += calibrate(reqs);
+
+    // 1. drafts
+    proposers::DraftBatch drafts;
+    if (max_g > 0) {
+      std::vector<proposers::ProposeRequest> pr(static_cast<std::size_t>(B));
+      for (std::int64_t b = 0; b < B; ++b) {
+        Request& r = *reqs[static_cast<std::size_t>(b)];
+        auto& p = pr[static_cast<std::size_t>(b)];
+        p.id = r.id;
+        p.context = r.context;
+        p.params = &r.req.params;
+        p.max_drafts = g[static_cast<std::size_t>(b)];
+        p.position = static_cast<std::int64_t>(r.context.size());
+      }
+      const auto t = Clock::now();
+      drafts = proposer_->propose(std::span<const proposers::ProposeRequest>(pr));
+      draft_s += seconds_since(t);
+      detail::check_draft_batch(drafts, g, vocab_size_, proposers::supports_trees<Draft>, kMaxTreeNodes);
+    } else {
+      drafts = proposers::DraftBatch::empty(B);
+    }
+    const std::int64_t N = static_cast<std::int64_t>(drafts.token_ids.size());
+
+    // 2. one target forward over every request's [root, drafts...]
+    std::vector<std::int64_t> roots(static_cast<std::size_t>(B)), slots(static_cast<std::size_t>(B)),
+        positions(static_cast<std::size_t>(B)), base(static_cast<std::size_t>(B));
+    std::vector<std::uint64_t> seeds(static_cast<std::size_t>(B));
+    std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B));
+    std::vector<const SamplingParams*> row_params;
+    row_params.reserve(static_cast<std::size_t>(N + B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      Request& r = *reqs[static_cast<std::size_t>(b)];
+      roots[static_cast<std::size_t>(b)] = r.context.back();
+      slots[static_cast<std::size_t>(b)] = r.slot;
+      positions[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(r.context.size());
+      base[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(r.context.size()) - 1;
+      seeds[static_cast<std::size_t>(b)] = r.req.params.seed;
+      greedy[static_cast<std::size_t>(b)] = r.req.params.greedy() ? 1 : 0;
+      row_params.insert(row_params.end(), static_cast<std::size_t>(drafts.num_drafts(b) + 1), &r.req.params);
+    }
+    const models::ForwardBatch fb = detail::build_forward(drafts, roots, slots, feature_spec_ ? &*feature_spec_ : nullptr);
+    const auto t_target = Clock::now();
+    models::ForwardOutput out = target_->forward(fb);
+    target_s += seconds_since(t_target);
+    if (N == 0) {
+      ++metrics_.one_token_forwards;
+      metrics_.one_token_seconds += target_s;
+    } else {
+      metrics_.verify_seconds += target_s;
+      metrics_.verify_tokens_per_request =
+          (metrics_.verify_tokens_per_request * static_cast<double>(metrics_.verify_forwards) +
+           static_cast<double>(N + B) / static_cast<double>(B)) /
+          static_cast<double>(metrics_.verify_forwards + 1);
+      ++metrics_.verify_forwards;
+    }
+
+    // 3. processed target rows and verification
+    const at::Tensor probs = proposers::process_logits(out.logits, row_params);
+    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy);
+
+    // 4. emit, stop, roll caches back, tell the proposer
+    std::vector<proposers::StepFeedback> feedback;
+    std::vector<proposers::TargetFeatures> features;
+    feedback.reserve(static_cast<std::size_t>(B));
+    if (feature_spec_) features.reserve(static_cast<std::size_t>(B));
+    std::vector<Request*> finished;
+    for (std::int64_t b = 0; b < B; ++b) {
+      Request& r = *reqs[static_cast<std::size_t>(b)];
+      const auto& toks = v.tokens[static_cast<std::size_t>(b)];
+      const auto& nodes = v.nodes[static_cast<std::size_t>(b)];
+      const std::int64_t k = drafts.num_drafts(b);
+      const auto n_acc = static_cast<std::int64_t>(nodes.size());
+      record(r, drafts, b, k, nodes);
+      const std::size_t before = r.context.size();
+      for (std::size_t i = 0; i < toks.size() && r.finish == FinishReason::kNone; ++i) emit(r, toks[i]);
+      r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
+      ++r.metrics.target_forwards;
+      if (k > 0) ++r.metrics.steps_with_drafts;
+      update_estimate(r, k, n_acc);
+      if (callback_)
+        callback_(r.id, std::span<const std::int64_t>(r.context).subspan(before), r.finish != FinishReason::kNone);
+      if (r.finish != FinishReason::kNone) {
+        finished.push_back(&r);
+        continue;
+      }
+      const std::int64_t L = base[static_cast<std::size_t>(b)];
+      const bool tree = !drafts.parents.empty() && !drafts.parents[static_cast<std::size_t>(b)].empty();
+      if (tree) {
+        std::vector<std::int64_t> path;
+        path.reserve(nodes.size() + 1);
+        path.push_back(0);
+        path.insert(path.end(), nodes.begin(), nodes.end());
+        target_->keep_path(r.slot, L, path);
+      } else {
+        target_->truncate(r.slot, L + 1 + n_acc);
+      }
+      proposers::StepFeedback f;
+      f.id = r.id;
+      f.num_drafts = static_cast<std::int32_t>(k);
+      f.num_accepted = static_cast<std::int32_t>(n_acc);
+      f.accepted_nodes = nodes;
+      f.emitted_token = r.context.back();
+      f.context = r.context;
+      if (feature_spec_) {
+        features.push_back(detail::gather_features(out, fb.cu_num_tokens[static_cast<std::size_t>(b)], nodes, L, *feature_spec_));
+        f.features = &features.back();
+      }
+      feedback.push_back(f);
+    }
+    {
+      const auto t = Clock::now();
+      for (Request* r : finished) release(*r, true);
+      if (!feedback.empty()) proposer_->observe(std::span<const proposers::StepFeedback>(feedback));
+      draft_s += seconds_since(t);
+    }
+    for (Request* r : finished) {
+      done.push_back(r->id);
+      store_result(*r);
+      running_.erase(r->id);
+    }
+    ++metrics_.steps;
+    metrics_.draft_positions += max_g > 0 ? (N > 0 ? max_depth(drafts) : 0) : 0;
+    metrics_.draft_seconds += draft_s;
+    metrics_.target_seconds += target_s;
+    metrics_.overhead_seconds += std::max(0.0, seconds_since(t_step) - draft_s - target_s - excluded_s);
+    return done;
+  }
+
+  /// Runs every request to completion (together with any already running) and returns their results in order.
+  std::vector<GenerationResult> generate(std::span<const GenerationRequest> requests, const TokenCallback& callback = {}) {
+    for (std::size_t i = 0; i < requests.size(); ++i) detail::check_request(requests[i], vocab_size_, options_);
+    std::vector<RequestId> ids;
+    ids.reserve(requests.size());
+    try {
+      for (const auto& rq : requests) ids.push_back(add_request(rq));
+    } catch (...) {
+      for (auto id : ids) cancel(id), results_.erase(id);
+      throw;
+    }
+    TokenCallback saved = std::move(callback_);
+    callback_ = callback;
+    try {
+      while (!running_.empty()) step();
+    } catch (...) {
+      callback_ = std::move(saved);
+      throw;
+    }
+    callback_ = std::move(saved);
+    std::vector<GenerationResult> res;
+    res.reserve(ids.size());
+    for (auto id : ids) res.push_back(take_result(id));
+    return res;
+  }
+
+  /// The callback step() streams tokens through.
+  void set_callback(TokenCallback callback) { callback_ = std::move(callback); }
+  /// The result of a finished request (removed from the decoder). Throws specdec::error for an id that has none.
+  GenerationResult take_result(RequestId id) {
+    auto it = results_.find(id);
+    if (it == results_.end())
+      throw error(Status::kInvalidArgument, "take_result: request " + std::to_string(id) + " has no result (unknown or running)");
+    GenerationResult r = std::move(it->second);
+    results_.erase(it);
+    return r;
+  }
+  std::size_t num_running() const { return running_.size(); }
+  bool idle() const { return running_.empty(); }
+  /// Tokens of a running request so far (prompt + generated).
+  std::span<const std::int64_t> context(RequestId id) const {
+    auto it = running_.find(id);
+    if (it == running_.end()) throw error(Status::kInvalidArgument, "context: request " + std::to_string(id) + " is not running");
+    return it->second.context;
+  }
+  /// The target slot of a running request (its cache holds context[0 .. n-1)).
+  std::int64_t target_slot(RequestId id) const {
+    auto it = running_.find(id);
+    if (it == running_.end()) throw error(Status::kInvalidArgument, "target_slot: request " + std::to_string(id) + " is not running");
+    return it->second.slot;
+  }
+  const DecoderMetrics& metrics() const { return metrics_; }
+  void reset_metrics() { metrics_ = {}; }
+  const DecoderOptions& options() const { return options_; }
+  Draft& proposer() { return *proposer_; }
+  Target& target() { return *target_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+  struct Request {
+    RequestId id = -1;
+    GenerationRequest req;
+    std::vector<std::int64_t> context;
+    std::int64_t slot = -1;
+    detail::StopMatcher stops;
+    RequestMetrics metrics;
+    FinishReason finish = FinishReason::kNone;
+    std::string stop_string;
+    double est_accepted = 1.0, est_trials = 2.0;  // running acceptance estimate (decayed counts; prior a = 0.5)
+    std::int64_t steps_without_drafts = 0;
+  };
+
+  std::int64_t generated(const Request& r) const {
+    return static_cast<std::int64_t>(r.context.size() - r.req.prompt.size());
+  }
+
+  std::int32_t gamma_for(Request& r) {
+    std::int32_t g = r.req.num_speculative_tokens >= 0 ? r.req.num_speculative_tokens : options_.num_speculative_tokens;
+    if (options_.dynamic_speculation && g > 0 && metrics_.one_token_forwards > 0 && metrics_.draft_positions > 0) {
+      const double a = r.est_accepted / r.est_trials;
+      std::int32_t best = detail::choose_gamma(a, metrics_.cost_ratio(), metrics_.verify_cost_ratio(),
+                                               std::max(1.0, metrics_.verify_tokens_per_request - 1.0),
+                                               options_.max_speculative_tokens);
+      if (best == 0 && ++r.steps_without_drafts % 16 == 0) best = 1;  // probe now and then to refresh the estimate
+      g = best;
+    }
+    const std::int64_t room = r.req.max_new_tokens - generated(r) - 1;
+    return static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min<std::int64_t>(g, room)));
+  }
+
+  void update_estimate(Request& r, std::int64_t k, std::int64_t n_acc) {
+    if (k == 0) return;
+    constexpr double kDecay = 0.9;
+    r.est_accepted = kDecay * r.est_accepted + static_cast<double>(n_acc);
+    r.est_trials = kDecay * r.est_trials + static_cast<double>(n_acc) + (n_acc < k ? 1.0 : 0.0);
+  }
+
+  static std::int64_t max_depth(const proposers::DraftBatch& d) {
+    std::int64_t m = 0;
+    for (std::int64_t b = 0; b < d.num_requests(); ++b) {
+      if (d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty()) {
+        m = std::max(m, d.num_drafts(b));
+      } else {
+        for (auto x : detail::draft_depths(d, b)) m = std::max<std::int64_t>(m, x);
+      }
+    }
+    return m;
+  }
+
+  static void record(Request& r, const proposers::DraftBatch& d, std::int64_t b, std::int64_t k,
+                     const std::vector<std::int64_t>& nodes) {
+    if (k == 0) return;
+    r.metrics.drafted += k;
+    r.metrics.accepted += static_cast<std::int64_t>(nodes.size());
+    const auto depth = detail::draft_depths(d, b);
+    for (auto x : depth) {
+      if (static_cast<std::size_t>(x) > r.metrics.proposed_at.size()) {
+        r.metrics.proposed_at.resize(static_cast<std::size_t>(x), 0);
+        r.metrics.accepted_at.resize(static_cast<std::size_t>(x), 0);
+      }
+      ++r.metrics.proposed_at[static_cast<std::size_t>(x - 1)];
+    }
+    for (std::size_t i = 0; i < nodes.size(); ++i) ++r.metrics.accepted_at[i];
+  }
+
+  void emit(Request& r, std::int64_t token) {
+    r.context.push_back(token);
+    for (auto s : r.req.stop_token_ids)
+      if (s == token) return finish(r, FinishReason::kStopToken);
+    if (r.stops.active()) {
+      const int hit = r.stops.push(options_.detokenize(token));
+      if (hit >= 0) {
+        r.stop_string = r.stops.stop(hit);
+        return finish(r, FinishReason::kStopString);
+      }
+    }
+    if (generated(r) >= r.req.max_new_tokens) finish(r, FinishReason::kLength);
+  }
+
+  static void finish(Request& r, FinishReason why) { r.finish = why; }
+
+  void release(Request& r, bool to_proposer) {
+    if (r.slot >= 0) {
+      target_->free_sequence(r.slot);
+      r.slot = -1;
+    }
+    if (to_proposer) proposer_->end_request(r.id);
+  }
+
+  void store_result(Request& r) {
+    GenerationResult res;
+    res.id = r.id;
+    res.tokens.assign(r.context.begin() + static_cast<std::ptrdiff_t>(r.req.prompt.size()), r.context.end());
+    res.finish_reason = r.finish;
+    res.stop_string = r.stop_string;
+    res.metrics = r.metrics;
+    metrics_.total.add(r.metrics);
+    results_[r.id] = std::move(res);
+  }
+
+  /// Times a 1-token target forward of the running batch and rolls it back. Returns the seconds spent.
+  double calibrate(const std::vector<Request*>& reqs) {
+    const auto t0 = Clock::now();
+    models::ForwardBatch fb;
+    fb.cu_num_tokens.push_back(0);
+    for (Request* r : reqs) {
+      fb.slots.push_back(r->slot);
+      fb.token_ids.push_back(r->context.back());
+      fb.cu_num_tokens.push_back(fb.cu_num_tokens.back() + 1);
+    }
+    (void)target_->forward(fb);
+    const double s = seconds_since(t0);
+    for (Request* r : reqs) target_->truncate(r->slot, static_cast<std::int64_t>(r->context.size()) - 1);
+    ++metrics_.one_token_forwards;
+    metrics_.one_token_seconds += s;
+    return seconds_since(t0);
+  }
+
+  Draft* proposer_;
+  Target* target_;
+  DecoderOptions options_;
+  std::int64_t vocab_size_ = 0;
+  std::optional<proposers::TargetFeatureSpec> feature_spec_;
+  std::map<RequestId, Request> running_;
+  std::map<RequestId, GenerationResult> results_;
+  RequestId next_id_ = 0;
+  TokenCallback callback_;
+  DecoderMetrics metrics_;
+};
+
+}  // namespace specdec::decoder

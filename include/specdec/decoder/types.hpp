@@ -1,0 +1,122 @@
+// specdec — requests, results, options and metrics of the speculative decoder (plain data; no torch).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/proposers/proposer.hpp"
+#include "specdec/sampling/params.hpp"
+
+namespace specdec::models {
+class Tokenizer;
+}
+
+namespace specdec::decoder {
+
+using proposers::RequestId;
+
+/// One generation request.
+struct GenerationRequest {
+  std::vector<std::int64_t> prompt;             ///< token ids, at least one
+  SamplingParams params{};                      ///< temperature 0 = greedy; seed keys the request's random stream
+  std::int64_t max_new_tokens = 128;            ///< >= 1
+  std::vector<std::int64_t> stop_token_ids;     ///< e.g. EOS; the stop token is emitted and ends the request
+  std::vector<std::string> stop_strings;        ///< needs DecoderOptions::detokenize; the token completing one is emitted last
+  std::int32_t num_speculative_tokens = -1;     ///< g for this request; -1 = DecoderOptions::num_speculative_tokens
+};
+
+enum class FinishReason : std::uint8_t {
+  kNone,        ///< still running
+  kLength,      ///< max_new_tokens reached
+  kStopToken,   ///< a stop token id was emitted
+  kStopString,  ///< a stop string appeared in the generated text
+  kCancelled,   ///< cancel() was called
+};
+const char* to_string(FinishReason reason) noexcept;
+
+/// Counters of one request (or of everything, in DecoderMetrics::total).
+struct RequestMetrics {
+  std::int64_t target_forwards = 0;      ///< decoding steps the request took part in (= verification forwards)
+  std::int64_t drafted = 0;              ///< draft tokens proposed (tree: nodes)
+  std::int64_t accepted = 0;             ///< draft tokens accepted
+  std::int64_t emitted = 0;              ///< tokens emitted (accepted + recovered/bonus, after stop truncation)
+  std::int64_t steps_with_drafts = 0;    ///< steps where at least one draft was proposed
+  /// proposed_at[i] / accepted_at[i]: drafts proposed / accepted at depth i of a step (chains: draft position i).
+  std::vector<std::int64_t> proposed_at, accepted_at;
+
+  /// accepted / drafted (0 when nothing was drafted).
+  double acceptance_rate() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
+  /// Spec-Bench's tau: tokens emitted per target forward, counting the recovered/bonus token.
+  double mean_accepted_length() const {
+    return target_forwards ? static_cast<double>(emitted) / static_cast<double>(target_forwards) : 0.0;
+  }
+  /// accepted_at[i] / proposed_at[i].
+  std::vector<double> acceptance_by_position() const;
+  void add(const RequestMetrics& other);
+};
+
+/// Decoder-wide timings and counters.
+struct DecoderMetrics {
+  RequestMetrics total;                    ///< summed over every request
+  std::int64_t steps = 0;                  ///< step() calls that did work (each is one batched target forward)
+  std::int64_t draft_positions = 0;        ///< sum over steps of the largest g proposed (sequential draft depth)
+  double draft_seconds = 0;                ///< inside Proposer::propose / observe
+  double target_seconds = 0;               ///< inside the target's verification forwards
+  double overhead_seconds = 0;             ///< the rest of step(): batching, logits processing, verification, caches, callbacks
+  double prefill_seconds = 0;              ///< target prefill + Proposer::begin_request (not part of steps)
+  std::int64_t one_token_forwards = 0;     ///< target forwards with one token per request (plain steps + calibration)
+  double one_token_seconds = 0;            ///< their total time
+  std::int64_t verify_forwards = 0;        ///< target forwards with drafts
+  double verify_seconds = 0;               ///< their total time
+  double verify_tokens_per_request = 0;    ///< mean (K + 1) of those forwards, per request
+
+  double step_seconds() const { return draft_seconds + target_seconds + overhead_seconds; }
+  /// Emitted tokens per second of step time (prefill excluded).
+  double tokens_per_second() const;
+  /// Mean time of a 1-token target forward (0 when never measured).
+  double one_token_forward_seconds() const;
+  /// c: mean draft time per sequential draft position / the 1-token target forward time.
+  double cost_ratio() const;
+  /// r: mean verification forward time / the 1-token target forward time (1 when not measured).
+  double verify_cost_ratio() const;
+  /// Mean drafts per request and step over the steps that drafted.
+  double mean_gamma() const;
+  /// Overhead as a fraction of step time.
+  double overhead_fraction() const;
+  /// theory::walltime_improvement(a, g, c, r) for the measured a, mean g, c and r: E[tokens per step] / (r + g c).
+  double theoretical_speedup() const;
+};
+
+/// Result of one request.
+struct GenerationResult {
+  RequestId id = -1;
+  std::vector<std::int64_t> tokens;    ///< generated tokens (prompt excluded)
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string stop_string;             ///< the stop string that matched (kStopString)
+  RequestMetrics metrics;
+};
+
+/// Streams emitted tokens: called after each step with the tokens a request emitted in it (in order), and finished = true on
+/// its last call.
+using TokenCallback = std::function<void(RequestId id, std::span<const std::int64_t> tokens, bool finished)>;
+
+/// Turns one token id into its bytes (for stop strings). Keep the decoder tokenizer-agnostic: any function will do.
+using Detokenizer = std::function<std::string(std::int64_t token)>;
+/// A Detokenizer over a specdec tokenizer (token_to_piece). The tokenizer must outlive the function.
+Detokenizer make_detokenizer(const models::Tokenizer& tokenizer);
+
+struct DecoderOptions {
+  std::int32_t num_speculative_tokens = 4;  ///< g (>= 0); 0 = autoregressive decoding
+  bool dynamic_speculation = false;         ///< choose g per request each step by maximising theory::walltime_improvement
+  std::int32_t max_speculative_tokens = 16; ///< upper bound of the dynamic g
+  Detokenizer detokenize;                   ///< needed by requests with stop strings
+  /// Time a 1-token target forward of the running batch once (rolled back; not counted as a step) when no plain step has
+  /// measured it yet: needed for the cost ratios (metrics) and dynamic speculation. Off: c and r stay unmeasured in
+  /// speculative runs.
+  bool calibrate = true;
+};
+
+}  // namespace specdec::decoder

@@ -1,0 +1,203 @@
+// DraftModelProposer: any CausalLM as the draft.
+//
+// Per step and request it runs up to g sequential batched draft forwards and samples each draft from the draft's processed
+// distribution q (the request's own SamplingParams applied exactly as to the target; temperature 0 = argmax), returning q's
+// rows with the drafts. Sampling uses its own deterministic stream: the race of sampling/residual.hpp keyed by a seed derived
+// from the request's seed with Philox under a purpose tag the verifier never uses (kDraftSeedPurpose), at the draft token's
+// sequence position. So drafts do not depend on the batch, and they share no bits with the verifier.
+//
+// KV cache: the draft's slot always holds a prefix of the request's context. At propose, the context tokens it lacks (the
+// emitted token of the last step, plus the last draft when every draft was accepted — it was never fed) go into the first draft
+// forward; observe() rolls the slot back to the accepted prefix. So after verification the draft cache holds only accepted
+// tokens, and the emitted token is fed at the next step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/stack.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "specdec/models/causal_lm.hpp"
+#include "specdec/proposers/proposer.hpp"
+#include "specdec/sampling/chain.hpp"
+#include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::proposers {
+
+/// Purpose tag of the draft-seed derivation (outside the verifier's purposes kAccept .. kBonus).
+inline constexpr std::uint32_t kDraftSeedPurpose = 0x44524654u;  // "DRFT"
+
+/// The seed of a request's draft-sampling stream: two Philox words keyed by the request's seed.
+inline std::uint64_t draft_seed(std::uint64_t seed) {
+  const Philox4x32 r = random_block(seed, 0, static_cast<Purpose>(kDraftSeedPurpose), 0);
+  return (static_cast<std::uint64_t>(r.v[1]) << 32) | r.v[0];
+}
+
+/// Draws a token from the probability row p (V entries) with the race of residual.hpp at `position` under key `seed`; the
+/// argmax (lowest id on ties) when `greedy`. Throws specdec::error for a row with invalid values or no mass.
+inline std::int64_t sample_row(const float* p, std::int64_t vocab_size, std::uint64_t seed, std::int64_t position, bool greedy,
+                               std::vector<float>& tile_scratch) {
+  std::int64_t token = -1;
+  Status s;
+  if (greedy) {
+    s = detail::argmax_row(p, vocab_size, token);
+  } else {
+    tile_scratch.resize(static_cast<std::size_t>(num_tiles(vocab_size)));
+    s = detail::draw(detail::RowWeight{p}, vocab_size, seed, position, kBonusRace, tile_scratch.data(), token);
+  }
+  if (s != Status::kSuccess) throw error(s, std::string("DraftModelProposer: draft distribution: ") + to_string(s));
+  return token;
+}
+
+struct DraftModelOptions {
+  /// Return q's rows with the drafts (needed for lossless verification at temperature > 0). Off: drafts are verified as
+  /// deterministic (accepted with probability p(x)), which is lossless only if they do not depend on random numbers, i.e. at
+  /// temperature 0.
+  bool return_probs = true;
+};
+
+template <class Model>
+  requires models::CausalLM<Model>
+class DraftModelProposer {
+ public:
+  explicit DraftModelProposer(Model& model, DraftModelOptions options = {}) : model_(&model), options_(options) {}
+  /// Refuses (specdec::error) a draft whose vocabulary differs from `target_vocab_size`.
+  DraftModelProposer(Model& model, std::int64_t target_vocab_size, DraftModelOptions options = {})
+      : DraftModelProposer(model, options) {
+    if (static_cast<std::int64_t>(model.vocab_size()) != target_vocab_size)
+      throw error(Status::kInvalidArgument, "DraftModelProposer: the draft model's vocabulary has " +
+                                                std::to_string(static_cast<std::int64_t>(model.vocab_size())) +
+                                                " tokens but the target's has " + std::to_string(target_vocab_size) +
+                                                "; a draft model must share the target's vocabulary (tokenizer)");
+  }
+  ~DraftModelProposer() {
+    for (auto& [id, s] : states_) model_->free_sequence(s.slot);
+  }
+  DraftModelProposer(const DraftModelProposer&) = delete;
+  DraftModelProposer& operator=(const DraftModelProposer&) = delete;
+
+  std::int64_t vocab_size() const { return static_cast<std::int64_t>(model_->vocab_size()); }
+  Model& model() { return *model_; }
+  /// The draft slot of a live request (its cache holds a prefix of the context).
+  std::int64_t slot(RequestId id) const { return state(id).slot; }
+
+  /// Takes a draft slot and prefills it with context[0 .. n-1).
+  void begin_request(const RequestContext& ctx) {
+    if (states_.count(ctx.id))
+      throw error(Status::kInvalidArgument, "DraftModelProposer::begin_request: request " + std::to_string(ctx.id) + " is already live");
+    State s;
+    s.slot = static_cast<std::int64_t>(model_->allocate_sequence());
+    s.seed = draft_seed(ctx.params ? ctx.params->seed : 0);
+    try {
+      if (ctx.context.size() > 1) {
+        models::ForwardBatch fb =
+            models::make_chain_batch(s.slot, std::vector<std::int64_t>(ctx.context.begin(), ctx.context.end() - 1));
+        fb.last_logits_only = true;
+        (void)model_->forward(fb);
+      }
+    } catch (...) {
+      model_->free_sequence(s.slot);
+      throw;
+    }
+    states_.emplace(ctx.id, s);
+  }
+
+  void end_request(RequestId id) {
+    auto it = states_.find(id);
+    if (it == states_.end()) return;
+    model_->free_sequence(it->second.slot);
+    states_.erase(it);
+  }
+
+  DraftBatch propose(std::span<const ProposeRequest> requests) {
+    const auto B = static_cast<std::int64_t>(requests.size());
+    const std::int64_t V = vocab_size();
+    std::vector<std::vector<std::int64_t>> tokens(static_cast<std::size_t>(B));
+    std::vector<std::vector<at::Tensor>> rows(static_cast<std::size_t>(B));
+    std::int32_t max_g = 0;
+    for (const auto& r : requests) max_g = std::max(max_g, r.max_drafts);
+    std::vector<float> scratch;
+    for (std::int32_t d = 0; d < max_g; ++d) {
+      models::ForwardBatch fb;
+      fb.last_logits_only = true;
+      fb.cu_num_tokens.push_back(0);
+      std::vector<std::int64_t> members;
+      for (std::int64_t b = 0; b < B; ++b) {
+        const auto& r = requests[static_cast<std::size_t>(b)];
+        if (d >= r.max_drafts) continue;
+        State& s = state(r.id);
+        if (d == 0) {
+          const auto cached = static_cast<std::int64_t>(model_->sequence_length(s.slot));
+          const auto n = static_cast<std::int64_t>(r.context.size());
+          if (cached >= n)
+            throw error(Status::kInvalidArgument, "DraftModelProposer: request " + std::to_string(r.id) +
+                                                      ": the draft cache is not a strict prefix of the context");
+          fb.token_ids.insert(fb.token_ids.end(), r.context.begin() + cached, r.context.end());
+        } else {
+          fb.token_ids.push_back(tokens[static_cast<std::size_t>(b)].back());
+        }
+        fb.slots.push_back(s.slot);
+        fb.cu_num_tokens.push_back(static_cast<std::int64_t>(fb.token_ids.size()));
+        members.push_back(b);
+      }
+      const models::ForwardOutput out = model_->forward(fb);
+      std::vector<const SamplingParams*> params;
+      for (auto b : members) params.push_back(requests[static_cast<std::size_t>(b)].params);
+      const at::Tensor q = process_logits(out.logits, params);
+      const float* qp = q.data_ptr<float>();
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const auto b = members[i];
+        const auto& r = requests[static_cast<std::size_t>(b)];
+        const State& s = state(r.id);
+        const std::int64_t x = sample_row(qp + static_cast<std::int64_t>(i) * V, V, s.seed, r.position + d,
+                                          r.params->greedy(), scratch);
+        tokens[static_cast<std::size_t>(b)].push_back(x);
+        if (options_.return_probs) rows[static_cast<std::size_t>(b)].push_back(q[static_cast<std::int64_t>(i)]);
+      }
+    }
+    DraftBatch batch;
+    batch.cu_num_drafts.push_back(0);
+    std::vector<at::Tensor> all_rows;
+    for (std::int64_t b = 0; b < B; ++b) {
+      batch.append(tokens[static_cast<std::size_t>(b)]);
+      for (auto& t : rows[static_cast<std::size_t>(b)]) all_rows.push_back(t);
+    }
+    if (options_.return_probs && !all_rows.empty()) batch.probs = at::stack(all_rows);
+    return batch;
+  }
+
+  /// Rolls each draft slot back to the accepted prefix: root + accepted drafts of what it cached.
+  void observe(std::span<const StepFeedback> feedback) {
+    for (const auto& f : feedback) {
+      State& s = state(f.id);
+      const auto accepted_prefix = static_cast<std::int64_t>(f.context.size()) - 1;  // everything but the emitted token
+      const auto cached = static_cast<std::int64_t>(model_->sequence_length(s.slot));
+      if (cached > accepted_prefix) model_->truncate(s.slot, accepted_prefix);
+    }
+  }
+
+ private:
+  struct State {
+    std::int64_t slot = -1;
+    std::uint64_t seed = 0;
+  };
+  State& state(RequestId id) {
+    auto it = states_.find(id);
+    if (it == states_.end())
+      throw error(Status::kInvalidArgument, "DraftModelProposer: request " + std::to_string(id) + " is not live (begin_request?)");
+    return it->second;
+  }
+  const State& state(RequestId id) const { return const_cast<DraftModelProposer*>(this)->state(id); }
+
+  Model* model_;
+  DraftModelOptions options_;
+  std::unordered_map<RequestId, State> states_;
+};
+
+}  // namespace specdec::proposers

@@ -1,0 +1,391 @@
+// The non-template parts of SpeculativeDecoder's step: draft validation, forward batches, verification, stop strings,
+// logits processing, metrics.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "specdec/decoder/detail.hpp"
+#include "specdec/decoder/types.hpp"
+#include "specdec/models/tokenizer.hpp"
+#include "specdec/sampling/logits.hpp"
+#include "specdec/sampling/theory.hpp"
+#include "specdec/torch/rejection_sample.hpp"
+
+namespace specdec {
+
+namespace proposers {
+
+at::Tensor process_logits(const at::Tensor& logits, std::span<const SamplingParams* const> row_params) {
+  if (!logits.defined() || logits.dim() != 2)
+    throw error(Status::kInvalidArgument, "process_logits: logits: expected a 2-D tensor [R, V]");
+  if (logits.scalar_type() != at::kFloat)
+    throw error(Status::kInvalidArgument, "process_logits: logits: expected float32");
+  const std::int64_t R = logits.size(0), V = logits.size(1);
+  if (static_cast<std::int64_t>(row_params.size()) != R)
+    throw error(Status::kInvalidArgument, "process_logits: expected " + std::to_string(R) + " row params, got " +
+                                              std::to_string(row_params.size()));
+  const at::Tensor l = logits.is_cpu() ? logits.contiguous() : logits.cpu().contiguous();
+  at::Tensor probs = at::empty({R, V}, l.options());
+  const float* lp = l.data_ptr<float>();
+  float* pp = probs.data_ptr<float>();
+  std::vector<Status> status(static_cast<std::size_t>(R), Status::kSuccess);
+  auto row = [&](std::int64_t r) {
+    status[static_cast<std::size_t>(r)] =
+        logits_to_probs(std::span<const float>(lp + r * V, static_cast<std::size_t>(V)), *row_params[static_cast<std::size_t>(r)],
+                        std::span<float>(pp + r * V, static_cast<std::size_t>(V)));
+  };
+  // Greedy rows are a single scan; sampled rows cost an exp per entry: spread them over threads when there are several.
+  std::int64_t sampled = 0;
+  for (std::int64_t r = 0; r < R; ++r) sampled += row_params[static_cast<std::size_t>(r)]->greedy() ? 0 : 1;
+  if (sampled > 1)
+    at::parallel_for(0, R, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) row(r);
+    });
+  else
+    for (std::int64_t r = 0; r < R; ++r) row(r);
+  for (std::int64_t r = 0; r < R; ++r)
+    if (status[static_cast<std::size_t>(r)] != Status::kSuccess)
+      throw error(status[static_cast<std::size_t>(r)], "process_logits: logits row " + std::to_string(r) + ": " +
+                                                           to_string(status[static_cast<std::size_t>(r)]));
+  return probs;
+}
+
+}  // namespace proposers
+
+namespace decoder {
+
+const char* to_string(FinishReason reason) noexcept {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStopToken: return "stop token";
+    case FinishReason::kStopString: return "stop string";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+std::vector<double> RequestMetrics::acceptance_by_position() const {
+  std::vector<double> a(proposed_at.size(), 0.0);
+  for (std::size_t i = 0; i < a.size(); ++i)
+    a[i] = proposed_at[i] ? static_cast<double>(accepted_at[i]) / static_cast<double>(proposed_at[i]) : 0.0;
+  return a;
+}
+
+void RequestMetrics::add(const RequestMetrics& o) {
+  target_forwards += o.target_forwards;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  steps_with_drafts += o.steps_with_drafts;
+  if (proposed_at.size() < o.proposed_at.size()) {
+    proposed_at.resize(o.proposed_at.size(), 0);
+    accepted_at.resize(o.proposed_at.size(), 0);
+  }
+  for (std::size_t i = 0; i < o.proposed_at.size(); ++i) {
+    proposed_at[i] += o.proposed_at[i];
+    accepted_at[i] += o.accepted_at[i];
+  }
+}
+
+double DecoderMetrics::tokens_per_second() const {
+  const double s = step_seconds();
+  return s > 0 ? static_cast<double>(total.emitted) / s : 0.0;
+}
+double DecoderMetrics::one_token_forward_seconds() const {
+  return one_token_forwards ? one_token_seconds / static_cast<double>(one_token_forwards) : 0.0;
+}
+double DecoderMetrics::cost_ratio() const {
+  const double t1 = one_token_forward_seconds();
+  if (t1 <= 0 || draft_positions == 0) return 0.0;
+  return draft_seconds / static_cast<double>(draft_positions) / t1;
+}
+double DecoderMetrics::verify_cost_ratio() const {
+  const double t1 = one_token_forward_seconds();
+  if (t1 <= 0 || verify_forwards == 0) return 1.0;
+  return verify_seconds / static_cast<double>(verify_forwards) / t1;
+}
+double DecoderMetrics::mean_gamma() const {
+  return total.steps_with_drafts ? static_cast<double>(total.drafted) / static_cast<double>(total.steps_with_drafts) : 0.0;
+}
+double DecoderMetrics::overhead_fraction() const {
+  const double s = step_seconds();
+  return s > 0 ? overhead_seconds / s : 0.0;
+}
+double DecoderMetrics::theoretical_speedup() const {
+  const int g = static_cast<int>(std::lround(mean_gamma()));
+  if (g == 0) return 1.0;
+  return theory::walltime_improvement(std::min(total.acceptance_rate(), 1.0), g, cost_ratio(), verify_cost_ratio());
+}
+
+Detokenizer make_detokenizer(const models::Tokenizer& tokenizer) {
+  const models::Tokenizer* t = &tokenizer;
+  return [t](std::int64_t token) { return t->token_to_piece(static_cast<std::int32_t>(token)); };
+}
+
+namespace detail {
+
+namespace {
+[[noreturn]] void fail(const std::string& m) { throw error(Status::kInvalidArgument, m); }
+}  // namespace
+
+void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int32_t> max_drafts, std::int64_t V,
+                       bool trees_allowed, std::int64_t max_tree_nodes) {
+  const auto B = static_cast<std::int64_t>(max_drafts.size());
+  const std::string who = "Proposer::propose returned a DraftBatch with ";
+  if (static_cast<std::int64_t>(d.cu_num_drafts.size()) != B + 1)
+    fail(who + "cu_num_drafts of " + std::to_string(d.cu_num_drafts.size()) + " entries; expected B + 1 = " +
+         std::to_string(B + 1));
+  if (d.cu_num_drafts[0] != 0) fail(who + "cu_num_drafts[0] = " + std::to_string(d.cu_num_drafts[0]) + "; expected 0");
+  const std::int64_t N = d.cu_num_drafts[static_cast<std::size_t>(B)];
+  if (static_cast<std::int64_t>(d.token_ids.size()) != N)
+    fail(who + std::to_string(d.token_ids.size()) + " token ids; expected cu_num_drafts[B] = " + std::to_string(N));
+  if (!d.parents.empty()) {
+    if (!trees_allowed) fail(who + "a tree (parents), but the proposer does not declare supports_trees");
+    if (static_cast<std::int64_t>(d.parents.size()) != B)
+      fail(who + std::to_string(d.parents.size()) + " parent arrays; expected B = " + std::to_string(B));
+  }
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t k = d.cu_num_drafts[static_cast<std::size_t>(b + 1)] - d.cu_num_drafts[static_cast<std::size_t>(b)];
+    const std::string req = "request " + std::to_string(b) + ": ";
+    if (k < 0) fail(who + "decreasing cu_num_drafts at " + req);
+    const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+    if (tree) {
+      const auto& par = d.parents[static_cast<std::size_t>(b)];
+      if (static_cast<std::int64_t>(par.size()) != k)
+        fail(who + req + std::to_string(par.size()) + " parents for " + std::to_string(k) + " drafts");
+      if (k > max_tree_nodes) fail(who + req + std::to_string(k) + " tree nodes; at most " + std::to_string(max_tree_nodes));
+      std::vector<std::int32_t> depth(static_cast<std::size_t>(k + 1), 0);
+      for (std::int64_t j = 0; j < k; ++j) {
+        const std::int64_t p = par[static_cast<std::size_t>(j)];
+        if (p < 0 || p > j)
+          fail(who + req + "parents[" + std::to_string(j) + "] = " + std::to_string(p) + "; expected a value in [0, " +
+               std::to_string(j) + "]");
+        depth[static_cast<std::size_t>(j + 1)] = depth[static_cast<std::size_t>(p)] + 1;
+        if (depth[static_cast<std::size_t>(j + 1)] > max_drafts[static_cast<std::size_t>(b)])
+          fail(who + req + "tree depth above max_drafts = " + std::to_string(max_drafts[static_cast<std::size_t>(b)]));
+      }
+    } else if (k > max_drafts[static_cast<std::size_t>(b)]) {
+      fail(who + req + std::to_string(k) + " drafts; expected at most max_drafts = " +
+           std::to_string(max_drafts[static_cast<std::size_t>(b)]));
+    }
+  }
+  for (std::int64_t j = 0; j < N; ++j) {
+    const std::int64_t x = d.token_ids[static_cast<std::size_t>(j)];
+    if (x < 0 || x >= V)
+      fail(who + "token_ids[" + std::to_string(j) + "] = " + std::to_string(x) + "; expected ids in [0, " +
+           std::to_string(V) + ")");
+  }
+  if (d.probs.defined()) {
+    if (d.probs.dim() != 2 || d.probs.size(0) != N || d.probs.size(1) != V || d.probs.scalar_type() != at::kFloat)
+      fail(who + "probs of shape " + std::to_string(d.probs.dim() == 2 ? d.probs.size(0) : -1) + " x " +
+           std::to_string(d.probs.dim() == 2 ? d.probs.size(1) : -1) + "; expected float32 [N, V] = [" +
+           std::to_string(N) + ", " + std::to_string(V) + "]");
+  }
+}
+
+models::ForwardBatch build_forward(const proposers::DraftBatch& d, std::span<const std::int64_t> roots,
+                                   std::span<const std::int64_t> slots, const proposers::TargetFeatureSpec* features) {
+  const auto B = static_cast<std::int64_t>(roots.size());
+  models::ForwardBatch fb;
+  fb.slots.assign(slots.begin(), slots.end());
+  fb.token_ids.reserve(d.token_ids.size() + roots.size());
+  fb.cu_num_tokens.reserve(static_cast<std::size_t>(B + 1));
+  fb.cu_num_tokens.push_back(0);
+  const bool any_tree = !d.parents.empty();
+  if (any_tree) fb.parents.resize(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
+    fb.token_ids.push_back(roots[static_cast<std::size_t>(b)]);
+    fb.token_ids.insert(fb.token_ids.end(), d.token_ids.begin() + s, d.token_ids.begin() + e);
+    fb.cu_num_tokens.push_back(fb.cu_num_tokens.back() + 1 + (e - s));
+    if (any_tree && !d.parents[static_cast<std::size_t>(b)].empty()) {
+      auto& p = fb.parents[static_cast<std::size_t>(b)];
+      p.reserve(static_cast<std::size_t>(e - s + 1));
+      p.push_back(-1);
+      for (auto q : d.parents[static_cast<std::size_t>(b)]) p.push_back(static_cast<std::int32_t>(q));
+    }
+  }
+  if (features) {
+    fb.return_final_hidden = features->final_hidden;
+    fb.hidden_layers = features->layers;
+  }
+  return fb;
+}
+
+std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int64_t b) {
+  const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.cu_num_drafts[static_cast<std::size_t>(b + 1)] - s;
+  std::vector<std::int32_t> depth(static_cast<std::size_t>(k));
+  const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+  for (std::int64_t j = 0; j < k; ++j) {
+    if (!tree) {
+      depth[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j + 1);
+    } else {
+      const std::int64_t p = d.parents[static_cast<std::size_t>(b)][static_cast<std::size_t>(j)];
+      depth[static_cast<std::size_t>(j)] = p == 0 ? 1 : depth[static_cast<std::size_t>(p - 1)] + 1;
+    }
+  }
+  return depth;
+}
+
+Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
+                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy) {
+  const auto B = static_cast<std::int64_t>(seeds.size());
+  const auto N = static_cast<std::int64_t>(d.token_ids.size());
+  const auto i64 = at::TensorOptions().dtype(at::kLong);
+  at::Tensor ids = at::empty({N}, i64), cu = at::empty({B + 1}, i64), sd = at::empty({B}, i64), pos = at::empty({B}, i64);
+  at::Tensor gr = at::empty({B}, at::TensorOptions().dtype(at::kByte));
+  std::copy(d.token_ids.begin(), d.token_ids.end(), ids.data_ptr<std::int64_t>());
+  std::copy(d.cu_num_drafts.begin(), d.cu_num_drafts.end(), cu.data_ptr<std::int64_t>());
+  for (std::int64_t b = 0; b < B; ++b) sd.data_ptr<std::int64_t>()[b] = static_cast<std::int64_t>(seeds[static_cast<std::size_t>(b)]);
+  std::copy(positions.begin(), positions.end(), pos.data_ptr<std::int64_t>());
+  std::copy(greedy.begin(), greedy.end(), gr.data_ptr<std::uint8_t>());
+  std::optional<at::Tensor> q;
+  if (d.probs.defined()) q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  torch::RejectionSampleOptions opt;
+  opt.validate_probs = false;  // the rows come from process_logits; the verifier still checks every value it reads
+  Verified v;
+  v.tokens.resize(static_cast<std::size_t>(B));
+  v.nodes.resize(static_cast<std::size_t>(B));
+  at::Tensor out, nacc, nodes;
+  if (d.parents.empty()) {
+    auto r = torch::rejection_sample(ids, cu, q, target_probs, sd, pos, gr, opt);
+    out = r.output_token_ids;
+    nacc = r.num_accepted;
+  } else {
+    at::Tensor par = at::empty({N}, i64);
+    auto* pp = par.data_ptr<std::int64_t>();
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
+      const auto& pb = d.parents[static_cast<std::size_t>(b)];
+      for (std::int64_t j = s; j < e; ++j) pp[j] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
+    }
+    auto r = torch::tree_rejection_sample(ids, par, cu, q, target_probs, sd, pos, gr, opt);
+    out = r.output_token_ids;
+    nacc = r.num_accepted;
+    nodes = r.accepted_nodes;
+  }
+  const auto stride = out.size(1);
+  const auto* op = out.data_ptr<std::int64_t>();
+  const auto* np = nacc.data_ptr<std::int32_t>();
+  const std::int64_t* ndp = nodes.defined() ? nodes.data_ptr<std::int64_t>() : nullptr;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t n = np[b];
+    v.tokens[static_cast<std::size_t>(b)].assign(op + b * stride, op + b * stride + n + 1);
+    auto& nd = v.nodes[static_cast<std::size_t>(b)];
+    nd.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = ndp ? ndp[b * stride + i] : i + 1;
+  }
+  return v;
+}
+
+namespace {
+proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at::Tensor& rows, std::int64_t start,
+                                      const proposers::TargetFeatureSpec& spec) {
+  proposers::TargetFeatures f;
+  f.start = start;
+  f.rows = rows.numel();
+  if (spec.final_hidden) {
+    f.hidden_pre_norm = out.hidden_pre_norm.index_select(0, rows);
+    f.hidden_post_norm = out.hidden_post_norm.index_select(0, rows);
+  }
+  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(t.index_select(0, rows));
+  return f;
+}
+}  // namespace
+
+proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
+                                          std::span<const std::int64_t> accepted_nodes, std::int64_t start,
+                                          const proposers::TargetFeatureSpec& spec) {
+  at::Tensor rows = at::empty({static_cast<std::int64_t>(accepted_nodes.size()) + 1}, at::TensorOptions().dtype(at::kLong));
+  auto* r = rows.data_ptr<std::int64_t>();
+  r[0] = row_begin;
+  for (std::size_t i = 0; i < accepted_nodes.size(); ++i) r[i + 1] = row_begin + accepted_nodes[i];
+  at::Tensor dev_rows = out.logits.defined() && !out.logits.is_cpu() ? rows.to(out.logits.device()) : rows;
+  return select_rows(out, dev_rows, start, spec);
+}
+
+proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, const proposers::TargetFeatureSpec& spec) {
+  proposers::TargetFeatures f;
+  f.start = 0;
+  if (spec.final_hidden) {
+    f.hidden_pre_norm = out.hidden_pre_norm;
+    f.hidden_post_norm = out.hidden_post_norm;
+    f.rows = out.hidden_pre_norm.size(0);
+  }
+  f.layer_hidden = out.layer_hidden;
+  if (!f.layer_hidden.empty()) f.rows = f.layer_hidden.front().size(0);
+  return f;
+}
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  for (const auto& s : stops_) longest_ = std::max(longest_, s.size());
+}
+
+int StopMatcher::push(const std::string& piece) {
+  const std::size_t old = tail_.size();
+  tail_ += piece;
+  int hit = -1;
+  std::size_t best_end = std::string::npos;
+  for (std::size_t i = 0; i < stops_.size(); ++i) {
+    const auto& s = stops_[i];
+    const std::size_t from = old >= s.size() - 1 ? old - (s.size() - 1) : 0;
+    const std::size_t at = tail_.find(s, from);
+    if (at != std::string::npos && (best_end == std::string::npos || at + s.size() < best_end)) {
+      best_end = at + s.size();
+      hit = static_cast<int>(i);
+    }
+  }
+  if (tail_.size() > 4 * longest_ + 64) tail_.erase(0, tail_.size() - longest_);
+  return hit;
+}
+
+void check_options(const DecoderOptions& o) {
+  if (o.num_speculative_tokens < 0)
+    fail("DecoderOptions.num_speculative_tokens: expected >= 0, got " + std::to_string(o.num_speculative_tokens));
+  if (o.max_speculative_tokens < 0)
+    fail("DecoderOptions.max_speculative_tokens: expected >= 0, got " + std::to_string(o.max_speculative_tokens));
+}
+
+void check_request(const GenerationRequest& r, std::int64_t V, const DecoderOptions& o) {
+  if (r.prompt.empty()) fail("GenerationRequest.prompt: expected at least one token, got an empty prompt");
+  for (std::size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= V)
+      fail("GenerationRequest.prompt[" + std::to_string(i) + "]: expected a token id in [0, " + std::to_string(V) +
+           "), got " + std::to_string(r.prompt[i]));
+  std::string m;
+  if (validate(r.params, &m) != Status::kSuccess) fail("GenerationRequest.params." + m);
+  if (r.max_new_tokens < 1) fail("GenerationRequest.max_new_tokens: expected >= 1, got " + std::to_string(r.max_new_tokens));
+  for (auto t : r.stop_token_ids)
+    if (t < 0 || t >= V)
+      fail("GenerationRequest.stop_token_ids: expected ids in [0, " + std::to_string(V) + "), got " + std::to_string(t));
+  for (const auto& s : r.stop_strings)
+    if (s.empty()) fail("GenerationRequest.stop_strings: expected non-empty strings, got an empty one");
+  if (!r.stop_strings.empty() && !o.detokenize)
+    fail("GenerationRequest.stop_strings: stop strings need DecoderOptions.detokenize (e.g. make_detokenizer(tokenizer))");
+  if (r.num_speculative_tokens < -1)
+    fail("GenerationRequest.num_speculative_tokens: expected >= 0 (or -1 = the decoder's default), got " +
+         std::to_string(r.num_speculative_tokens));
+}
+
+std::int32_t choose_gamma(double a, double c, double r_ref, double g_ref, std::int32_t max_g) {
+  a = std::clamp(a, 0.0, 0.999);
+  std::int32_t best_g = 0;
+  double best = 1.0;
+  const double slope = g_ref > 0 ? std::max(r_ref - 1.0, 0.0) / g_ref : 0.0;
+  for (std::int32_t g = 1; g <= max_g; ++g) {
+    const double w = theory::walltime_improvement(a, g, c, 1.0 + slope * g);
+    if (w > best) {
+      best = w;
+      best_g = g;
+    }
+  }
+  return best_g;
+}
+
+}  // namespace detail
+}  // namespace decoder
+}  // namespace specdec

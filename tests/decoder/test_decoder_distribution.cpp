@@ -1,0 +1,104 @@
+// The joint distribution of the first two generated tokens under speculation (draft model proposer) and under plain
+// decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound per category.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common.hpp"
+
+namespace {
+
+using namespace specdec::test;
+
+/// Exact reference: processed target rows after the prompt, and after prompt + x1 for every x1.
+std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<std::int64_t>& prompt,
+                                    const specdec::SamplingParams& params) {
+  const std::int64_t V = target.vocab_size();
+  const specdec::SamplingParams* pp[] = {&params};
+  const at::Tensor p1 = sp::process_logits(fresh_next_logits(target, prompt).unsqueeze(0), pp)[0];
+  std::vector<double> pi(static_cast<std::size_t>(V * V), 0.0);
+  for (std::int64_t x1 = 0; x1 < V; ++x1) {
+    const double a = p1[x1].item<float>();
+    if (a == 0.0) continue;
+    auto ctx = prompt;
+    ctx.push_back(x1);
+    const at::Tensor p2 = sp::process_logits(fresh_next_logits(target, ctx).unsqueeze(0), pp)[0];
+    for (std::int64_t x2 = 0; x2 < V; ++x2) pi[static_cast<std::size_t>(x1 * V + x2)] = a * p2[x2].item<float>();
+  }
+  return pi;
+}
+
+template <class Proposer>
+void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::SamplingParams& params, int g, std::int64_t n) {
+  const std::int64_t V = target.vocab_size();
+  const std::vector<std::int64_t> prompt{1, 5, 2, 7};
+  const auto pi = joint_reference(target, prompt, params);
+  std::vector<std::int64_t> count(pi.size(), 0);
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = g;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(proposer, target, o);
+  constexpr std::int64_t kPerCall = 500;
+  for (std::int64_t start = 0; start < n; start += kPerCall) {
+    std::vector<sd::GenerationRequest> rs;
+    for (std::int64_t i = start; i < std::min(n, start + kPerCall); ++i) {
+      auto r = make_request(prompt, 2);
+      r.params = params;
+      r.params.seed = 0xABCDEF00ull + static_cast<std::uint64_t>(i);
+      rs.push_back(r);
+    }
+    for (const auto& r : dec.generate(rs)) {
+      ASSERT_EQ(r.tokens.size(), 2u);
+      ++count[static_cast<std::size_t>(r.tokens[0] * V + r.tokens[1])];
+    }
+  }
+  for (std::size_t c = 0; c < pi.size(); ++c) {
+    const double e = static_cast<double>(n) * pi[c];
+    const double bound = 6.0 * std::sqrt(e * (1.0 - pi[c])) + (pi[c] > 0 ? 5.0 : 0.0);
+    EXPECT_LE(std::abs(static_cast<double>(count[c]) - e), bound)
+        << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
+        << count[c] << ", expected " << e;
+  }
+  if (g > 0) EXPECT_GT(dec.metrics().total.accepted, 0);
+}
+
+specdec::SamplingParams params(float t, int top_k = 0, float top_p = 1.0f) {
+  specdec::SamplingParams p;
+  p.temperature = t;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  return p;
+}
+
+constexpr std::int64_t kVocab = 12;
+constexpr std::int64_t kDraws = 6000;
+
+TEST(DecoderDistribution, DraftModelFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  auto draft_model = tiny_model(22, kVocab);
+  for (int g : {2, 3}) {
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    check_joint(draft, target, params(1.0f), g, kDraws);
+  }
+}
+
+TEST(DecoderDistribution, DraftModelTruncatedParams) {
+  auto target = tiny_model(23, kVocab);
+  auto draft_model = tiny_model(24, kVocab);
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  check_joint(draft, target, params(0.7f, 6, 0.9f), 2, kDraws);
+}
+
+TEST(DecoderDistribution, AutoregressiveFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  sp::NoProposer none;
+  check_joint(none, target, params(1.0f), 0, kDraws);
+}
+
+TEST(DecoderDistribution, NgramFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(25, kVocab);
+  sp::NgramProposer ngram;
+  check_joint(ngram, target, params(1.0f), 3, kDraws);
+}
+
+}  // namespace

@@ -1,0 +1,10 @@
+# EAGLE heads, their checkpoints, the EAGLE-2 dynamic tree and the EagleProposer driven by SpeculativeDecoder.
+if(TARGET specdec::proposers)
+  set(_eagle_test_sources ${CMAKE_CURRENT_LIST_DIR}/test_eagle_head.cpp ${CMAKE_CURRENT_LIST_DIR}/test_eagle_tree.cpp)
+  set(_eagle_test_libs specdec::proposers nlohmann_json::nlohmann_json)
+  if(TARGET specdec::decoder)
+    list(APPEND _eagle_test_sources ${CMAKE_CURRENT_LIST_DIR}/test_eagle_decoder.cpp)
+    list(APPEND _eagle_test_libs specdec::decoder)
+  endif()
+  specdec_add_test(test_proposers_eagle SOURCES ${_eagle_test_sources} LIBS ${_eagle_test_libs})
+endif()

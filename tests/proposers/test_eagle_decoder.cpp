@@ -1,0 +1,316 @@
+// EagleProposer end to end with SpeculativeDecoder on small random-weight Llama targets:
+//  - an untrained (random) EAGLE-1 or EAGLE-3 head, chain or tree, g in {1, 2, 4}, batch 1 and 3, gives exactly the target's
+//    greedy output;
+//  - the proposer's head state follows the accepted tokens: after every decoder step its next drafts equal those of a fresh
+//    head fed the target features of the whole context;
+//  - at temperature > 0 on an 8-token vocabulary, the first token and the first two tokens under EAGLE speculation (sampled
+//    chain, argmax chain, tree) are distributed as the target's (DESIGN.md's 6-sigma bound per category).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../core/stats.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/proposers/eagle.hpp"
+#include "specdec/sampling/logits.hpp"
+
+namespace sp = specdec::proposers;
+namespace sm = specdec::models;
+namespace sd = specdec::decoder;
+
+namespace {
+
+struct Target {
+  sm::LlamaConfig config;
+  std::map<std::string, at::Tensor> weights;
+  sm::LlamaModel make() const {
+    return sm::LlamaModel(config, [this](const std::string& n) {
+      auto it = weights.find(n);
+      return it == weights.end() ? at::Tensor() : it->second;
+    });
+  }
+  sp::EagleTargetWeights shared() const { return {weights.at("model.embed_tokens.weight"), weights.at("lm_head.weight")}; }
+};
+
+Target make_target(std::int64_t vocab, std::int64_t layers, std::uint64_t seed, double logit_scale = 1.0) {
+  Target t;
+  sm::LlamaConfig& c = t.config;
+  c.vocab_size = vocab;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_layers = layers;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 512;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  auto randn = [&](std::vector<std::int64_t> shape, double mean, double std) { return at::normal(mean, std, shape, gen, at::kFloat); };
+  const double s = 1.0 / std::sqrt(32.0);
+  auto& w = t.weights;
+  w["model.embed_tokens.weight"] = randn({vocab, 32}, 0, 1);
+  w["lm_head.weight"] = randn({vocab, 32}, 0, s * logit_scale);
+  w["model.norm.weight"] = randn({32}, 1, 0.1);
+  for (std::int64_t i = 0; i < layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w[p + "input_layernorm.weight"] = randn({32}, 1, 0.1);
+    w[p + "post_attention_layernorm.weight"] = randn({32}, 1, 0.1);
+    w[p + "self_attn.q_proj.weight"] = randn({32, 32}, 0, 2 * s);
+    w[p + "self_attn.k_proj.weight"] = randn({16, 32}, 0, 2 * s);
+    w[p + "self_attn.v_proj.weight"] = randn({16, 32}, 0, s);
+    w[p + "self_attn.o_proj.weight"] = randn({32, 32}, 0, s);
+    w[p + "mlp.gate_proj.weight"] = randn({48, 32}, 0, s);
+    w[p + "mlp.up_proj.weight"] = randn({48, 32}, 0, s);
+    w[p + "mlp.down_proj.weight"] = randn({32, 48}, 0, 1.0 / std::sqrt(48.0));
+  }
+  return t;
+}
+
+sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab) {
+  sp::EagleHeadConfig c;
+  c.version = v;
+  c.layer.vocab_size = vocab;
+  c.layer.hidden_size = 32;
+  c.layer.intermediate_size = 40;
+  c.layer.num_layers = 1;
+  c.layer.num_heads = 4;
+  c.layer.num_kv_heads = 2;
+  c.layer.head_dim = 8;
+  c.layer.rms_norm_eps = 1e-6;
+  c.layer.max_position_embeddings = 512;
+  if (v == sp::EagleVersion::kEagle3) {
+    c.draft_vocab_size = vocab > 16 ? 40 : vocab;
+    c.feature_layers = {0, 1, 2};
+  }
+  return c;
+}
+
+sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode,
+                                sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77) {
+  sp::EagleProposerOptions o;
+  o.mode = mode;
+  o.chain_sampling = sampling;
+  o.tree.top_k = 4;
+  o.tree.num_nodes = 10;
+  o.target_num_layers = t.config.num_layers;
+  return sp::EagleProposer(sp::EagleHead::random(head_config(v, t.config.vocab_size), seed, t.shared()), o);
+}
+
+std::vector<std::int64_t> random_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int64_t> d(0, vocab - 1);
+  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
+  for (auto& e : t) e = d(rng);
+  return t;
+}
+
+// Plain greedy decoding of the target, one token per forward.
+std::vector<std::int64_t> greedy(sm::LlamaModel& m, const std::vector<std::int64_t>& prompt, std::int64_t n) {
+  const std::int64_t s = m.allocate_sequence();
+  auto fb = sm::make_chain_batch(s, prompt);
+  fb.last_logits_only = true;
+  at::Tensor logits = m.forward(fb).logits;
+  std::vector<std::int64_t> out;
+  for (std::int64_t i = 0; i < n; ++i) {
+    out.push_back(logits[0].argmax().item<std::int64_t>());
+    logits = m.forward(sm::make_chain_batch(s, {out.back()})).logits;
+  }
+  m.free_sequence(s);
+  return out;
+}
+
+const char* name(sp::EagleVersion v) { return v == sp::EagleVersion::kEagle1 ? "eagle1" : "eagle3"; }
+const char* name(sp::EagleDraftMode m) { return m == sp::EagleDraftMode::kChain ? "chain" : "tree"; }
+
+}  // namespace
+
+TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
+  const Target t = make_target(61, 4, 1);
+  sm::LlamaModel target = t.make();
+  const std::vector<std::vector<std::int64_t>> prompts = {random_tokens(5, 61, 2), random_tokens(1, 61, 3), random_tokens(9, 61, 4)};
+  std::vector<std::vector<std::int64_t>> want;
+  for (const auto& p : prompts) want.push_back(greedy(target, p, 16));
+  std::int64_t tree_accepted = 0;
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
+      for (int g : {1, 2, 4})
+        for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
+          SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " g=" + std::to_string(g) + " batch=" + std::to_string(batch));
+          sp::EagleProposer proposer = make_proposer(t, v, mode);
+          sd::DecoderOptions opts;
+          opts.num_speculative_tokens = g;
+          sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+          std::vector<sd::GenerationRequest> reqs;
+          for (std::size_t i = 0; i < batch; ++i) {
+            sd::GenerationRequest r;
+            r.prompt = prompts[batch == 1 ? 0 : i];
+            r.params.temperature = 0.f;
+            r.max_new_tokens = 16;
+            reqs.push_back(r);
+          }
+          const auto res = dec.generate(reqs);
+          ASSERT_EQ(res.size(), batch);
+          for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(res[i].tokens, want[batch == 1 ? 0 : i]) << "request " << i;
+          EXPECT_GT(dec.metrics().total.drafted, 0);
+          if (mode == sp::EagleDraftMode::kTree) tree_accepted += dec.metrics().total.accepted;
+        }
+  EXPECT_GT(tree_accepted, 0) << "no tree draft was ever accepted: the accepted-path bookkeeping went untested";
+}
+
+// After every step, the proposer's next drafts equal a fresh head's drafts computed from the whole context's target features.
+TEST(EagleDecoder, HeadStateFollowsAcceptedTokens) {
+  const Target t = make_target(8, 3, 5);
+  sm::LlamaModel target = t.make();
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree}) {
+      SCOPED_TRACE(std::string(name(v)) + " " + name(mode));
+      sp::EagleProposer proposer = make_proposer(t, v, mode, sp::EagleChainSampling::kArgmax, 91);
+      sd::DecoderOptions opts;
+      opts.num_speculative_tokens = 3;
+      opts.calibrate = false;
+      sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+      sd::GenerationRequest r;
+      r.prompt = random_tokens(6, 8, 6);
+      r.params.temperature = 1.f;
+      r.params.seed = 3;
+      r.max_new_tokens = 40;
+      const auto id = dec.add_request(r);
+      std::int64_t accepted_steps = 0;
+      for (int step = 0; step < 12 && dec.num_running() > 0; ++step) {
+        const auto before = dec.metrics().total.accepted;
+        if (!dec.step().empty()) break;
+        accepted_steps += dec.metrics().total.accepted > before;
+        const std::vector<std::int64_t> ctx(dec.context(id).begin(), dec.context(id).end());
+        // What the proposer drafts next (argmax chain of 3, or the tree).
+        sp::ProposeRequest q;
+        q.id = id;
+        q.context = ctx;
+        q.params = &r.params;
+        q.max_drafts = 3;
+        q.position = static_cast<std::int64_t>(ctx.size());
+        const sp::DraftBatch got = proposer.propose(std::span<const sp::ProposeRequest>(&q, 1));
+
+        // A fresh head (same weights) fed the features of the whole context, computed in one target forward.
+        sp::EagleProposer fresh = make_proposer(t, v, mode, sp::EagleChainSampling::kArgmax, 91);
+        sm::LlamaModel ref_target = t.make();
+        const std::int64_t slot = ref_target.allocate_sequence();
+        auto fb = sm::make_chain_batch(slot, {ctx.begin(), ctx.end() - 1});
+        const auto spec = fresh.target_feature_spec();
+        fb.return_final_hidden = spec.final_hidden;
+        fb.hidden_layers = spec.layers;
+        const auto out = ref_target.forward(fb);
+        sp::TargetFeatures f;
+        f.start = 0;
+        f.rows = static_cast<std::int64_t>(ctx.size()) - 1;
+        f.hidden_pre_norm = out.hidden_pre_norm;
+        f.hidden_post_norm = out.hidden_post_norm;
+        f.layer_hidden = out.layer_hidden;
+        sp::RequestContext rc;
+        rc.id = 0;
+        rc.context = ctx;
+        rc.params = &r.params;
+        rc.features = &f;
+        fresh.begin_request(rc);
+        q.id = 0;
+        const sp::DraftBatch want = fresh.propose(std::span<const sp::ProposeRequest>(&q, 1));
+        EXPECT_EQ(got.token_ids, want.token_ids) << "step " << step;
+        EXPECT_EQ(got.parents, want.parents) << "step " << step;
+        EXPECT_EQ(proposer.pending_rows(id), 0);
+      }
+      EXPECT_GT(accepted_steps, 0) << "no step accepted a draft: the accepted-feature path went untested";
+      dec.cancel(id);
+    }
+}
+
+namespace {
+
+// Runs n requests (seeds 0..n-1) with the same prompt and returns the counts of the first token and of the first two tokens.
+void sample_first_tokens(sm::LlamaModel& target, sp::EagleProposer& proposer, const std::vector<std::int64_t>& prompt,
+                         const specdec::SamplingParams& params, std::int32_t g, std::int64_t n, std::int64_t vocab,
+                         std::vector<std::int64_t>& first, std::vector<std::int64_t>& pairs, std::int64_t& accepted) {
+  sd::DecoderOptions opts;
+  opts.num_speculative_tokens = g;
+  opts.calibrate = false;
+  sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+  first.assign(static_cast<std::size_t>(vocab), 0);
+  pairs.assign(static_cast<std::size_t>(vocab * vocab), 0);
+  const std::int64_t chunk = 200;
+  for (std::int64_t b = 0; b < n; b += chunk) {
+    std::vector<sd::GenerationRequest> reqs;
+    for (std::int64_t i = b; i < std::min(n, b + chunk); ++i) {
+      sd::GenerationRequest r;
+      r.prompt = prompt;
+      r.params = params;
+      r.params.seed = static_cast<std::uint64_t>(i) * 7919 + 13;
+      r.max_new_tokens = g + 1;
+      reqs.push_back(r);
+    }
+    for (const auto& res : dec.generate(reqs)) {
+      ++first[static_cast<std::size_t>(res.tokens.at(0))];
+      ++pairs[static_cast<std::size_t>(res.tokens.at(0) * vocab + res.tokens.at(1))];
+    }
+  }
+  accepted = dec.metrics().total.accepted;
+}
+
+}  // namespace
+
+TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
+  const std::int64_t V = 8;
+  const Target t = make_target(V, 3, 9, 4.0);
+  sm::LlamaModel target = t.make();
+  const std::vector<std::int64_t> prompt = {3, 1, 4, 1, 5};
+  specdec::SamplingParams params;
+  params.temperature = 0.9f;
+  params.top_k = 6;
+
+  // The target's distributions of the first token and of the second given the first.
+  std::vector<double> p1(V), p12(V * V);
+  {
+    const std::int64_t s = target.allocate_sequence();
+    auto fb = sm::make_chain_batch(s, prompt);
+    fb.last_logits_only = true;
+    const at::Tensor l = target.forward(fb).logits[0].contiguous();
+    const auto q = specdec::logits_to_probs(std::span<const float>(l.data_ptr<float>(), V), params);
+    for (std::int64_t a = 0; a < V; ++a) {
+      p1[static_cast<std::size_t>(a)] = q[static_cast<std::size_t>(a)];
+      if (q[static_cast<std::size_t>(a)] == 0.f) continue;
+      const std::int64_t s2 = target.allocate_sequence();
+      auto prompt2 = prompt;
+      prompt2.push_back(a);
+      auto fb2 = sm::make_chain_batch(s2, prompt2);
+      fb2.last_logits_only = true;
+      const at::Tensor l2 = target.forward(fb2).logits[0].contiguous();
+      const auto q2 = specdec::logits_to_probs(std::span<const float>(l2.data_ptr<float>(), V), params);
+      for (std::int64_t b = 0; b < V; ++b)
+        p12[static_cast<std::size_t>(a * V + b)] = static_cast<double>(q[static_cast<std::size_t>(a)]) * q2[static_cast<std::size_t>(b)];
+      target.free_sequence(s2);
+    }
+    target.free_sequence(s);
+  }
+
+  struct Case {
+    sp::EagleVersion v;
+    sp::EagleDraftMode mode;
+    sp::EagleChainSampling sampling;
+  };
+  for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax},
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample}}) {
+    SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax"));
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123);
+    std::vector<std::int64_t> first, pairs;
+    std::int64_t accepted = 0;
+    sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted);
+    EXPECT_TRUE(specdec::test::matches_distribution(first, p1));
+    EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
+    EXPECT_GT(accepted, 200) << "too few accepted drafts for the test to exercise speculation";
+  }
+}
