@@ -10,7 +10,7 @@ jobs="${SPECDEC_JOBS:-$(nproc)}"
 if [[ "${1:-}" == "--sanitize" ]]; then
   SPECDEC_BUILD_DIR="$root/build-sanitize" "$root/scripts/build.sh" \
     -DSPECDEC_WITH_TORCH=OFF -DSPECDEC_WITH_CUDA=OFF -DSPECDEC_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF
+    -DSPECDEC_BUILD_BENCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_INSTALL=OFF
   cd "$root/build-sanitize"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j "$jobs"
