@@ -302,12 +302,12 @@ Status emulate_tree(const TreeVerifyParams<T, IdT>& a, std::int64_t b, bool vec_
 // ---------------------------------------------------------------------------------------------------------------
 
 template <class T>
-class Emulation : public ::testing::Test {};
+class cuda_emulation : public ::testing::Test {};
 using ProbTypes = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(Emulation, ProbTypes);
+TYPED_TEST_SUITE(cuda_emulation, ProbTypes);
 
 // The slot's lane sums with 16-byte loads (and the scalar path) give the core's tile_mass bits for every weight.
-TYPED_TEST(Emulation, TileMassMatchesCore) {
+TYPED_TEST(cuda_emulation, TileMassMatchesCore) {
   using T = TypeParam;
   std::mt19937_64 rng(11);
   for (std::int64_t V : {7LL, 1024LL, 1025LL, 2048LL, 8193LL, 32000LL}) {
@@ -342,7 +342,7 @@ TYPED_TEST(Emulation, TileMassMatchesCore) {
 }
 
 // Tile race and token race candidates, folded in any order, pick what race_tiles / race_in_tile pick.
-TEST(EmulationRace, RacesMatchCore) {
+TEST(cuda_emulation_race, RacesMatchCore) {
   std::mt19937_64 rng(12);
   for (int rep = 0; rep < 400; ++rep) {
     const std::int64_t V = 1 + static_cast<std::int64_t>(rng() % 5000);
@@ -425,7 +425,7 @@ void check_tree_batch(const Batch& c, const char* what) {
 
 constexpr std::int64_t kSmallVocabs[] = {7, 33, 1025, 2048, 3000, 8193};
 
-TYPED_TEST(Emulation, ChainMatchesCpu) {
+TYPED_TEST(cuda_emulation, ChainMatchesCpu) {
   std::mt19937_64 rng(21);
   for (int rep = 0; rep < 300; ++rep) {
     const std::int64_t V = kSmallVocabs[rep % 6];
@@ -435,7 +435,7 @@ TYPED_TEST(Emulation, ChainMatchesCpu) {
   }
 }
 
-TYPED_TEST(Emulation, ChainLargeVocabMatchesCpu) {
+TYPED_TEST(cuda_emulation, ChainLargeVocabMatchesCpu) {
   std::mt19937_64 rng(22);
   for (int rep = 0; rep < 6; ++rep) {
     const std::int64_t V = rep % 2 ? 151936 : 32000;
@@ -444,7 +444,7 @@ TYPED_TEST(Emulation, ChainLargeVocabMatchesCpu) {
   }
 }
 
-TYPED_TEST(Emulation, ChainLenience) {
+TYPED_TEST(cuda_emulation, ChainLenience) {
   std::mt19937_64 rng(23);
   for (int rep = 0; rep < 60; ++rep) {
     Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 3, 5, true, false, 0.0);
@@ -453,7 +453,7 @@ TYPED_TEST(Emulation, ChainLenience) {
   }
 }
 
-TYPED_TEST(Emulation, ChainBadInputPerRequest) {
+TYPED_TEST(cuda_emulation, ChainBadInputPerRequest) {
   std::mt19937_64 rng(24);
   for (int rep = 0; rep < 300; ++rep) {
     Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 3, 4, rep % 2 == 0, false, 0.3);
@@ -463,7 +463,7 @@ TYPED_TEST(Emulation, ChainBadInputPerRequest) {
   }
 }
 
-TYPED_TEST(Emulation, TreeMatchesCpu) {
+TYPED_TEST(cuda_emulation, TreeMatchesCpu) {
   std::mt19937_64 rng(31);
   for (int rep = 0; rep < 200; ++rep) {
     const std::int64_t V = kSmallVocabs[rep % 6];
@@ -473,7 +473,7 @@ TYPED_TEST(Emulation, TreeMatchesCpu) {
   }
 }
 
-TYPED_TEST(Emulation, TreeBadInputPerRequest) {
+TYPED_TEST(cuda_emulation, TreeBadInputPerRequest) {
   std::mt19937_64 rng(32);
   for (int rep = 0; rep < 200; ++rep) {
     Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 3, 6, rep % 2 == 0, true, 0.2);
@@ -483,7 +483,7 @@ TYPED_TEST(Emulation, TreeBadInputPerRequest) {
 }
 
 // A chain given as a tree (parents[j] = j) verifies like the chain verifier (tree.hpp's promise), in emulation.
-TEST(EmulationTree, ChainShapedTreeMatchesChain) {
+TEST(cuda_emulation_tree, ChainShapedTreeMatchesChain) {
   std::mt19937_64 rng(33);
   for (int rep = 0; rep < 60; ++rep) {
     const Batch c = testing::make_batch<float>(rng, kSmallVocabs[rep % 6], 2, 5, rep % 2 == 0, false, 0.2);

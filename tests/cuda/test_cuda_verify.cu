@@ -170,13 +170,13 @@ void run_tree(const Batch& c, const char* what) {
 }
 
 template <class T>
-class CudaVerify : public ::testing::Test {};
+class cuda_verify : public ::testing::Test {};
 using ProbTypes = ::testing::Types<float, __half, __nv_bfloat16>;
-TYPED_TEST_SUITE(CudaVerify, ProbTypes);
+TYPED_TEST_SUITE(cuda_verify, ProbTypes);
 
 constexpr std::int64_t kVocabs[] = {7, 33, 1025, 8193, 32000, 151936};
 
-TYPED_TEST(CudaVerify, ChainMatchesCpu) {
+TYPED_TEST(cuda_verify, ChainMatchesCpu) {
   SPECDEC_REQUIRE_DEVICE();
   std::mt19937_64 rng(101);
   for (int rep = 0; rep < 240; ++rep) {
@@ -189,7 +189,7 @@ TYPED_TEST(CudaVerify, ChainMatchesCpu) {
   }
 }
 
-TYPED_TEST(CudaVerify, ChainBadInputPerRequest) {
+TYPED_TEST(cuda_verify, ChainBadInputPerRequest) {
   SPECDEC_REQUIRE_DEVICE();
   std::mt19937_64 rng(102);
   for (int rep = 0; rep < 200; ++rep) {
@@ -201,7 +201,7 @@ TYPED_TEST(CudaVerify, ChainBadInputPerRequest) {
   }
 }
 
-TYPED_TEST(CudaVerify, TreeMatchesCpu) {
+TYPED_TEST(cuda_verify, TreeMatchesCpu) {
   SPECDEC_REQUIRE_DEVICE();
   std::mt19937_64 rng(103);
   for (int rep = 0; rep < 150; ++rep) {
@@ -213,7 +213,7 @@ TYPED_TEST(CudaVerify, TreeMatchesCpu) {
   }
 }
 
-TYPED_TEST(CudaVerify, TreeBadInputPerRequest) {
+TYPED_TEST(cuda_verify, TreeBadInputPerRequest) {
   SPECDEC_REQUIRE_DEVICE();
   std::mt19937_64 rng(104);
   for (int rep = 0; rep < 150; ++rep) {
@@ -224,7 +224,7 @@ TYPED_TEST(CudaVerify, TreeBadInputPerRequest) {
 }
 
 // Empty batch, workspace too small, bad lenience: host-side statuses, nothing launched.
-TEST(CudaVerifyArgs, HostChecks) {
+TEST(cuda_verify_args, HostChecks) {
   SPECDEC_REQUIRE_DEVICE();
   ChainVerifyParams<float, std::int32_t> a;
   a.vocab_size = 10;
@@ -243,7 +243,7 @@ __global__ void exponentials_kernel(std::uint64_t seed, std::int64_t pos, std::u
     out[i] = exponential(seed, pos, Purpose::kResidual, i);
 }
 
-TEST(CudaVerifyRng, ExponentialBitsMatchHost) {
+TEST(cuda_verify_rng, ExponentialBitsMatchHost) {
   SPECDEC_REQUIRE_DEVICE();
   constexpr std::uint32_t kN = 1u << 22;
   Guarded d(kN * sizeof(float));
@@ -257,7 +257,7 @@ TEST(CudaVerifyRng, ExponentialBitsMatchHost) {
 }
 
 // A captured CUDA graph replays the verification with the same results (no hidden allocation or host sync).
-TEST(CudaVerifyGraph, CapturedStepReplays) {
+TEST(cuda_verify_graph, CapturedStepReplays) {
   SPECDEC_REQUIRE_DEVICE();
   std::mt19937_64 rng(105);
   const Batch c = testing::make_batch<float>(rng, 32000, 8, 5, true, false, 0.25);
