@@ -814,7 +814,11 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 }  // namespace
 
 EagleHeadConfig load_eagle_head_config(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir))
+    fail(fmt::format("load_eagle_head: dir: expected a checkpoint directory, got '{}'", dir.string()));
   const std::filesystem::path cfg_path = dir / "config.json";
+  if (!std::filesystem::is_regular_file(cfg_path))
+    fail(fmt::format("load_eagle_head: expected a config.json in '{}', got none", dir.string()));
   EagleHeadConfig c;
   c.layer = sm::llama_config_from_hf_json(cfg_path);
   std::ifstream in(cfg_path);

@@ -319,10 +319,11 @@ TEST_P(EagleHeadForward, TreeRowsSeeOnlyTheirAncestors) {
   EXPECT_TRUE(close(head.forward(again).logits, bd));
 }
 
-INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3), [](const auto& info) {
+std::string head_name(const ::testing::TestParamInfo<int>& info) {
   static const char* names[] = {"Eagle1", "Eagle1TwoLayers", "Eagle3", "Eagle3OwnEmbedding"};
-  return std::string(names[info.param]);
-});
+  return names[info.param];
+}
+INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3), head_name);
 
 TEST(EagleHead, Eagle3DraftVocabularyMap) {
   const auto t = target_weights(61, 32, 1);

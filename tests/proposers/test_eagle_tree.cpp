@@ -128,8 +128,9 @@ std::vector<Path> whole_tree(std::int32_t max_depth, std::int64_t vocab, std::ui
     all.insert(all.end(), next.begin(), next.end());
     level = next;
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [&](const Path& a, const Path& b) { return path_score(a, vocab, salt) > path_score(b, vocab, salt); });
+  std::map<Path, float> score;
+  for (const auto& p : all) score[p] = path_score(p, vocab, salt);
+  std::stable_sort(all.begin(), all.end(), [&](const Path& a, const Path& b) { return score.at(a) > score.at(b); });
   return all;
 }
 
