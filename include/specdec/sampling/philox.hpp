@@ -109,19 +109,21 @@ SPECDEC_INLINE float log_positive(float x) {
 #else
   __builtin_memcpy(&m, &ix, sizeof m);
 #endif
+  // Every product below either feeds an explicit fmaf or is itself the result of one, so no separate multiply is
+  // ever followed by an add: a compiler that contracts a * b + c (nvcc by default, GCC with -ffp-contract=fast and
+  // FMA hardware) has nothing to contract, and host and device compute the same bits.
   const float f = m - 1.0f;
   const float s = f / (2.0f + f);
   const float z = s * s;
   const float w = z * z;
   constexpr float kLg1 = 0.66666662693f, kLg2 = 0.40000972152f, kLg3 = 0.28498786688f, kLg4 = 0.24279078841f;
   const float t1 = w * detail::fma_rn(w, kLg4, kLg2);
-  const float t2 = z * detail::fma_rn(w, kLg3, kLg1);
-  const float r = t2 + t1;
-  const float hfsq = 0.5f * f * f;
+  const float r = detail::fma_rn(z, detail::fma_rn(w, kLg3, kLg1), t1);
+  const float hfsq = detail::fma_rn(0.5f * f, f, 0.0f);
   const float dk = static_cast<float>(k);
   constexpr float kLn2Hi = 6.9313812256e-01f, kLn2Lo = 9.0580006145e-06f;
   // log(x) = k ln2 + f - hfsq + s (hfsq + r)
-  return detail::fma_rn(dk, kLn2Hi, (f - hfsq) + detail::fma_rn(s, hfsq + r, dk * kLn2Lo));
+  return detail::fma_rn(dk, kLn2Hi, (f - hfsq) + detail::fma_rn(s, hfsq + r, detail::fma_rn(dk, kLn2Lo, 0.0f)));
 }
 
 /// A standard exponential variate -log(u) > 0 for the uniform of (seed, position, purpose, index).
