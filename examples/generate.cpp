@@ -1,0 +1,439 @@
+// specdec-generate — speculative decoding on a real model from the command line.
+//
+//   specdec-generate                                   # bundled SmolLM2-135M-Instruct, best proposer available
+//   specdec-generate --prompt "..." --chat --proposer ngram -g 5 --compare --json out.json
+//   specdec-generate --prompt-file prompts.jsonl --temperature 0.8 --seed 7
+//
+// --compare runs the autoregressive baseline and the speculative decoder on the same prompts in one process and prints
+// tokens/s of each, the speedup, acceptance rate, mean accepted length, the cost ratios c and r, and the theoretical
+// speedup for the measured a, c and r.
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/chat_template.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/models/tokenizer.hpp"
+#include "specdec/proposers/draft_model.hpp"
+#include "specdec/proposers/ngram.hpp"
+#include "specdec/sampling/theory.hpp"
+#if defined(SPECDEC_HAVE_EAGLE)
+#include "specdec/proposers/eagle.hpp"
+#endif
+
+namespace fs = std::filesystem;
+using specdec::decoder::DecoderMetrics;
+using specdec::decoder::DecoderOptions;
+using specdec::decoder::GenerationRequest;
+using specdec::decoder::GenerationResult;
+using specdec::models::LlamaModel;
+using specdec::models::Tokenizer;
+
+namespace {
+
+const fs::path kSourceDir = SPECDEC_SOURCE_DIR;
+const fs::path kDefaultModel = kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+const fs::path kDefaultEagleHead = kSourceDir / "models" / "smollm2-135m-eagle";
+const fs::path kDefaultDraftModel = kSourceDir / "models" / "smollm2-135m-draft";
+
+struct Options {
+  std::string model = kDefaultModel.string();
+  std::string tokenizer;
+  std::string draft_model;
+  std::string proposer;  // empty = best available
+  std::string eagle_head;
+  int num_speculative_tokens = 5;
+  bool adaptive = false;
+  bool tree = false;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::uint64_t seed = 0;
+  int max_new_tokens = 128;
+  std::string prompt;
+  std::string prompt_file;
+  bool chat = false;
+  bool compare = false;
+  std::string json;
+  int threads = 0;
+  int ngram_min_n = 1, ngram_max_n = 4;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
+
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(fmt::format("--prompt-file: cannot read '{}'", path));
+  std::vector<std::string> prompts;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.front() == '{') {
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        fail(fmt::format("--prompt-file: line {} of '{}' is not valid JSON: {}", number, path, e.what()));
+      }
+      if (!j.contains("prompt") || !j["prompt"].is_string())
+        fail(fmt::format("--prompt-file: line {} of '{}': expected an object with a string field \"prompt\"", number,
+                         path));
+      prompts.push_back(j["prompt"].get<std::string>());
+    } else {
+      prompts.push_back(line);
+    }
+  }
+  if (prompts.empty()) fail(fmt::format("--prompt-file: '{}' holds no prompt", path));
+  return prompts;
+}
+
+std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
+
+/// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
+LlamaModel load_model(const std::string& path, const char* flag) {
+  if (!fs::exists(path))
+    fail(fmt::format("{}: '{}' does not exist{}", flag, path,
+                     path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
+  if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path);
+  return specdec::models::load_llama_gguf(path);
+}
+
+/// A progress bar on stderr for multi-prompt runs: redrawn in place (at most 10 times a second) on a terminal, one line
+/// per finished prompt otherwise.
+class Progress {
+ public:
+  Progress(std::string label, std::size_t total)
+      : label_(std::move(label)), total_(total), tty_(isatty(fileno(stderr)) != 0) {
+    draw(true);
+  }
+  void add_tokens(std::size_t n) {
+    tokens_ += n;
+    draw(false);
+  }
+  void finish_one() {
+    ++done_;
+    draw(true);
+    if (done_ == total_ && tty_) std::fputc('\n', stderr);
+  }
+
+ private:
+  void draw(bool milestone) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty_ && !milestone) return;
+    if (tty_ && !milestone && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    constexpr int kWidth = 30;
+    const int filled = total_ ? static_cast<int>(kWidth * done_ / total_) : kWidth;
+    fmt::print(stderr, "{}{:<28} [{}{}] {}/{} prompts, {} tokens{}", tty_ ? "\r" : "", label_,
+               std::string(filled, '#'), std::string(kWidth - filled, '.'), done_, total_, tokens_, tty_ ? "" : "\n");
+    std::fflush(stderr);
+  }
+  std::string label_;
+  std::size_t total_, done_ = 0, tokens_ = 0;
+  bool tty_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+struct RunOutcome {
+  std::vector<GenerationResult> results;
+  DecoderMetrics metrics;
+  double wall_seconds = 0;
+};
+
+template <class Proposer>
+RunOutcome run(Proposer& proposer, LlamaModel& target, const std::vector<GenerationRequest>& requests,
+               const DecoderOptions& options, const Tokenizer& tokenizer, const std::string& label, bool stream) {
+  specdec::decoder::SpeculativeDecoder<Proposer, LlamaModel> decoder(proposer, target, options);
+  std::optional<Progress> progress;
+  std::optional<specdec::models::StreamingDecoder> text;
+  if (stream) {
+    text.emplace(tokenizer, /*skip_special=*/true);
+    fmt::print("--- {} ---\n", label);
+  } else {
+    progress.emplace(label, requests.size());
+  }
+  auto callback = [&](specdec::decoder::RequestId, std::span<const std::int64_t> tokens, bool finished) {
+    if (text) {
+      std::string piece;
+      for (auto t : tokens) piece += text->push(static_cast<std::int32_t>(t));
+      if (finished) piece += text->flush();
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      if (finished) std::fputc('\n', stdout);
+      std::fflush(stdout);
+    } else {
+      progress->add_tokens(tokens.size());
+      if (finished) progress->finish_one();
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  RunOutcome out;
+  out.results = decoder.generate(requests, callback);
+  out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.metrics = decoder.metrics();
+  return out;
+}
+
+#if defined(SPECDEC_HAVE_EAGLE)
+RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<GenerationRequest>& requests,
+                     const DecoderOptions& options, const Tokenizer& tokenizer, bool stream) {
+  const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
+  if (!fs::exists(head_dir / "config.json"))
+    fail(fmt::format("--eagle-head: '{}' holds no config.json (an EAGLE head checkpoint directory is expected)",
+                     head_dir.string()));
+  const auto weights = fs::is_directory(o.model) ? specdec::proposers::eagle_target_weights_from_safetensors(o.model)
+                                                 : specdec::proposers::eagle_target_weights_from_gguf(o.model);
+  specdec::proposers::EagleProposerOptions eo;
+  eo.mode = o.tree ? specdec::proposers::EagleDraftMode::kTree : specdec::proposers::EagleDraftMode::kChain;
+  eo.target_num_layers = target.config().num_layers;
+  specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights), eo);
+  return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
+             stream);
+}
+#endif
+
+nlohmann::json speculative_json(const DecoderMetrics& m) {
+  return {{"tokens_per_second", m.tokens_per_second()},
+          {"acceptance_rate", m.total.acceptance_rate()},
+          {"mean_accepted_length", m.total.mean_accepted_length()},
+          {"cost_ratio_c", m.cost_ratio()},
+          {"verify_cost_ratio", m.verify_cost_ratio()},
+          {"per_position_acceptance", m.total.acceptance_by_position()},
+          {"target_forwards", m.total.target_forwards},
+          {"tokens", m.total.emitted},
+          {"overhead_fraction", m.overhead_fraction()}};
+}
+
+void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, const std::string& proposer, int g) {
+  const DecoderMetrics& m = spec.metrics;
+  fmt::print("\n{:<24}{:>12}{:>10}{:>10}{:>8}{:>8}{:>8}{:>10}\n", "run", "tokens/s", "speedup", "accept", "tau", "c",
+             "r", "theory");
+  if (base)
+    fmt::print("{:<24}{:>12.1f}{:>10}{:>10}{:>8}{:>8}{:>8}{:>10}\n", "autoregressive",
+               base->metrics.tokens_per_second(), "1.00x", "-", "1.00", "-", "-", "-");
+  const std::string speedup =
+      base ? fmt::format("{:.2f}x", m.tokens_per_second() / base->metrics.tokens_per_second()) : "-";
+  fmt::print("{:<24}{:>12.1f}{:>10}{:>10.3f}{:>8.2f}{:>8.3f}{:>8.2f}{:>9.2f}x\n",
+             fmt::format("{} (g={})", proposer, g), m.tokens_per_second(), speedup, m.total.acceptance_rate(),
+             m.total.mean_accepted_length(), m.cost_ratio(), m.verify_cost_ratio(), m.theoretical_speedup());
+  const auto by_pos = m.total.acceptance_by_position();
+  if (!by_pos.empty()) {
+    fmt::print("acceptance by draft position:");
+    for (double a : by_pos) fmt::print(" {:.2f}", a);
+    fmt::print("\n");
+  }
+  fmt::print("tau = tokens per target forward; c = draft cost per token / 1-token target forward; r = verify forward / "
+             "1-token forward; theory = E[tokens/step] / (r + g c)\n");
+}
+
+int run_cli(const Options& o) {
+  if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
+  if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
+  specdec::SamplingParams params;
+  params.temperature = o.temperature;
+  params.top_k = o.top_k;
+  params.top_p = o.top_p;
+  params.min_p = o.min_p;
+  params.seed = o.seed;
+  specdec::check(params);
+
+  // The proposer: the best available unless named.
+  std::string proposer = o.proposer;
+  if (proposer.empty()) {
+#if defined(SPECDEC_HAVE_EAGLE)
+    if (!o.eagle_head.empty() || fs::exists(kDefaultEagleHead / "config.json")) proposer = "eagle";
+#endif
+    if (proposer.empty()) proposer = (!o.draft_model.empty() || fs::exists(kDefaultDraftModel)) ? "draft" : "ngram";
+  }
+
+  // Model and tokenizer.
+  if (!fs::exists(o.model))
+    fail(fmt::format("--model: '{}' does not exist{}", o.model,
+                     o.model == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
+  std::string tokenizer_path = o.tokenizer;
+  if (tokenizer_path.empty()) {
+    if (fs::is_directory(o.model))
+      fail(fmt::format("--tokenizer: a GGUF file holding the tokenizer is needed for the Hugging Face directory '{}'",
+                       o.model));
+    tokenizer_path = o.model;
+  }
+  if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
+  LlamaModel target = load_model(o.model, "--model");
+  const specdec::models::GgufFile tokenizer_file(tokenizer_path);
+  const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
+
+  // Prompts.
+  std::vector<std::string> prompts;
+  bool chat = o.chat;
+  if (!o.prompt.empty()) prompts.push_back(o.prompt);
+  if (!o.prompt_file.empty()) {
+    auto more = read_prompt_file(o.prompt_file);
+    prompts.insert(prompts.end(), more.begin(), more.end());
+  }
+  if (prompts.empty()) {
+    prompts = demo_prompts();
+    chat = true;
+  }
+  const auto chat_template = specdec::models::ChatTemplate::from_gguf(tokenizer_file);
+  std::vector<GenerationRequest> requests;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    std::string text = prompts[i];
+    if (chat) {
+      const std::vector<specdec::models::ChatMessage> msgs = {{"user", prompts[i]}};
+      text = chat_template.apply(msgs, /*add_generation_prompt=*/true);
+    }
+    const auto ids = tokenizer.encode(text, {.add_special = true, .parse_special = chat});
+    if (ids.empty()) fail(fmt::format("prompt {}: encodes to no tokens", i));
+    r.prompt.assign(ids.begin(), ids.end());
+    r.params = params;
+    r.params.seed = params.seed + i;
+    r.max_new_tokens = o.max_new_tokens;
+    for (std::int32_t id = 0; id < static_cast<std::int32_t>(target.vocab_size()); ++id)
+      if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+  const bool stream = prompts.size() == 1;
+
+  DecoderOptions spec_options;
+  spec_options.num_speculative_tokens = o.num_speculative_tokens;
+  spec_options.dynamic_speculation = o.adaptive;
+  spec_options.detokenize = specdec::decoder::make_detokenizer(tokenizer);
+  DecoderOptions base_options = spec_options;
+  base_options.num_speculative_tokens = 0;
+  base_options.dynamic_speculation = false;
+
+  fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}\n",
+             fs::path(o.model).filename().string(), target.vocab_size(), prompts.size(), proposer,
+             o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature);
+
+  std::optional<RunOutcome> base;
+  if (o.compare) {
+    specdec::proposers::NoProposer none;
+    base = run(none, target, requests, base_options, tokenizer, "autoregressive", stream);
+  }
+  RunOutcome spec;
+  std::optional<LlamaModel> draft_model;
+  if (proposer == "none") {
+    specdec::proposers::NoProposer none;
+    spec = run(none, target, requests, base_options, tokenizer, "autoregressive", stream);
+  } else if (proposer == "ngram") {
+    specdec::proposers::NgramOptions no;
+    no.min_n = o.ngram_min_n;
+    no.max_n = o.ngram_max_n;
+    no.max_drafts = std::max(1, o.num_speculative_tokens);
+    no.num_candidates = o.tree ? 3 : 1;
+    specdec::proposers::NgramProposer ngram(no);
+    spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
+  } else if (proposer == "draft") {
+    const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
+    draft_model.emplace(load_model(path, "--draft-model"));
+    specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
+    spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
+#if defined(SPECDEC_HAVE_EAGLE)
+  } else if (proposer == "eagle") {
+    spec = run_eagle(o, target, requests, spec_options, tokenizer, stream);
+#endif
+  } else {
+    fail(fmt::format("--proposer: expected one of none, ngram, draft{}, got '{}'",
+#if defined(SPECDEC_HAVE_EAGLE)
+                     ", eagle",
+#else
+                     "",
+#endif
+                     proposer));
+  }
+
+  print_table(base, spec, proposer, o.num_speculative_tokens);
+
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["model"] = fs::path(o.model).filename().string();
+    j["proposer"] = proposer;
+    j["num_speculative_tokens"] = o.num_speculative_tokens;
+    j["adaptive"] = o.adaptive;
+    j["temperature"] = o.temperature;
+    j["prompts"] = prompts.size();
+    j["speculative"] = speculative_json(spec.metrics);
+    j["theoretical_speedup"] = spec.metrics.theoretical_speedup();
+    if (base) {
+      j["baseline"] = {{"tokens_per_second", base->metrics.tokens_per_second()},
+                       {"tokens", base->metrics.total.emitted}};
+      j["speedup"] = spec.metrics.tokens_per_second() / base->metrics.tokens_per_second();
+      bool same = true;
+      for (std::size_t i = 0; i < spec.results.size(); ++i) same &= spec.results[i].tokens == base->results[i].tokens;
+      j["outputs_identical"] = same;
+    } else {
+      j["baseline"] = nullptr;
+      j["speedup"] = nullptr;
+    }
+    const std::string tmp = o.json + ".partial";
+    {
+      std::ofstream f(tmp);
+      if (!f) fail(fmt::format("--json: cannot write '{}'", o.json));
+      f << j.dump(2) << "\n";
+      if (!f) fail(fmt::format("--json: cannot write '{}'", o.json));
+    }
+    fs::rename(tmp, o.json);
+    fmt::print(stderr, "specdec-generate: wrote {}\n", o.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"specdec-generate: lossless speculative decoding on a real model"};
+  app.add_option("--model", o.model, "GGUF file or Hugging Face directory (safetensors + config.json)");
+  app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
+  app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
+  app.add_option("--proposer", o.proposer, "none, ngram, draft or eagle (default: the best available)")
+      ->check(CLI::IsMember({"none", "ngram", "draft", "eagle"}));
+  app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
+  app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
+  app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");
+  app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings)");
+  app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "0 = off")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "1 = off")->capture_default_str();
+  app.add_option("--min-p", o.min_p, "0 = off")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the first prompt (prompt i uses seed + i)")->capture_default_str();
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  app.add_option("--prompt", o.prompt, "prompt text");
+  app.add_option("--prompt-file", o.prompt_file, "one prompt per line, or JSONL objects with a \"prompt\" field; run as one batch");
+  app.add_flag("--chat", o.chat, "apply the model's chat template");
+  app.add_flag("--compare", o.compare, "also run the autoregressive baseline and report the speedup");
+  app.add_option("--json", o.json, "write the figures as JSON to this file");
+  app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
+  app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
+  app.add_option("--threads", o.threads, "torch intra-op threads (0 = default)")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (o.threads > 0) at::set_num_threads(o.threads);
+    return run_cli(o);
+  } catch (const c10::Error& e) {
+    fmt::print(stderr, "specdec-generate: error: {}\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "specdec-generate: error: {}\n", e.what());
+  }
+  return 1;
+}
