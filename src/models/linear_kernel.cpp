@@ -70,12 +70,33 @@ template <int R>
                                                     std::int64_t o_begin, std::int64_t o_end, float* y, std::int64_t ldy,
                                                     bool accumulate) {
   std::int64_t o = o_begin;
-  for (; o + kRows <= o_end; o += kRows)
+  for (; o + kRows <= o_end; o += kRows) {
     for (std::int64_t t = 0; t < n; t += kTokens)
       tile_rows<kRows>(x + t * in, std::min<std::int64_t>(kTokens, n - t), in, w + o * in, y + t * ldy + o, ldy, accumulate);
+  }
   for (; o < o_end; ++o)
     for (std::int64_t t = 0; t < n; t += kTokens)
       tile_rows<1>(x + t * in, std::min<std::int64_t>(kTokens, n - t), in, w + o * in, y + t * ldy + o, ldy, accumulate);
+}
+
+// out[d] = sum_j p[j] * v[j * ldv + d] for d < dim (dim a multiple of 8 takes the vector path).
+[[gnu::always_inline]] inline void weighted_sum_impl(const float* p, std::int64_t count, const float* v, std::int64_t ldv,
+                                                     std::int64_t dim, float* out) {
+  if (dim % 8 == 0 && dim <= 128) {
+    v8 acc[16];
+    const std::int64_t nv = dim / 8;
+    for (std::int64_t k = 0; k < nv; ++k) acc[k] = v8{};
+    for (std::int64_t j = 0; j < count; ++j) {
+      const float pj = p[j];
+      const float* vj = v + j * ldv;
+      for (std::int64_t k = 0; k < nv; ++k) acc[k] += pj * load8(vj + 8 * k);
+    }
+    for (std::int64_t k = 0; k < nv; ++k) std::memcpy(out + 8 * k, &acc[k], sizeof(v8));
+    return;
+  }
+  for (std::int64_t d = 0; d < dim; ++d) out[d] = 0.f;
+  for (std::int64_t j = 0; j < count; ++j)
+    for (std::int64_t d = 0; d < dim; ++d) out[d] += p[j] * v[j * ldv + d];
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -85,7 +106,24 @@ __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::i
                                                           std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
+__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, std::int64_t count, const float* v,
+                                                           std::int64_t ldv, std::int64_t dim, float* out) {
+  weighted_sum_impl(p, count, v, ldv, dim, out);
+}
 #endif
+
+void weighted_sum_baseline(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out) {
+  weighted_sum_impl(p, count, v, ldv, dim, out);
+}
+
+bool has_avx2_fma() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
 
 void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin,
                           std::int64_t o_end, float* y, std::int64_t ldy, bool accumulate) {
@@ -95,12 +133,19 @@ void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const
 using LinearRowsFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
                               std::int64_t, bool);
 
+using WeightedSumFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, float*);
+
 LinearRowsFn select_linear_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &linear_rows_avx2;
+  if (has_avx2_fma()) return &linear_rows_avx2;
 #endif
   return &linear_rows_baseline;
+}
+WeightedSumFn select_weighted_sum() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  if (has_avx2_fma()) return &weighted_sum_avx2;
+#endif
+  return &weighted_sum_baseline;
 }
 
 }  // namespace
@@ -111,6 +156,12 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
                  float* y, std::int64_t ldy, bool accumulate) {
   static const LinearRowsFn fn = select_linear_rows();
   fn(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
+}
+
+/// out[d] = sum_{j < count} p[j] * v[j * ldv + d] for d < dim: one attention output row from its probabilities and the values.
+void weighted_sum(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out) {
+  static const WeightedSumFn fn = select_weighted_sum();
+  fn(p, count, v, ldv, dim, out);
 }
 
 }  // namespace specdec::models::detail

@@ -15,6 +15,10 @@
 #include <limits>
 #include <numbers>
 #include <random>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "specdec/sampling/status.hpp"
@@ -37,6 +41,7 @@ namespace detail {
 // src/models/linear_kernel.cpp
 void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
                  float* y, std::int64_t ldy, bool accumulate);
+void weighted_sum(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out);
 }  // namespace detail
 
 namespace {
@@ -44,16 +49,87 @@ namespace {
 // Up to this many token rows, products go through detail::linear_rows (weights streamed once); above it, BLAS gemm.
 constexpr std::int64_t kMaxRowsForStreamingKernel = 16;
 
-// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous.
-void linear_impl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
+// A fixed set of worker threads that split one product's output rows. (at::parallel_for runs serially in translation units
+// compiled without OpenMP, as this library's are, so the model keeps its own.) run() is called from one thread at a time.
+class RowPool {
+ public:
+  explicit RowPool(int threads) : size_(std::max(threads, 1)) {
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { loop(i); });
+  }
+  ~RowPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const noexcept { return size_; }
+  // Calls fn(part) for every part in [0, size()), part 0 on the calling thread, and returns when all are done.
+  void run(const std::function<void(int)>& fn) {
+    if (size_ == 1) {
+      fn(0);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = &fn;
+      pending_ = size_ - 1;
+      ++generation_;
+    }
+    wake_.notify_all();
+    fn(0);
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop(int part) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* job = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+        job = job_;
+      }
+      (*job)(part);
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  int size_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous. A single token row is memory-bound and one thread reads
+// about as fast as several here, so the pool splits the rows only from two token rows up.
+void linear_impl(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
   const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
   if (n <= kMaxRowsForStreamingKernel) {
     const float* xp = x.data_ptr<float>();
     const float* wp = w.data_ptr<float>();
     float* yp = out.data_ptr<float>();
     const std::int64_t ldy = out.stride(0);
-    at::parallel_for(0, rows, 128, [&](std::int64_t b, std::int64_t e) {
-      detail::linear_rows(xp, n, in, wp, b, e, yp, ldy, accumulate);
+    const int parts = n >= 2 ? pool.size() : 1;
+    if (parts == 1) {
+      detail::linear_rows(xp, n, in, wp, 0, rows, yp, ldy, accumulate);
+      return;
+    }
+    const std::int64_t chunk = ((rows + parts - 1) / parts + 5) / 6 * 6;  // whole 6-row tiles per part
+    pool.run([&](int part) {
+      const std::int64_t b = std::min<std::int64_t>(rows, part * chunk), e = std::min<std::int64_t>(rows, b + chunk);
+      if (b < e) detail::linear_rows(xp, n, in, wp, b, e, yp, ldy, accumulate);
     });
   } else if (accumulate) {
     out.addmm_(x, w.t());
@@ -62,8 +138,6 @@ void linear_impl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out
     at::mm_out(o, x, w.t());
   }
 }
-void linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& out) { linear_impl(x, w, out, false); }
-void linear_accumulate(const at::Tensor& x, const at::Tensor& w, const at::Tensor& acc) { linear_impl(x, w, acc, true); }
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
 void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {
@@ -159,6 +233,13 @@ struct LlamaModel::Impl {
   // Workspace, grown to the largest batch seen: rows x width.
   std::int64_t ws_rows = 0;
   at::Tensor x, normed, qkv, qbuf, attn, gu, act;
+  std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
+  std::unique_ptr<RowPool> pool;
+
+  void linear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& out) { linear_impl(*pool, in, w, out, false); }
+  void linear_accumulate(const at::Tensor& in, const at::Tensor& w, const at::Tensor& acc) {
+    linear_impl(*pool, in, w, acc, true);
+  }
 
   void ensure_rope(std::int64_t positions) {
     if (positions <= rope_positions) return;
@@ -274,6 +355,38 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
 
 void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
   const std::int64_t total = s.cached + s.n;
+  if (s.n <= kMaxRowsForStreamingKernel) {
+    // Few new tokens (decode, speculative verify): per kv head, scores = q k^T with the streaming kernel over the cached keys,
+    // masked softmax in place, then each output row as a probability-weighted sum of the value rows.
+    const std::int64_t rows = group * s.n;  // query rows of one kv head, ordered (group member, token)
+    if (static_cast<std::int64_t>(scores_buf.size()) < rows * total) scores_buf.resize(static_cast<std::size_t>(rows * total * 2));
+    const std::int64_t cap = cache.capacity();
+    const float* kbase = cache.keys(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
+    const float* vbase = cache.values(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
+    const float* mask = s.mask.defined() ? s.mask.data_ptr<float>() : nullptr;
+    const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
+    float* out = attn.data_ptr<float>();
+    float* sc = scores_buf.data();
+    for (std::int64_t kh = 0; kh < nkv; ++kh) {
+      const float* kp = kbase + kh * cap * hd;
+      const float* vp = vbase + kh * cap * hd;
+      detail::linear_rows(q + kh * rows * hd, rows, hd, kp, 0, total, sc, total, false);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t g = r / s.n, i = r % s.n;
+        float* row = sc + r * total;
+        if (mask)
+          for (std::int64_t j = s.cached; j < total; ++j) row[j] += mask[i * total + j];
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::int64_t j = 0; j < total; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.f;
+        for (std::int64_t j = 0; j < total; ++j) sum += (row[j] = std::exp(row[j] - mx));
+        const float inv = 1.f / sum;
+        for (std::int64_t j = 0; j < total; ++j) row[j] *= inv;
+        detail::weighted_sum(row, total, vp, hd, hd, out + (s.start + i) * q_dim + (kh * group + g) * hd);
+      }
+    }
+    return;
+  }
   at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, group * s.n, hd});
   at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total);    // [nkv, total, hd]
   at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total);  // [nkv, total, hd]
@@ -425,7 +538,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const
                      "high_freq_factor > low_freq_factor, got {}, {}, {}",
                      c.rope_scaling.original_max_position_embeddings, c.rope_scaling.low_freq_factor,
                      c.rope_scaling.high_freq_factor));
-  if (options.num_threads > 0) at::set_num_threads(options.num_threads);
+  m.pool = std::make_unique<RowPool>(options.num_threads > 0 ? options.num_threads : at::get_num_threads());
 
   m.H = c.hidden_size;
   m.nh = c.num_heads;

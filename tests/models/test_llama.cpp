@@ -170,6 +170,7 @@ struct RefCase {
   sm::RopeScalingType scaling;
   bool tied;
   std::int64_t kv_heads;
+  bool odd_sizes = false;  // hidden, head_dim and MLP widths that are not multiples of 8 (the kernels' scalar tails)
 };
 
 void PrintTo(const RefCase& c, std::ostream* os) { *os << c.name; }
@@ -181,6 +182,11 @@ TEST_P(LlamaReference, MatchesIndependentFullSequenceForward) {
   c.tie_word_embeddings = GetParam().tied;
   c.num_kv_heads = GetParam().kv_heads;
   c.rope_scaling.type = GetParam().scaling;
+  if (GetParam().odd_sizes) {
+    c.hidden_size = 52;
+    c.head_dim = 10;
+    c.intermediate_size = 77;
+  }
   if (c.rope_scaling.type == sm::RopeScalingType::kLinear) c.rope_scaling.factor = 4.0;
   if (c.rope_scaling.type == sm::RopeScalingType::kLlama3) {
     c.rope_scaling.factor = 8.0;
@@ -203,7 +209,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, LlamaReference,
                          ::testing::Values(RefCase{"gqa_untied", sm::RopeScalingType::kNone, false, 2},
                                            RefCase{"mha_tied", sm::RopeScalingType::kNone, true, 4},
                                            RefCase{"mqa_linear", sm::RopeScalingType::kLinear, false, 1},
-                                           RefCase{"gqa_llama3", sm::RopeScalingType::kLlama3, true, 2}),
+                                           RefCase{"gqa_llama3", sm::RopeScalingType::kLlama3, true, 2},
+                                           RefCase{"odd_sizes", sm::RopeScalingType::kNone, false, 2, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(LlamaModel, MultiTokenForwardEqualsOneTokenAtATime) {
@@ -432,4 +439,25 @@ TEST(LlamaModel, UnpermuteGgufQkInvertsTheLlamaCppPermutation) {
   at::Tensor gguf = hf.reshape({heads, 2, hd / 2, in}).transpose(1, 2).reshape({heads * hd, in});
   EXPECT_TRUE(sm::unpermute_gguf_qk(gguf, heads).equal(hf));
   EXPECT_THROW(sm::unpermute_gguf_qk(gguf, 5), specdec::error);
+}
+
+TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
+  // Threads split output rows only, so every element is summed in the same order: results are bitwise equal.
+  const auto c = small_config();
+  const Weights w = make_weights(c, 41);
+  auto getter = [&](const std::string& n) {
+    auto it = w.find(n);
+    return it == w.end() ? at::Tensor() : it->second;
+  };
+  const auto tokens = random_tokens(12, c.vocab_size, 42);
+  std::vector<at::Tensor> results;
+  for (int threads : {1, 3}) {
+    sm::LlamaOptions o;
+    o.num_threads = threads;
+    sm::LlamaModel m(c, getter, o);
+    const std::int64_t s = m.allocate_sequence();
+    m.forward(sm::make_chain_batch(s, {tokens.begin(), tokens.begin() + 6}));
+    results.push_back(m.forward(sm::make_chain_batch(s, {tokens.begin() + 6, tokens.end()})).logits);
+  }
+  EXPECT_TRUE(results[0].equal(results[1]));
 }

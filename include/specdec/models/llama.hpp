@@ -28,7 +28,9 @@ struct LlamaOptions {
   std::int64_t initial_cache_capacity = 256;
   /// KV-cache slots before the first growth.
   std::int64_t initial_cache_slots = 1;
-  /// If > 0, calls at::set_num_threads(num_threads) at construction (a process-wide setting). 0 leaves it alone.
+  /// Threads the model's own kernels use for products over 2-16 token rows (single-row products are memory-bound and stay
+  /// on the calling thread). 0: at::get_num_threads() at construction. BLAS calls (prompts over 16 tokens) follow the BLAS
+  /// library's own setting.
   int num_threads = 0;
 };
 
