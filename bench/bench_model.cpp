@@ -9,6 +9,7 @@
 //   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
 //   roofline_fraction_1t   the same against the single-thread read bandwidth
 //   peak_rss_mib           peak resident memory of the process so far
+//   cost_vs_1_token        (6-token rows) time of this forward / time of a 1-token forward at the same context
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp).
 //
 //   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores)
@@ -17,7 +18,9 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -34,6 +37,7 @@ namespace {
 int g_threads = 1;
 double g_bw_1t = 0, g_bw_mt = 0;
 std::string g_model_label;
+std::map<std::int64_t, double> g_one_token_seconds;  // context -> seconds per 1-token forward (for cost_vs_1_token)
 
 sm::LlamaModel& model() {
   static std::unique_ptr<sm::LlamaModel> m = [] {
@@ -77,22 +81,27 @@ void BM_Decode(benchmark::State& state) {
   std::vector<std::int64_t> block(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
   const sm::ForwardBatch step = sm::make_chain_batch(slot, block);
+  std::int64_t forwards = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     sm::ForwardOutput out = m.forward(step);
     benchmark::DoNotOptimize(out.logits.data_ptr());
     m.truncate(slot, context);  // keep the context length fixed
+    ++forwards;
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.free_sequence(slot);
+  const double per_forward = seconds / static_cast<double>(std::max<std::int64_t>(forwards, 1));
   const double bytes = static_cast<double>(m.weight_bytes_per_forward());
-  state.counters["tokens_per_second"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["ms_per_forward"] =
-      benchmark::Counter(1e-3, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["tokens_per_second"] = static_cast<double>(n) / per_forward;
+  state.counters["ms_per_forward"] = per_forward * 1e3;
   state.counters["weight_gb_per_forward"] = bytes / 1e9;
-  state.counters["roofline_fraction"] =
-      benchmark::Counter(bytes / g_bw_mt, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["roofline_fraction_1t"] =
-      benchmark::Counter(bytes / g_bw_1t, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["roofline_fraction"] = bytes / per_forward / g_bw_mt;
+  state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
+  if (n == 1) g_one_token_seconds[context] = per_forward;
+  if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
+    state.counters["cost_vs_1_token"] = per_forward / it->second;
   state.SetLabel(g_model_label);
 }
 BENCHMARK(BM_Decode)

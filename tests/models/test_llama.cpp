@@ -5,6 +5,7 @@
 // Tolerance: logits are float32 and O(1)-O(10) in magnitude here; two computations of the same logits that differ only in
 // summation order (batched vs incremental, BLAS gemm vs gemv) agree to ~1e-5. We require max |a - b| <= 1e-4 * max(1, max|a|).
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
