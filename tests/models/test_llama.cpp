@@ -8,7 +8,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <numbers>
 #include <random>
@@ -461,4 +466,53 @@ TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
     results.push_back(m.forward(sm::make_chain_batch(s, {tokens.begin() + 6, tokens.end()})).logits);
   }
   EXPECT_TRUE(results[0].equal(results[1]));
+}
+
+namespace {
+// Writes `names` of `w` as one float32 safetensors file.
+void write_safetensors(const std::filesystem::path& path, const Weights& w, const std::vector<std::string>& names) {
+  std::string header = "{";
+  std::uint64_t offset = 0;
+  for (const auto& n : names) {
+    const at::Tensor& t = w.at(n);
+    std::ostringstream entry;
+    entry << (header.size() > 1 ? "," : "") << '"' << n << "\":{\"dtype\":\"F32\",\"shape\":[";
+    for (std::int64_t d = 0; d < t.dim(); ++d) entry << (d ? "," : "") << t.size(d);
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * 4;
+    entry << "],\"data_offsets\":[" << offset << "," << offset + bytes << "]}";
+    header += entry.str();
+    offset += bytes;
+  }
+  header += "}";
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);  // little-endian on every platform this runs on
+  out << header;
+  for (const auto& n : names) {
+    at::Tensor t = w.at(n).contiguous();
+    out.write(reinterpret_cast<const char*>(t.data_ptr<float>()), static_cast<std::streamsize>(t.numel() * 4));
+  }
+}
+}  // namespace
+
+TEST(LlamaModel, LoadsShardedSafetensorsCheckpoint) {
+  sm::LlamaConfig c = small_config();
+  const Weights w = make_weights(c, 43);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("specdec-test-safetensors-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "vocab_size": 97, "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": false})";
+  std::vector<std::string> first, second;
+  for (const auto& [name, t] : w) (name.find("layers.1.") == std::string::npos ? first : second).push_back(name);
+  write_safetensors(dir / "model-00001-of-00002.safetensors", w, first);
+  write_safetensors(dir / "model-00002-of-00002.safetensors", w, second);
+  sm::LlamaModel loaded = sm::load_llama_safetensors(dir);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(loaded.config().num_kv_heads, 2);
+  const auto tokens = random_tokens(9, c.vocab_size, 44);
+  sm::LlamaModel direct = make_model(c, w);
+  EXPECT_TRUE(run_chain(loaded, loaded.allocate_sequence(), tokens).equal(run_chain(direct, direct.allocate_sequence(), tokens)));
+  EXPECT_THROW(sm::load_llama_safetensors(dir), specdec::error) << "a missing directory is an error";
 }
