@@ -8,7 +8,8 @@
 //   weight_gb_per_forward  bytes of weights one forward reads
 //   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
 //   roofline_fraction_1t   the same against the single-thread read bandwidth
-//   peak_rss_mib           peak resident memory of the process so far
+//   peak_rss_mib           peak resident memory of the process so far (includes the 512 MiB bandwidth-probe buffer)
+//   rss_mib                resident memory after the run (model, KV cache, libtorch)
 //   cost_vs_1_token        (6-token rows) time of this forward / time of a 1-token forward at the same context
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp).
 //
@@ -17,11 +18,13 @@
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <map>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -68,6 +71,13 @@ double peak_rss_mib() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
+double current_rss_mib() {
+  std::ifstream statm("/proc/self/statm");
+  double pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
 // Args: new tokens per forward, context length (cached tokens before the forward).
 void BM_Decode(benchmark::State& state) {
   sm::LlamaModel& m = model();
@@ -99,6 +109,7 @@ void BM_Decode(benchmark::State& state) {
   state.counters["roofline_fraction"] = bytes / per_forward / g_bw_mt;
   state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.counters["rss_mib"] = current_rss_mib();
   if (n == 1) g_one_token_seconds[context] = per_forward;
   if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
     state.counters["cost_vs_1_token"] = per_forward / it->second;
