@@ -1,0 +1,258 @@
+// specdec-train: data records mirror the target's features, both trainers reduce their loss, the saved checkpoints load with
+// the library's loaders and compute what the trainer computed, and the committed SmolLM2 drafts are lossless at temperature 0.
+#define SPECDEC_TRAIN_NO_MAIN
+#include "specdec-train.cpp"
+
+#include <gtest/gtest.h>
+
+#include <unordered_map>
+
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/proposers/draft_model.hpp"
+#include "specdec/proposers/proposer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = specdec::train;
+using specdec::models::LlamaConfig;
+using specdec::models::LlamaModel;
+
+struct TinyTarget {
+  LlamaConfig cfg;
+  std::unordered_map<std::string, at::Tensor> w;
+  std::optional<LlamaModel> model;
+  specdec::proposers::EagleTargetWeights tw;
+};
+
+TinyTarget make_target() {
+  TinyTarget t;
+  LlamaConfig& c = t.cfg;
+  c.vocab_size = 96;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 8;
+  c.rope_theta = 10000;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 256;
+  torch::manual_seed(7);
+  auto r = [](std::vector<std::int64_t> s, double std) { return torch::randn(s) * std; };
+  t.w["model.embed_tokens.weight"] = r({96, 32}, 1.0);
+  t.w["model.norm.weight"] = torch::ones({32});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    t.w[p + "input_layernorm.weight"] = torch::ones({32});
+    t.w[p + "post_attention_layernorm.weight"] = torch::ones({32});
+    t.w[p + "self_attn.q_proj.weight"] = r({32, 32}, 0.3);
+    t.w[p + "self_attn.k_proj.weight"] = r({16, 32}, 0.3);
+    t.w[p + "self_attn.v_proj.weight"] = r({16, 32}, 0.2);
+    t.w[p + "self_attn.o_proj.weight"] = r({32, 32}, 0.2);
+    t.w[p + "mlp.gate_proj.weight"] = r({64, 32}, 0.2);
+    t.w[p + "mlp.up_proj.weight"] = r({64, 32}, 0.2);
+    t.w[p + "mlp.down_proj.weight"] = r({32, 64}, 0.15);
+  }
+  specdec::models::LlamaOptions o;
+  o.initial_cache_slots = 4;
+  o.num_threads = 1;
+  t.model.emplace(c, [&](const std::string& n) {
+    auto it = t.w.find(n);
+    return it == t.w.end() ? at::Tensor() : it->second;
+  }, o);
+  t.tw.embed_tokens = t.w["model.embed_tokens.weight"];
+  t.tw.lm_head = t.w["model.embed_tokens.weight"];
+  return t;
+}
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / fmt::format("specdec-train-test-{}-{}", name, ::getpid());
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::vector<st::Record> make_records(TinyTarget& t, const fs::path& dir) {
+  std::vector<std::vector<std::int32_t>> prompts;
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::int32_t> p;
+    for (int j = 0; j < 10 + 3 * i; ++j) p.push_back(static_cast<std::int32_t>(rng() % 96));
+    prompts.push_back(p);
+  }
+  st::DataOptions o;
+  o.max_new_tokens = 14;
+  o.batch = 3;
+  o.top_k = 8;
+  o.greedy_fraction = 0.5;
+  o.minutes = 5;
+  {
+    st::RecordWriter w(dir / "data.bin", 32, 8, false);
+    const auto stats = st::generate_records(*t.model, prompts, {}, o, w, false);
+    EXPECT_EQ(stats.records, 6);
+  }
+  return st::read_records(dir / "data.bin");
+}
+
+TEST(Train, RecordsHoldTheTargetsPostNormFeaturesAndTopK) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("records");
+  const auto recs = make_records(t, dir);
+  ASSERT_EQ(recs.size(), 6u);
+  for (const auto& r : recs) {
+    // A fresh whole-sequence forward gives the same post-norm features (fp16 storage) and the same top-1.
+    const std::int64_t slot = t.model->allocate_sequence();
+    auto b = specdec::models::make_chain_batch(slot, std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+    b.return_final_hidden = true;
+    const auto out = t.model->forward(b);
+    t.model->free_sequence(slot);
+    EXPECT_EQ(static_cast<std::int64_t>(r.tokens.size()), 14 + r.prompt_length);
+    EXPECT_TRUE(at::allclose(r.features.to(at::kFloat), out.hidden_post_norm, 1e-2, 1e-2));
+    EXPECT_TRUE(at::equal(r.topk_ids.select(1, 0).to(at::kLong), out.logits.argmax(-1)));
+    const auto p = r.topk_probs.to(at::kFloat);
+    EXPECT_TRUE((p.narrow(1, 0, 7) >= p.narrow(1, 1, 7)).all().item<bool>());
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("eagle");
+  const auto recs = make_records(t, dir);
+  st::EagleTrainable m(t.cfg, t.tw, 1);
+  st::TrainOptions o;
+  o.lr = 1e-2;
+  o.warmup_steps = 2;
+  o.tokens_per_step = 64;
+  o.epochs = 30;
+  o.minutes = 2;
+  o.ce_fraction = 1.0;
+  o.verbose = false;
+  o.checkpoint = dir / "state";
+  const auto res = st::train_eagle(m, recs, o);
+  ASSERT_GE(res.step_losses.size(), 10u);
+  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
+  EXPECT_LT(tail, 0.8 * res.first_loss);
+  // Resuming restores the state (the step counter lives in state.txt).
+  EXPECT_TRUE(fs::exists(dir / "state" / "params.pt"));
+
+  m.save(dir / "head", t.tw);
+  auto head = specdec::proposers::load_eagle_head(dir / "head", t.tw);
+  EXPECT_FALSE(head.owns_embedding());
+  // The loaded head (float16 weights) computes the trainer's forward on a record's chain.
+  const auto& r = recs[0];
+  const std::int64_t n = static_cast<std::int64_t>(r.tokens.size()) - 1;
+  auto tokens = torch::tensor(std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+  auto feats = r.features.to(at::kFloat);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : m.parameters()) p.copy_(p.to(at::kHalf).to(at::kFloat));
+  }
+  at::Tensor want;
+  {
+    torch::NoGradGuard ng;
+    want = m.forward(tokens.narrow(0, 1, n), feats.narrow(0, 0, n));
+  }
+  specdec::proposers::EagleHeadBatch hb;
+  hb.slots = {head.allocate_sequence()};
+  hb.cu_num_tokens = {0, n};
+  for (std::int64_t i = 1; i <= n; ++i) hb.token_ids.push_back(r.tokens[static_cast<std::size_t>(i)]);
+  hb.features = feats.narrow(0, 0, n).contiguous();
+  hb.commit = true;
+  const auto got = head.forward(hb);
+  EXPECT_TRUE(at::allclose(got.hidden, want, 1e-3, 1e-3)) << (got.hidden - want).abs().max().item<float>();
+  fs::remove_all(dir);
+}
+
+TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("draft");
+  const auto recs = make_records(t, dir);
+  st::DraftTrainable m(t.cfg, t.tw.embed_tokens, 16, 2, 2, 1, 32, 1);
+  st::TrainOptions o;
+  o.lr = 1e-2;
+  o.warmup_steps = 2;
+  o.tokens_per_step = 64;
+  o.epochs = 8;
+  o.minutes = 2;
+  o.verbose = false;
+  const auto res = st::train_draft(m, recs, o);
+  ASSERT_GE(res.step_losses.size(), 10u);
+  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
+  EXPECT_LT(tail, 0.9 * res.first_loss);
+
+  m.save(dir / "draft");
+  auto loaded = specdec::models::load_llama_safetensors(dir / "draft");
+  EXPECT_EQ(loaded.config().num_layers, 2);
+  EXPECT_TRUE(loaded.config().tie_word_embeddings);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : m.parameters()) p.copy_(p.to(at::kHalf).to(at::kFloat));
+  }
+  const auto& r = recs[1];
+  std::vector<std::int64_t> ids(r.tokens.begin(), r.tokens.end());
+  at::Tensor want;
+  {
+    torch::NoGradGuard ng;
+    want = torch::linear(m.hidden(torch::tensor(ids)), m.embed);
+  }
+  const auto got = loaded.forward(specdec::models::make_chain_batch(loaded.allocate_sequence(), ids));
+  EXPECT_TRUE(at::allclose(got.logits, want, 1e-3, 1e-3)) << (got.logits - want).abs().max().item<float>();
+  fs::remove_all(dir);
+}
+
+// --- the committed checkpoints on the bundled model ------------------------------------------------------------------------
+
+const fs::path kModels = SPECDEC_MODELS_DIR;
+
+template <class Proposer>
+std::vector<std::int64_t> greedy(Proposer& p, LlamaModel& target, const std::vector<std::int64_t>& prompt, int g) {
+  specdec::decoder::DecoderOptions opt;
+  opt.num_speculative_tokens = g;
+  opt.calibrate = false;
+  specdec::decoder::SpeculativeDecoder<Proposer, LlamaModel> dec(p, target, opt);
+  specdec::decoder::GenerationRequest req;
+  req.prompt = prompt;
+  req.params.temperature = 0;
+  req.max_new_tokens = 40;
+  const std::vector<specdec::decoder::GenerationRequest> reqs = {req};
+  return dec.generate(reqs).at(0).tokens;
+}
+
+std::vector<std::int64_t> chat_prompt(const fs::path& gguf, const std::string& text) {
+  const specdec::models::GgufFile f(gguf);
+  const auto tok = specdec::models::Tokenizer::from_gguf(f);
+  const std::vector<specdec::models::ChatMessage> msgs = {{"user", text}};
+  const auto ids = tok.encode(specdec::models::ChatTemplate::from_gguf(f).apply(msgs, true), {.add_special = true, .parse_special = true});
+  return {ids.begin(), ids.end()};
+}
+
+TEST(Train, CommittedDraftsAreLosslessOnSmolLM2) {
+  const fs::path gguf = kModels / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!fs::exists(gguf)) GTEST_SKIP() << "bundled model not downloaded (scripts/setup.sh)";
+  const bool have_eagle = fs::exists(kModels / "smollm2-135m-eagle" / "config.json");
+  const bool have_draft = fs::exists(kModels / "smollm2-135m-draft" / "config.json");
+  if (!have_eagle && !have_draft) GTEST_SKIP() << "no committed checkpoints";
+  auto target = specdec::models::load_llama_gguf(gguf);
+  const auto prompt = chat_prompt(gguf, "Give me two tips for learning to cook.");
+  specdec::proposers::NoProposer none;
+  const auto want = greedy(none, target, prompt, 0);
+  ASSERT_FALSE(want.empty());
+  if (have_eagle) {
+    const auto head_dir = kModels / "smollm2-135m-eagle";
+    EXPECT_LE(fs::file_size(head_dir / "model.safetensors"), 20u * 1000 * 1000);
+    specdec::proposers::EagleProposer eagle(
+        specdec::proposers::load_eagle_head(head_dir, specdec::proposers::eagle_target_weights_from_gguf(gguf)));
+    EXPECT_EQ(greedy(eagle, target, prompt, 5), want);
+  }
+  if (have_draft) {
+    const auto draft_dir = kModels / "smollm2-135m-draft";
+    EXPECT_LE(fs::file_size(draft_dir / "model.safetensors"), 20u * 1000 * 1000);
+    auto draft = specdec::models::load_llama_safetensors(draft_dir);
+    specdec::proposers::DraftModelProposer<LlamaModel> dp(draft, target.vocab_size());
+    EXPECT_EQ(greedy(dp, target, prompt, 5), want);
+  }
+}
+
+}  // namespace
