@@ -206,20 +206,28 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
 }
 #endif
 
-nlohmann::json speculative_json(const DecoderMetrics& m) {
+nlohmann::json speculative_json(const DecoderMetrics& m, double t1) {
   return {{"tokens_per_second", m.tokens_per_second()},
           {"acceptance_rate", m.total.acceptance_rate()},
           {"mean_accepted_length", m.total.mean_accepted_length()},
-          {"cost_ratio_c", m.cost_ratio()},
-          {"verify_cost_ratio", m.verify_cost_ratio()},
+          {"cost_ratio_c", m.cost_ratio(t1)},
+          {"verify_cost_ratio", m.verify_cost_ratio(t1)},
           {"per_position_acceptance", m.total.acceptance_by_position()},
           {"target_forwards", m.total.target_forwards},
           {"tokens", m.total.emitted},
           {"overhead_fraction", m.overhead_fraction()}};
 }
 
+/// The 1-token forward time c and r are measured against: the baseline's mean over all its steps when it ran (the
+/// most samples, same prompts), otherwise the speculative run's own calibration.
+double reference_one_token_seconds(const std::optional<RunOutcome>& base, const RunOutcome& spec) {
+  if (base && base->metrics.one_token_forwards > 0) return base->metrics.one_token_forward_seconds();
+  return spec.metrics.one_token_forward_seconds();
+}
+
 void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, const std::string& proposer, int g) {
   const DecoderMetrics& m = spec.metrics;
+  const double t1 = reference_one_token_seconds(base, spec);
   fmt::print("\n{:<24}{:>12}{:>10}{:>10}{:>8}{:>8}{:>8}{:>10}\n", "run", "tokens/s", "speedup", "accept", "tau", "c",
              "r", "theory");
   if (base)
@@ -229,7 +237,7 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
       base ? fmt::format("{:.2f}x", m.tokens_per_second() / base->metrics.tokens_per_second()) : "-";
   fmt::print("{:<24}{:>12.1f}{:>10}{:>10.3f}{:>8.2f}{:>8.3f}{:>8.2f}{:>9.2f}x\n",
              fmt::format("{} (g={})", proposer, g), m.tokens_per_second(), speedup, m.total.acceptance_rate(),
-             m.total.mean_accepted_length(), m.cost_ratio(), m.verify_cost_ratio(), m.theoretical_speedup());
+             m.total.mean_accepted_length(), m.cost_ratio(t1), m.verify_cost_ratio(t1), m.theoretical_speedup(t1));
   const auto by_pos = m.total.acceptance_by_position();
   if (!by_pos.empty()) {
     fmt::print("acceptance by draft position:");
@@ -368,8 +376,10 @@ int run_cli(const Options& o) {
     j["adaptive"] = o.adaptive;
     j["temperature"] = o.temperature;
     j["prompts"] = prompts.size();
-    j["speculative"] = speculative_json(spec.metrics);
-    j["theoretical_speedup"] = spec.metrics.theoretical_speedup();
+    const double t1 = reference_one_token_seconds(base, spec);
+    j["speculative"] = speculative_json(spec.metrics, t1);
+    j["theoretical_speedup"] = spec.metrics.theoretical_speedup(t1);
+    j["one_token_forward_seconds"] = t1;
     if (base) {
       j["baseline"] = {{"tokens_per_second", base->metrics.tokens_per_second()},
                        {"tokens", base->metrics.total.emitted}};

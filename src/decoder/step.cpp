@@ -98,13 +98,13 @@ double DecoderMetrics::tokens_per_second() const {
 double DecoderMetrics::one_token_forward_seconds() const {
   return one_token_forwards ? one_token_seconds / static_cast<double>(one_token_forwards) : 0.0;
 }
-double DecoderMetrics::cost_ratio() const {
-  const double t1 = one_token_forward_seconds();
+double DecoderMetrics::cost_ratio() const { return cost_ratio(one_token_forward_seconds()); }
+double DecoderMetrics::cost_ratio(double t1) const {
   if (t1 <= 0 || draft_positions == 0) return 0.0;
   return draft_seconds / static_cast<double>(draft_positions) / t1;
 }
-double DecoderMetrics::verify_cost_ratio() const {
-  const double t1 = one_token_forward_seconds();
+double DecoderMetrics::verify_cost_ratio() const { return verify_cost_ratio(one_token_forward_seconds()); }
+double DecoderMetrics::verify_cost_ratio(double t1) const {
   if (t1 <= 0 || verify_forwards == 0) return 1.0;
   return verify_seconds / static_cast<double>(verify_forwards) / t1;
 }
@@ -115,10 +115,11 @@ double DecoderMetrics::overhead_fraction() const {
   const double s = step_seconds();
   return s > 0 ? overhead_seconds / s : 0.0;
 }
-double DecoderMetrics::theoretical_speedup() const {
+double DecoderMetrics::theoretical_speedup() const { return theoretical_speedup(one_token_forward_seconds()); }
+double DecoderMetrics::theoretical_speedup(double t1) const {
   const int g = static_cast<int>(std::lround(mean_gamma()));
   if (g == 0) return 1.0;
-  return theory::walltime_improvement(std::min(total.acceptance_rate(), 1.0), g, cost_ratio(), verify_cost_ratio());
+  return theory::walltime_improvement(std::min(total.acceptance_rate(), 1.0), g, cost_ratio(t1), verify_cost_ratio(t1));
 }
 
 Detokenizer make_detokenizer(const models::Tokenizer& tokenizer) {
@@ -348,6 +349,8 @@ void check_options(const DecoderOptions& o) {
     fail("DecoderOptions.num_speculative_tokens: expected >= 0, got " + std::to_string(o.num_speculative_tokens));
   if (o.max_speculative_tokens < 0)
     fail("DecoderOptions.max_speculative_tokens: expected >= 0, got " + std::to_string(o.max_speculative_tokens));
+  if (o.calibration_forwards < 1)
+    fail("DecoderOptions.calibration_forwards: expected >= 1, got " + std::to_string(o.calibration_forwards));
 }
 
 void check_request(const GenerationRequest& r, std::int64_t V, const DecoderOptions& o) {

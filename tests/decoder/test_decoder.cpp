@@ -55,7 +55,9 @@ TEST(Decoder, GreedyDraftModelEqualsAutoregressive) {
         for (std::size_t b = 0; b < rs.size(); ++b)
           EXPECT_EQ(res[b].tokens, base[b]) << "batch " << batch << " g " << g << " request " << b
                                             << (draft_model == &same ? " (same draft)" : " (other draft)");
-        if (draft_model == &same) EXPECT_NEAR(dec.metrics().total.acceptance_rate(), 1.0, 1e-9) << g;
+        if (draft_model == &same) {
+          EXPECT_NEAR(dec.metrics().total.acceptance_rate(), 1.0, 1e-9) << g;
+        }
         EXPECT_EQ(target.cache().num_slots() >= 1, true);
       }
     }
@@ -80,7 +82,9 @@ TEST(Decoder, GreedyNgramEqualsAutoregressive) {
         const auto res = dec.generate(rs);
         for (std::size_t b = 0; b < rs.size(); ++b)
           EXPECT_EQ(res[b].tokens, base[b]) << "batch " << batch << " g " << g << " candidates " << candidates << " request " << b;
-        if (batch == 8 && g == 4) EXPECT_GT(dec.metrics().total.accepted, 0) << "no n-gram draft was ever accepted";
+        if (batch == 8 && g == 4) {
+          EXPECT_GT(dec.metrics().total.accepted, 0) << "no n-gram draft was ever accepted";
+        }
       }
     }
   }

@@ -59,7 +59,9 @@ void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::Samp
         << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
         << count[c] << ", expected " << e;
   }
-  if (g > 0) EXPECT_GT(dec.metrics().total.accepted, 0);
+  if (g > 0) {
+    EXPECT_GT(dec.metrics().total.accepted, 0);
+  }
 }
 
 specdec::SamplingParams params(float t, int top_k = 0, float top_p = 1.0f) {

@@ -437,7 +437,8 @@ class SpeculativeDecoder {
     results_[r.id] = std::move(res);
   }
 
-  /// Times a 1-token target forward of the running batch and rolls it back. Returns the seconds spent.
+  /// Times 1-token target forwards of the running batch (one untimed warm-up, then options_.calibration_forwards timed
+  /// ones) and rolls each back. Returns the seconds spent.
   double calibrate(const std::vector<Request*>& reqs) {
     const auto t0 = Clock::now();
     models::ForwardBatch fb;
@@ -447,11 +448,15 @@ class SpeculativeDecoder {
       fb.token_ids.push_back(r->context.back());
       fb.cu_num_tokens.push_back(fb.cu_num_tokens.back() + 1);
     }
-    (void)target_->forward(fb);
-    const double s = seconds_since(t0);
-    for (Request* r : reqs) target_->truncate(r->slot, static_cast<std::int64_t>(r->context.size()) - 1);
-    ++metrics_.one_token_forwards;
-    metrics_.one_token_seconds += s;
+    for (std::int32_t i = 0; i <= options_.calibration_forwards; ++i) {
+      const auto t = Clock::now();
+      (void)target_->forward(fb);
+      const double s = seconds_since(t);
+      for (Request* r : reqs) target_->truncate(r->slot, static_cast<std::int64_t>(r->context.size()) - 1);
+      if (i == 0) continue;  // warm-up: first-touch allocations and cold caches
+      ++metrics_.one_token_forwards;
+      metrics_.one_token_seconds += s;
+    }
     return seconds_since(t0);
   }
 

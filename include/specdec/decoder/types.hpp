@@ -80,14 +80,20 @@ struct DecoderMetrics {
   double one_token_forward_seconds() const;
   /// c: mean draft time per sequential draft position / the 1-token target forward time.
   double cost_ratio() const;
+  /// c against an external 1-token forward time (e.g. the mean of a baseline run over the same prompts).
+  double cost_ratio(double one_token_seconds) const;
   /// r: mean verification forward time / the 1-token target forward time (1 when not measured).
   double verify_cost_ratio() const;
+  /// r against an external 1-token forward time.
+  double verify_cost_ratio(double one_token_seconds) const;
   /// Mean drafts per request and step over the steps that drafted.
   double mean_gamma() const;
   /// Overhead as a fraction of step time.
   double overhead_fraction() const;
   /// theory::walltime_improvement(a, g, c, r) for the measured a, mean g, c and r: E[tokens per step] / (r + g c).
   double theoretical_speedup() const;
+  /// The same with c and r taken against an external 1-token forward time.
+  double theoretical_speedup(double one_token_seconds) const;
 };
 
 /// Result of one request.
@@ -117,6 +123,8 @@ struct DecoderOptions {
   /// measured it yet: needed for the cost ratios (metrics) and dynamic speculation. Off: c and r stay unmeasured in
   /// speculative runs.
   bool calibrate = true;
+  /// Timed forwards of the calibration (after one untimed warm-up forward); their mean is the reference.
+  std::int32_t calibration_forwards = 3;
 };
 
 }  // namespace specdec::decoder
