@@ -171,33 +171,6 @@ inline void rope_rotate(const float* in, float* out, const float* cos, const flo
   }
 }
 
-std::vector<float> rope_inv_freq(const LlamaConfig& c, std::int64_t head_dim) {
-  const std::int64_t half = head_dim / 2;
-  std::vector<float> inv(static_cast<std::size_t>(half));
-  for (std::int64_t j = 0; j < half; ++j)
-    inv[static_cast<std::size_t>(j)] =
-        static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim)));
-  const RopeScaling& s = c.rope_scaling;
-  if (s.type == RopeScalingType::kLinear) {
-    for (auto& f : inv) f = static_cast<float>(f / s.factor);
-  } else if (s.type == RopeScalingType::kLlama3) {
-    // Llama 3.1: keep high frequencies, divide low frequencies by `factor`, interpolate smoothly in between.
-    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
-    const double low_wavelen = old_ctx / s.low_freq_factor;
-    const double high_wavelen = old_ctx / s.high_freq_factor;
-    for (auto& f : inv) {
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_wavelen) continue;
-      if (wavelen > low_wavelen) {
-        f = static_cast<float>(f / s.factor);
-      } else {
-        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
-      }
-    }
-  }
-  return inv;
-}
 
 struct SequencePlan {
   std::int64_t slot = 0;
@@ -552,7 +525,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const
   m.qkv_dim = m.q_dim + 2 * m.kv_dim;
   m.group = m.nh / m.nkv;
   m.eps = static_cast<float>(c.rms_norm_eps);
-  m.inv_freq = rope_inv_freq(c, m.hd);
+  m.inv_freq = rope_inverse_frequencies(c, m.hd);
 
   m.embed = fetch(get, "model.embed_tokens.weight", {m.V, m.H});
   at::Tensor head = c.tie_word_embeddings ? at::Tensor() : get("lm_head.weight");

@@ -50,34 +50,6 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
 }
 
-// Rotary inverse frequencies (rotate_half convention), with linear or llama3 scaling, as LlamaModel computes them.
-std::vector<double> rope_inv_freq(const sm::LlamaConfig& c, std::int64_t head_dim) {
-  const std::int64_t half = head_dim / 2;
-  std::vector<double> inv(static_cast<std::size_t>(half));
-  for (std::int64_t j = 0; j < half; ++j)
-    inv[static_cast<std::size_t>(j)] =
-        static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim)));
-  const sm::RopeScaling& s = c.rope_scaling;
-  if (s.type == sm::RopeScalingType::kLinear) {
-    for (auto& f : inv) f = static_cast<float>(f / s.factor);
-  } else if (s.type == sm::RopeScalingType::kLlama3) {
-    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
-    const double low_wavelen = old_ctx / s.low_freq_factor;
-    const double high_wavelen = old_ctx / s.high_freq_factor;
-    for (auto& f : inv) {
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_wavelen) continue;
-      if (wavelen > low_wavelen) {
-        f = static_cast<float>(f / s.factor);
-      } else {
-        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
-      }
-    }
-  }
-  return inv;
-}
-
 // x: [N, heads, hd]; cos/sin: [N, 1, hd/2]. Pairs (j, j + hd/2).
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const std::int64_t half = x.size(2) / 2;
@@ -241,7 +213,10 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
   m.Ht = c.target_hidden_size;
   m.group = m.nh / m.nkv;
   m.eps = l.rms_norm_eps;
-  m.inv_freq = rope_inv_freq(l, m.hd);
+  {
+    const std::vector<float> inv = sm::rope_inverse_frequencies(l, m.hd);
+    m.inv_freq.assign(inv.begin(), inv.end());
+  }
   const bool e3 = c.version == EagleVersion::kEagle3;
 
   // Embedding: the head's own when the checkpoint has one, else the target's.

@@ -56,6 +56,10 @@ LlamaConfig llama_config_from_gguf(const GgufFile& file);
 /// Parses a Hugging Face config.json (model_type "llama" or "mistral"-like). Throws specdec::error on a missing/invalid file or key.
 LlamaConfig llama_config_from_hf_json(const std::filesystem::path& config_json);
 
+/// RoPE inverse frequencies theta^(-2j/head_dim), j < head_dim / 2, with the config's scaling (linear, or Llama 3.1's
+/// smooth low-frequency division) applied; rotate_half convention. Shared by every model that applies RoPE.
+std::vector<float> rope_inverse_frequencies(const LlamaConfig& config, std::int64_t head_dim);
+
 const char* to_string(RopeScalingType type) noexcept;
 
 }  // namespace specdec::models

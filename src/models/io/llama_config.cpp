@@ -1,7 +1,9 @@
 // LlamaConfig loaders: GGUF metadata and Hugging Face config.json.
 #include "specdec/models/llama_config.hpp"
 
+#include <cmath>
 #include <fstream>
+#include <numbers>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -200,6 +202,34 @@ LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
   }
   c.validate();
   return c;
+}
+
+std::vector<float> rope_inverse_frequencies(const LlamaConfig& c, std::int64_t head_dim) {
+  const std::int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  for (std::int64_t j = 0; j < half; ++j)
+    inv[static_cast<std::size_t>(j)] =
+        static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim)));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type == RopeScalingType::kLinear) {
+    for (auto& f : inv) f = static_cast<float>(f / s.factor);
+  } else if (s.type == RopeScalingType::kLlama3) {
+    // Llama 3.1: keep high frequencies, divide low frequencies by `factor`, interpolate smoothly in between.
+    const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / s.low_freq_factor;
+    const double high_wavelen = old_ctx / s.high_freq_factor;
+    for (auto& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else {
+        const double smooth = (old_ctx / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+  }
+  return inv;
 }
 
 }  // namespace specdec::models

@@ -14,37 +14,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "specdec/models/float16.hpp"
+
 namespace specdec::models {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw specdec::error(msg); }
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;  // the limit the reference implementation uses
 
-float half_bits_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1Fu;
-  std::uint32_t mant = h & 0x3FFu;
-  std::uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      bits = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 }  // namespace
 
 const char* to_string(SafetensorsDtype dtype) noexcept {
@@ -257,15 +234,14 @@ void SafetensorsFile::to_float(const SafetensorsTensor& t, std::span<float> out)
       for (std::size_t i = 0; i < out.size(); ++i) {
         std::uint16_t h;
         std::memcpy(&h, data.data() + 2 * i, 2);
-        out[i] = half_bits_to_float(h);
+        out[i] = half_to_float(h);
       }
       break;
     case SafetensorsDtype::kBF16:
       for (std::size_t i = 0; i < out.size(); ++i) {
         std::uint16_t h;
         std::memcpy(&h, data.data() + 2 * i, 2);
-        const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-        std::memcpy(&out[i], &bits, 4);
+        out[i] = bf16_to_float(h);
       }
       break;
     default:
