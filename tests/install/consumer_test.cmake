@@ -15,3 +15,10 @@ foreach(mode find_package add_subdirectory)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/${mode} --target consumer)
   run(${WORK_DIR}/${mode}/consumer)
 endforeach()
+
+# The README's whole-program example against the installed package (needs the libtorch parts).
+if(WITH_TORCH)
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/minimal -B ${WORK_DIR}/minimal -G ${GENERATOR}
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/minimal)
+endif()
