@@ -253,20 +253,7 @@ struct LlamaModel::Impl {
 
 std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
   const auto B = static_cast<std::int64_t>(b.slots.size());
-  if (B < 1) fail("forward: slots: expected at least one sequence, got 0");
-  if (static_cast<std::int64_t>(b.cu_num_tokens.size()) != B + 1)
-    fail(fmt::format("forward: cu_num_tokens: expected {} entries (slots + 1), got {}", B + 1, b.cu_num_tokens.size()));
-  if (b.cu_num_tokens[0] != 0) fail(fmt::format("forward: cu_num_tokens[0]: expected 0, got {}", b.cu_num_tokens[0]));
-  for (std::int64_t i = 0; i < B; ++i)
-    if (b.cu_num_tokens[i + 1] <= b.cu_num_tokens[i])
-      fail(fmt::format("forward: cu_num_tokens: expected strictly increasing (>= 1 token per sequence), got {} then {} at {}",
-                       b.cu_num_tokens[i], b.cu_num_tokens[i + 1], i));
-  const std::int64_t N = b.cu_num_tokens[B];
-  if (static_cast<std::int64_t>(b.token_ids.size()) != N)
-    fail(fmt::format("forward: token_ids: expected {} ids (cu_num_tokens.back()), got {}", N, b.token_ids.size()));
-  for (std::int64_t t = 0; t < N; ++t)
-    if (b.token_ids[t] < 0 || b.token_ids[t] >= V)
-      fail(fmt::format("forward: token_ids[{}]: expected in [0, {}), got {}", t, V, b.token_ids[t]));
+  const std::int64_t N = detail::check_ragged_tokens("forward", "token", B, b.cu_num_tokens, b.token_ids, V);
   if (!b.parents.empty() && static_cast<std::int64_t>(b.parents.size()) != B)
     fail(fmt::format("forward: parents: expected empty or {} arrays (one per sequence), got {}", B, b.parents.size()));
   for (const auto l : b.hidden_layers)
@@ -638,5 +625,28 @@ at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads) {
   // GGUF row h*hd + 2j + s holds HF row h*hd + s*half + j.
   return weight.reshape({n_heads, half, 2, in}).transpose(1, 2).reshape({rows, in}).contiguous();
 }
+
+
+namespace detail {
+
+std::int64_t check_ragged_tokens(const char* who, const char* unit, std::int64_t B,
+                                 std::span<const std::int64_t> cu, std::span<const std::int64_t> ids, std::int64_t V) {
+  if (B < 1) fail(fmt::format("{}: slots: expected at least one sequence, got 0", who));
+  if (static_cast<std::int64_t>(cu.size()) != B + 1)
+    fail(fmt::format("{}: cu_num_tokens: expected {} entries (slots + 1), got {}", who, B + 1, cu.size()));
+  if (cu[0] != 0) fail(fmt::format("{}: cu_num_tokens[0]: expected 0, got {}", who, cu[0]));
+  for (std::int64_t i = 0; i < B; ++i)
+    if (cu[i + 1] <= cu[i])
+      fail(fmt::format("{}: cu_num_tokens: expected strictly increasing (>= 1 {} per sequence), got {} then {} at {}", who,
+                       unit, cu[i], cu[i + 1], i));
+  const std::int64_t N = cu[B];
+  if (static_cast<std::int64_t>(ids.size()) != N)
+    fail(fmt::format("{}: token_ids: expected {} ids (cu_num_tokens.back()), got {}", who, N, ids.size()));
+  for (std::int64_t t = 0; t < N; ++t)
+    if (ids[t] < 0 || ids[t] >= V) fail(fmt::format("{}: token_ids[{}]: expected in [0, {}), got {}", who, t, V, ids[t]));
+  return N;
+}
+
+}  // namespace detail
 
 }  // namespace specdec::models

@@ -413,20 +413,8 @@ EagleHeadOutput EagleHead::forward(const EagleHeadBatch& batch) { return impl_->
 EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   at::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(b.slots.size());
-  if (B < 1) fail("EagleHead::forward: slots: expected at least one sequence, got 0");
-  if (static_cast<std::int64_t>(b.cu_num_tokens.size()) != B + 1)
-    fail(fmt::format("EagleHead::forward: cu_num_tokens: expected {} entries (slots + 1), got {}", B + 1, b.cu_num_tokens.size()));
-  if (b.cu_num_tokens[0] != 0) fail(fmt::format("EagleHead::forward: cu_num_tokens[0]: expected 0, got {}", b.cu_num_tokens[0]));
-  for (std::int64_t i = 0; i < B; ++i)
-    if (b.cu_num_tokens[i + 1] <= b.cu_num_tokens[i])
-      fail(fmt::format("EagleHead::forward: cu_num_tokens: expected strictly increasing (>= 1 row per sequence), got {} then {} at {}",
-                       b.cu_num_tokens[i], b.cu_num_tokens[i + 1], i));
-  const std::int64_t N = b.cu_num_tokens[B];
-  if (static_cast<std::int64_t>(b.token_ids.size()) != N)
-    fail(fmt::format("EagleHead::forward: token_ids: expected {} ids (cu_num_tokens.back()), got {}", N, b.token_ids.size()));
-  for (std::int64_t t = 0; t < N; ++t)
-    if (b.token_ids[t] < 0 || b.token_ids[t] >= V)
-      fail(fmt::format("EagleHead::forward: token_ids[{}]: expected in [0, {}), got {}", t, V, b.token_ids[t]));
+  const std::int64_t N =
+      sm::detail::check_ragged_tokens("EagleHead::forward", "row", B, b.cu_num_tokens, b.token_ids, V);
   const std::int64_t fw = b.features_are_head_hidden ? H : feature_size();
   if (!b.features.defined() || b.features.dim() != 2 || b.features.size(0) != N || b.features.size(1) != fw)
     fail(fmt::format("EagleHead::forward: features: expected [{}, {}] ({}), got {}", N, fw,

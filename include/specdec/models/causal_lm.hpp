@@ -75,6 +75,15 @@ concept CausalLM = requires(M& m, const M& cm, const ForwardBatch& batch, std::i
   { m.keep_path(slot, length, path) };
 };
 
+namespace detail {
+/// Checks a ragged batch's layout for `who` ("forward", "EagleHead::forward"): at least one sequence, cu_num_tokens
+/// with num_sequences + 1 entries starting at 0 and strictly increasing (>= 1 `unit` per sequence), token_ids of
+/// length cu_num_tokens.back() with every id in [0, vocab_size). Throws specdec::error naming the field. Returns N.
+std::int64_t check_ragged_tokens(const char* who, const char* unit, std::int64_t num_sequences,
+                                 std::span<const std::int64_t> cu_num_tokens, std::span<const std::int64_t> token_ids,
+                                 std::int64_t vocab_size);
+}  // namespace detail
+
 /// Convenience: a single-sequence chain batch.
 inline ForwardBatch make_chain_batch(std::int64_t slot, std::vector<std::int64_t> tokens) {
   ForwardBatch b;
