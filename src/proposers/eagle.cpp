@@ -130,9 +130,9 @@ struct EagleHead::Impl {
   at::Tensor fc_w, fc_b;  // [H, 2H] / [H, 3Ht]; bias [H] or undefined
   std::vector<Layer> layers;
   at::Tensor final_norm;  // EAGLE-3 [H]
-  at::Tensor lm_head;     // EAGLE-1: the target's [V, H]; EAGLE-3: [Vd, H]
+  at::Tensor lm_head;     // EAGLE-1: the target's rows of the draft vocabulary [Vd, H]; EAGLE-3: its own [Vd, H]
   std::vector<std::int64_t> d2t_ids;  // draft id -> target id
-  at::Tensor t2d;                     // [V] bool (EAGLE-3)
+  at::Tensor t2d;                     // [V] bool
   std::vector<double> inv_freq;
   sm::KvCache cache;
   std::vector<SlotState> slots;
@@ -144,6 +144,7 @@ struct EagleHead::Impl {
     return slots[static_cast<std::size_t>(slot)];
   }
   EagleHeadOutput forward(const EagleHeadBatch& b);
+  void load_draft_vocabulary(const sm::WeightGetter& get);
 };
 
 namespace {
@@ -166,10 +167,6 @@ EagleHeadConfig normalise(const EagleHeadConfig& in) {
     if (c.target_hidden_size == 0) c.target_hidden_size = l.hidden_size;
     if (c.target_hidden_size < 1)
       fail(fmt::format("EagleHead: config.target_hidden_size: expected >= 1, got {}", c.target_hidden_size));
-    if (c.draft_vocab_size == 0) c.draft_vocab_size = l.vocab_size;
-    if (c.draft_vocab_size < 1 || c.draft_vocab_size > l.vocab_size)
-      fail(fmt::format("EagleHead: config.draft_vocab_size: expected in [1, vocab_size = {}], got {}", l.vocab_size,
-                       c.draft_vocab_size));
     if (!c.feature_layers.empty() && c.feature_layers.size() != 3)
       fail(fmt::format("EagleHead: config.feature_layers: expected 3 target blocks (low, mid, high) or none, got {}",
                        c.feature_layers.size()));
@@ -178,9 +175,12 @@ EagleHeadConfig normalise(const EagleHeadConfig& in) {
     c.fc_bias = false;
   } else {
     c.target_hidden_size = l.hidden_size;
-    c.draft_vocab_size = l.vocab_size;
     c.feature_layers.clear();
   }
+  if (c.draft_vocab_size == 0) c.draft_vocab_size = l.vocab_size;
+  if (c.draft_vocab_size < 1 || c.draft_vocab_size > l.vocab_size)
+    fail(fmt::format("EagleHead: config.draft_vocab_size: expected in [1, vocab_size = {}], got {}", l.vocab_size,
+                     c.draft_vocab_size));
   return c;
 }
 
@@ -193,6 +193,47 @@ at::Tensor fetch(const sm::WeightGetter& get, const std::string& name, std::vect
 }
 
 }  // namespace
+
+// The draft vocabulary (d2t [Vd] int64: draft id d is target id d + d2t[d]; optional t2d [V] bool, checked against d2t).
+// Without d2t the draft vocabulary must be the whole target vocabulary (identity map).
+void EagleHead::Impl::load_draft_vocabulary(const sm::WeightGetter& get) {
+  Impl& m = *this;
+  at::Tensor d2t = get("d2t");
+  m.d2t_ids.resize(static_cast<std::size_t>(m.Vd));
+  if (d2t.defined()) {
+    if (d2t.sizes() != at::IntArrayRef({m.Vd}))
+      fail(fmt::format("EagleHead: weight 'd2t': expected shape {}, got {}", shape_str({m.Vd}), shape_str(d2t.sizes())));
+    at::Tensor d = d2t.to(at::kLong).contiguous();
+    const std::int64_t* dp = d.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < m.Vd; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i + dp[i];
+  } else {
+    if (m.Vd != m.V)
+      fail(fmt::format("EagleHead: weight 'd2t': expected a tensor of shape {} (draft_vocab_size {} < vocab_size {}), got none",
+                       shape_str({m.Vd}), m.Vd, m.V));
+    for (std::int64_t i = 0; i < m.Vd; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i;
+  }
+  std::vector<bool> seen(static_cast<std::size_t>(m.V), false);
+  for (std::int64_t i = 0; i < m.Vd; ++i) {
+    const std::int64_t t = m.d2t_ids[static_cast<std::size_t>(i)];
+    if (t < 0 || t >= m.V)
+      fail(fmt::format("EagleHead: weight 'd2t': draft id {} maps to target id {} + {} = {}, expected in [0, {})", i, i,
+                       t - i, t, m.V));
+    if (seen[static_cast<std::size_t>(t)])
+      fail(fmt::format("EagleHead: weight 'd2t': expected an injective map, target id {} appears twice", t));
+    seen[static_cast<std::size_t>(t)] = true;
+  }
+  m.t2d = at::zeros({m.V}, at::TensorOptions().dtype(at::kBool));
+  {
+    auto acc = m.t2d.accessor<bool, 1>();
+    for (std::int64_t t = 0; t < m.V; ++t) acc[t] = seen[static_cast<std::size_t>(t)];
+  }
+  if (at::Tensor t2d = get("t2d"); t2d.defined()) {
+    if (t2d.sizes() != at::IntArrayRef({m.V}))
+      fail(fmt::format("EagleHead: weight 't2d': expected shape {}, got {}", shape_str({m.V}), shape_str(t2d.sizes())));
+    if (!at::equal(t2d.to(at::kBool), m.t2d))
+      fail("EagleHead: weight 't2d': expected the mask of the target ids d2t maps to, got a different mask");
+  }
+}
 
 EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get, const EagleTargetWeights& target,
                      const EagleHeadOptions& options)
@@ -260,41 +301,7 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
   if (e3) {
     m.final_norm = fetch(get, "norm.weight", {m.H});
     m.lm_head = fetch(get, "lm_head.weight", {m.Vd, m.H});
-    at::Tensor d2t = get("d2t");
-    m.d2t_ids.resize(static_cast<std::size_t>(m.Vd));
-    if (d2t.defined()) {
-      if (d2t.sizes() != at::IntArrayRef({m.Vd}))
-        fail(fmt::format("EagleHead: weight 'd2t': expected shape {}, got {}", shape_str({m.Vd}), shape_str(d2t.sizes())));
-      at::Tensor d = d2t.to(at::kLong).contiguous();
-      const std::int64_t* dp = d.data_ptr<std::int64_t>();
-      for (std::int64_t i = 0; i < m.Vd; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i + dp[i];
-    } else {
-      if (m.Vd != m.V)
-        fail(fmt::format("EagleHead: weight 'd2t': expected a tensor of shape {} (draft_vocab_size {} < vocab_size {}), got none",
-                         shape_str({m.Vd}), m.Vd, m.V));
-      for (std::int64_t i = 0; i < m.Vd; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i;
-    }
-    std::vector<bool> seen(static_cast<std::size_t>(m.V), false);
-    for (std::int64_t i = 0; i < m.Vd; ++i) {
-      const std::int64_t t = m.d2t_ids[static_cast<std::size_t>(i)];
-      if (t < 0 || t >= m.V)
-        fail(fmt::format("EagleHead: weight 'd2t': draft id {} maps to target id {} + {} = {}, expected in [0, {})", i, i,
-                         t - i, t, m.V));
-      if (seen[static_cast<std::size_t>(t)])
-        fail(fmt::format("EagleHead: weight 'd2t': expected an injective map, target id {} appears twice", t));
-      seen[static_cast<std::size_t>(t)] = true;
-    }
-    m.t2d = at::zeros({m.V}, at::TensorOptions().dtype(at::kBool));
-    {
-      auto acc = m.t2d.accessor<bool, 1>();
-      for (std::int64_t t = 0; t < m.V; ++t) acc[t] = seen[static_cast<std::size_t>(t)];
-    }
-    if (at::Tensor t2d = get("t2d"); t2d.defined()) {
-      if (t2d.sizes() != at::IntArrayRef({m.V}))
-        fail(fmt::format("EagleHead: weight 't2d': expected shape {}, got {}", shape_str({m.V}), shape_str(t2d.sizes())));
-      if (!at::equal(t2d.to(at::kBool), m.t2d))
-        fail("EagleHead: weight 't2d': expected the mask of the target ids d2t maps to, got a different mask");
-    }
+    m.load_draft_vocabulary(get);
   } else {
     if (!target.lm_head.defined())
       fail(fmt::format("EagleHead: target.lm_head: EAGLE-1 scores with the target's LM head, expected shape {}, got none",
@@ -302,9 +309,11 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
     if (target.lm_head.sizes() != at::IntArrayRef({m.V, m.H}))
       fail(fmt::format("EagleHead: target.lm_head: expected shape {}, got {}", shape_str({m.V, m.H}),
                        shape_str(target.lm_head.sizes())));
-    m.lm_head = target.lm_head.to(at::kFloat).contiguous();
-    m.d2t_ids.resize(static_cast<std::size_t>(m.V));
-    for (std::int64_t i = 0; i < m.V; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i;
+    m.load_draft_vocabulary(get);
+    // A draft vocabulary keeps only its rows of the target's LM head: the draft step scores Vd tokens instead of V.
+    at::Tensor lm = target.lm_head.to(at::kFloat);
+    if (m.Vd < m.V) lm = at::index_select(lm, 0, at::tensor(m.d2t_ids, kI64));
+    m.lm_head = lm.contiguous();
   }
 
   sm::KvCacheShape shape;
@@ -335,15 +344,15 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
       w["fc.weight"] = randn({H, 3 * c.target_hidden_size}, 0, s(3 * c.target_hidden_size));
       w["norm.weight"] = randn({H}, 1, 0.1);
       w["lm_head.weight"] = randn({c.draft_vocab_size, H}, 0, 2 * s(H));
-      if (c.draft_vocab_size < l.vocab_size) {
-        at::Tensor d2t = at::empty({c.draft_vocab_size}, kI64);
-        std::int64_t* dp = d2t.data_ptr<std::int64_t>();
-        for (std::int64_t d = 0; d < c.draft_vocab_size; ++d) dp[d] = d * l.vocab_size / c.draft_vocab_size - d;
-        w["d2t"] = d2t;
-      }
     } else {
       w["fc.weight"] = randn({H, 2 * H}, 0, s(2 * H));
       if (c.fc_bias) w["fc.bias"] = randn({H}, 0, 0.1);
+    }
+    if (c.draft_vocab_size < l.vocab_size) {
+      at::Tensor d2t = at::empty({c.draft_vocab_size}, kI64);
+      std::int64_t* dp = d2t.data_ptr<std::int64_t>();
+      for (std::int64_t d = 0; d < c.draft_vocab_size; ++d) dp[d] = d * l.vocab_size / c.draft_vocab_size - d;
+      w["d2t"] = d2t;
     }
     for (std::int64_t i = 0; i < l.num_layers; ++i) {
       const std::string p = e3 ? "midlayer." : fmt::format("layers.{}.", i);
@@ -615,6 +624,8 @@ std::vector<std::pair<std::string, at::Tensor>> EagleHead::named_weights() const
   if (e3) {
     out.emplace_back("norm.weight", m.final_norm);
     out.emplace_back("lm_head.weight", m.lm_head);
+  }
+  if (e3 || m.Vd < m.V) {
     at::Tensor d2t = at::empty({m.Vd}, kI64);
     std::int64_t* dp = d2t.data_ptr<std::int64_t>();
     for (std::int64_t d = 0; d < m.Vd; ++d) dp[d] = m.d2t_ids[static_cast<std::size_t>(d)] - d;
@@ -710,6 +721,7 @@ void EagleHead::save(const std::filesystem::path& dir) const {
     }
   } else {
     j["bias"] = m.fc_b.defined();
+    if (m.Vd < m.V) j["draft_vocab_size"] = m.Vd;
     if (m.cfg.feature == EagleFeature::kPreNorm) j["specdec_feature"] = "pre_norm";
   }
   {
@@ -811,6 +823,7 @@ EagleHeadConfig load_eagle_head_config(const std::filesystem::path& dir) {
       else if (f == "post_norm") c.feature = EagleFeature::kPostNorm;
       else fail(fmt::format("load_eagle_head: '{}' key 'specdec_feature': expected \"pre_norm\" or \"post_norm\", got {}", where, it->dump()));
     }
+    c.draft_vocab_size = opt_int(j, "draft_vocab_size").value_or(0);
   } else {
     c.draft_vocab_size = opt_int(j, "draft_vocab_size").value_or(0);
     c.target_hidden_size = opt_int(j, "target_hidden_size").value_or(0);

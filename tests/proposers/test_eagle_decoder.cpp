@@ -72,7 +72,7 @@ Target make_target(std::int64_t vocab, std::int64_t layers, std::uint64_t seed, 
   return t;
 }
 
-sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab) {
+sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab, std::int64_t draft_vocab = 0) {
   sp::EagleHeadConfig c;
   c.version = v;
   c.layer.vocab_size = vocab;
@@ -88,18 +88,20 @@ sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab) {
     c.draft_vocab_size = vocab > 16 ? 40 : vocab;
     c.feature_layers = {0, 1, 2};
   }
+  if (draft_vocab > 0) c.draft_vocab_size = draft_vocab;
   return c;
 }
 
 sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode,
-                                sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77) {
+                                sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77,
+                                std::int64_t draft_vocab = 0) {
   sp::EagleProposerOptions o;
   o.mode = mode;
   o.chain_sampling = sampling;
   o.tree.top_k = 4;
   o.tree.num_nodes = 10;
   o.target_num_layers = t.config.num_layers;
-  return sp::EagleProposer(sp::EagleHead::random(head_config(v, t.config.vocab_size), seed, t.shared()), o);
+  return sp::EagleProposer(sp::EagleHead::random(head_config(v, t.config.vocab_size, draft_vocab), seed, t.shared()), o);
 }
 
 std::vector<std::int64_t> random_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
@@ -137,12 +139,15 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
   std::vector<std::vector<std::int64_t>> want;
   for (const auto& p : prompts) want.push_back(greedy(target, p, 16));
   std::int64_t tree_accepted = 0;
-  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+  // (version, draft vocabulary): EAGLE-1 also with a 30-token draft vocabulary (the other 31 tokens are never drafted).
+  for (auto [v, dv] : {std::pair{sp::EagleVersion::kEagle1, std::int64_t{0}}, std::pair{sp::EagleVersion::kEagle3, std::int64_t{0}},
+                       std::pair{sp::EagleVersion::kEagle1, std::int64_t{30}}})
     for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
       for (int g : {1, 2, 4})
         for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
-          SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " g=" + std::to_string(g) + " batch=" + std::to_string(batch));
-          sp::EagleProposer proposer = make_proposer(t, v, mode);
+          SCOPED_TRACE(std::string(name(v)) + " dv=" + std::to_string(dv) + " " + name(mode) + " g=" + std::to_string(g) +
+                       " batch=" + std::to_string(batch));
+          sp::EagleProposer proposer = make_proposer(t, v, mode, sp::EagleChainSampling::kSample, 77, dv);
           sd::DecoderOptions opts;
           opts.num_speculative_tokens = g;
           sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
@@ -303,13 +308,17 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     sp::EagleVersion v;
     sp::EagleDraftMode mode;
     sp::EagleChainSampling sampling;
+    std::int64_t draft_vocab = 0;  // 0 = the whole vocabulary
   };
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax},
-                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample}}) {
-    SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax"));
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123);
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample},
+                       // EAGLE-1 drafting from 5 of the 8 tokens: the other 3 have draft probability 0.
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 5}}) {
+    SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax") +
+                 (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : ""));
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted);

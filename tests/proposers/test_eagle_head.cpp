@@ -50,10 +50,11 @@ sp::EagleTargetWeights target_weights(std::int64_t vocab, std::int64_t hidden, s
   return w;
 }
 
-sp::EagleHeadConfig eagle1_config(std::int64_t layers = 1) {
+sp::EagleHeadConfig eagle1_config(std::int64_t layers = 1, std::int64_t draft_vocab = 0) {
   sp::EagleHeadConfig c;
   c.version = sp::EagleVersion::kEagle1;
   c.layer = head_layer(61, 32, layers);
+  c.draft_vocab_size = draft_vocab;
   return c;
 }
 
@@ -129,7 +130,10 @@ at::Tensor reference_logits(const sp::EagleHead& head, const sp::EagleTargetWeig
     x = x + at::matmul(at::silu(g) * u, w.at(p + "mlp.down_proj.weight").t());
   }
   if (e3) return at::matmul(ref_rms(x, w.at("norm.weight"), c.rms_norm_eps), w.at("lm_head.weight").t());
-  return at::matmul(x, target.lm_head.t());
+  // EAGLE-1 scores with the target's LM head; a draft vocabulary keeps the columns d2t names.
+  at::Tensor full = at::matmul(x, target.lm_head.t());
+  if (head.draft_vocab_size() == head.vocab_size()) return full;
+  return full.index_select(1, at::tensor(head.draft_to_target(), at::kLong));
 }
 
 ::testing::AssertionResult close(const at::Tensor& a, const at::Tensor& b) {
@@ -220,6 +224,7 @@ sp::EagleHead make_head(int which, const sp::EagleTargetWeights& t) {
     case 0: return sp::EagleHead::random(eagle1_config(1), 11, t);
     case 1: return sp::EagleHead::random(eagle1_config(2), 12, t);
     case 2: return sp::EagleHead::random(eagle3_config(), 13, t);
+    case 4: return sp::EagleHead::random(eagle1_config(1, 40), 15, t);  // EAGLE-1 scoring a 40-token draft vocabulary
     default: {  // EAGLE-3 with its own embedding, a narrower head than the target (target_hidden_size 48 -> 32)
       sp::EagleTargetWeights none;
       return sp::EagleHead::random(eagle3_config(32, 48, 61), 14, none);
@@ -320,10 +325,10 @@ TEST_P(EagleHeadForward, TreeRowsSeeOnlyTheirAncestors) {
 }
 
 std::string head_name(const ::testing::TestParamInfo<int>& info) {
-  static const char* names[] = {"Eagle1", "Eagle1TwoLayers", "Eagle3", "Eagle3OwnEmbedding"};
+  static const char* names[] = {"Eagle1", "Eagle1TwoLayers", "Eagle3", "Eagle3OwnEmbedding", "Eagle1DraftVocabulary"};
   return names[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3), head_name);
+INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3, 4), head_name);
 
 TEST(EagleHead, Eagle3DraftVocabularyMap) {
   const auto t = target_weights(61, 32, 1);
@@ -395,6 +400,39 @@ TEST(EagleCheckpoint, Eagle1PublicKeyLayoutAndSameLogits) {
   const auto a = head.forward(chain(head.allocate_sequence(), toks, feats)).logits;
   const auto b = loaded.forward(chain(loaded.allocate_sequence(), toks, feats)).logits;
   EXPECT_TRUE(at::equal(a, b));
+  std::filesystem::remove_all(dir);
+}
+
+// An EAGLE-1 head with a draft vocabulary stores d2t / t2d (no LM head: it keeps the target's rows) and draft_vocab_size.
+TEST(EagleCheckpoint, Eagle1DraftVocabularyRoundTrip) {
+  const auto t = target_weights(61, 32, 1);
+  sp::EagleHead head = sp::EagleHead::random(eagle1_config(1, 40), 23, t);
+  const auto dir = temp_dir("e1d");
+  head.save(dir);
+  sm::SafetensorsFile f(dir / "model.safetensors");
+  std::set<std::string> names;
+  for (const auto& x : f.tensors()) names.insert(x.name);
+  EXPECT_TRUE(names.count("d2t") && names.count("t2d"));
+  EXPECT_FALSE(names.count("lm_head.weight"));
+  EXPECT_EQ(f.tensor("d2t").shape, (std::vector<std::int64_t>{40}));
+  {
+    std::ifstream in(dir / "config.json");
+    EXPECT_EQ(nlohmann::json::parse(in).at("draft_vocab_size"), 40);
+  }
+  sp::EagleHead loaded = sp::load_eagle_head(dir, t);
+  EXPECT_EQ(loaded.version(), sp::EagleVersion::kEagle1);
+  EXPECT_EQ(loaded.draft_vocab_size(), 40);
+  EXPECT_EQ(loaded.draft_to_target(), head.draft_to_target());
+  const auto toks = random_tokens(7, 61, 3);
+  const at::Tensor feats = random_features(7, 32, 4);
+  const auto a = head.forward(chain(head.allocate_sequence(), toks, feats)).logits;
+  const auto b = loaded.forward(chain(loaded.allocate_sequence(), toks, feats)).logits;
+  EXPECT_EQ(a.size(1), 40);
+  EXPECT_TRUE(at::equal(a, b));
+
+  // A draft vocabulary without its map is an error naming d2t.
+  rewrite(dir, head, [](auto& w) { std::erase_if(w, [](const auto& kv) { return kv.first == "d2t" || kv.first == "t2d"; }); });
+  EXPECT_NE(load_error(dir, t).find("'d2t'"), std::string::npos) << load_error(dir, t);
   std::filesystem::remove_all(dir);
 }
 

@@ -21,13 +21,15 @@
 // Checkpoints (Hugging Face layout, safetensors + config.json, as the public EAGLE / EAGLE-3 heads and vLLM read them):
 //   EAGLE-1: fc.weight [H, 2H], fc.bias [H] (absent when config "bias" is false), layers.{i}.self_attn.{q,k,v,o}_proj.weight,
 //            layers.{i}.mlp.{gate,up,down}_proj.weight, layers.{i}.post_attention_layernorm.weight,
-//            layers.{i}.input_layernorm.weight (i >= 1 only), embed_tokens.weight [V, H] (optional: else the target's).
+//            layers.{i}.input_layernorm.weight (i >= 1 only), embed_tokens.weight [V, H] (optional: else the target's),
+//            d2t [V_d] int64 and t2d [V] bool (optional, with config "draft_vocab_size": a draft vocabulary, the target
+//            LM head's rows it names score the drafts; a specdec extension).
 //   EAGLE-3: fc.weight [H, 3H_t], midlayer.{hidden_norm,input_layernorm,post_attention_layernorm}.weight,
 //            midlayer.self_attn.{q,k,v}_proj.weight [*, 2H], midlayer.self_attn.o_proj.weight, midlayer.mlp.*,
 //            norm.weight [H], lm_head.weight [V_d, H], d2t [V_d] (int64), t2d [V] (bool), embed_tokens.weight (optional).
 //   config.json: a Llama config (model_type "llama", hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
 //   num_key_value_heads, head_dim, vocab_size = the target's, rms_norm_eps, rope_theta, rope_scaling, max_position_embeddings)
-//   plus "bias" (EAGLE-1), "draft_vocab_size" and "target_hidden_size" (EAGLE-3) and, optionally,
+//   plus "bias" (EAGLE-1), "draft_vocab_size", "target_hidden_size" (EAGLE-3) and, optionally,
 //   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [l0, l1, l2]} (vLLM's convention: the layers whose INPUT is read).
 //   A checkpoint is EAGLE-3 when it holds midlayer.* tensors, EAGLE-1 otherwise. Keys ending in rotary_emb.inv_freq are
 //   ignored; any other unknown key is an error (as the public loader's strict load).
@@ -68,7 +70,9 @@ struct EagleHeadConfig {
   bool fc_bias = true;
   /// EAGLE-3: width of one target hidden state (fc reads 3 of them); 0 = layer.hidden_size.
   std::int64_t target_hidden_size = 0;
-  /// EAGLE-3: the draft vocabulary size (lm_head rows); 0 = layer.vocab_size (then d2t is all zeros).
+  /// The draft vocabulary size (rows of the logits the head computes); 0 = layer.vocab_size (then d2t is all zeros).
+  /// EAGLE-3: its own lm_head has these rows. EAGLE-1: the head scores only the rows d2t names of the target's LM head
+  /// (a frequent-token subset makes a draft step several times cheaper; tokens outside it get draft probability 0).
   std::int64_t draft_vocab_size = 0;
   /// EAGLE-3: the target blocks whose output (models::ForwardBatch::hidden_layers numbering) are the low, mid and high
   /// features. Empty = eagle3_default_feature_layers(target layers), resolved when the proposer is built.
@@ -121,7 +125,7 @@ struct EagleHeadBatch {
 
 struct EagleHeadOutput {
   at::Tensor hidden;  ///< [N, H] the last layer's output (before EAGLE-3's final norm): the feature of the rows' children
-  at::Tensor logits;  ///< [N or B, V_d] over the DRAFT vocabulary (V_d == V for EAGLE-1)
+  at::Tensor logits;  ///< [N or B, V_d] over the DRAFT vocabulary (draft_to_target() maps its columns)
 };
 
 /// The head: weights plus its own KV cache of numbered slots (one per request). CPU, float32.
