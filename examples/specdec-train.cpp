@@ -139,6 +139,21 @@ inline std::vector<Record> read_records(const fs::path& path, std::int64_t* hidd
   return out;
 }
 
+/// Several training-set files read in order (all with the same feature width).
+inline std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out = nullptr) {
+  std::vector<Record> all;
+  std::int64_t H = -1;
+  for (const auto& p : paths) {
+    std::int64_t h = 0;
+    auto part = read_records(p, &h);
+    if (H >= 0 && h != H) fail(fmt::format("read_records: '{}' has features of width {}, the first file {}", p, h, H));
+    H = h;
+    for (auto& r : part) all.push_back(std::move(r));
+  }
+  if (hidden_out) *hidden_out = H;
+  return all;
+}
+
 // --- prompts from the corpus ---------------------------------------------------------------------------------------------
 
 /// Prose paragraphs (docstrings) and function bodies scraped from Python source files.
@@ -613,6 +628,9 @@ struct EagleTrainable {
   torch::Tensor fc_w, fc_b;
   BlockWeights layer;
   torch::Tensor embed, lm_head;  // the target's, frozen
+  // Draft vocabulary (all of the target's when draft_ids is undefined): the head scores lm_head rows draft_ids [Vd];
+  // t2d_index [V] is the draft index of a target id or -1.
+  torch::Tensor draft_ids, t2d_index, lm_head_d;
   models::LlamaConfig layer_config;
 
   EagleTrainable(const models::LlamaConfig& target, const proposers::EagleTargetWeights& tw, std::uint64_t seed) {
@@ -629,6 +647,19 @@ struct EagleTrainable {
     layer = init_block(shape, false, 1);
     embed = tw.embed_tokens.to(at::kFloat).contiguous();
     lm_head = tw.lm_head.to(at::kFloat).contiguous();
+    lm_head_d = lm_head;
+  }
+  std::int64_t vocab() const { return lm_head.size(0); }
+  std::int64_t draft_vocab() const { return lm_head_d.size(0); }
+  /// Restricts the scored vocabulary to `ids` (target ids, distinct), kept in ascending order.
+  void set_draft_vocabulary(std::vector<std::int64_t> ids) {
+    std::sort(ids.begin(), ids.end());
+    if (ids.empty() || std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 || ids.back() >= vocab())
+      fail("EagleTrainable::set_draft_vocabulary: expected distinct target ids");
+    draft_ids = torch::tensor(ids, torch::kLong);
+    t2d_index = torch::full({vocab()}, -1, torch::kLong);
+    t2d_index.index_put_({draft_ids}, torch::arange(static_cast<std::int64_t>(ids.size()), torch::kLong));
+    lm_head_d = lm_head.index_select(0, draft_ids).contiguous();
   }
   std::vector<std::pair<std::string, torch::Tensor>> named() const {
     std::vector<std::pair<std::string, torch::Tensor>> v = {{"fc.weight", fc_w}, {"fc.bias", fc_b}};
@@ -645,11 +676,51 @@ struct EagleTrainable {
   }
   /// tokens_next [T] (x_{i+1}), features [T, H] (f_i) -> predicted features [T, H] (f_{i+1}).
   torch::Tensor forward(const torch::Tensor& tokens_next, const torch::Tensor& features) const {
-    const std::int64_t T = features.size(0);
+    return forward_steps(tokens_next, features, 1).front();
+  }
+  /// Training-time test (as EAGLE-3 trains): `steps` unrolled draft steps over one sequence. Step 1 is forward(); at step
+  /// k >= 2 row i reads the head's own step-(k-1) output of row i-1 in place of f_i (row 0 keeps f_0) and attends exactly
+  /// as the k-th draft of a chain does at inference: to the step-1 rows j <= i-k+1 (built from true features), to the
+  /// step-m row i-k+m for 2 <= m < k (the earlier drafts of its chain) and to itself. Returns [steps] x [T, H].
+  std::vector<torch::Tensor> forward_steps(const torch::Tensor& tokens_next, const torch::Tensor& features, int steps) const {
+    const std::int64_t T = features.size(0), group = shape.nh / shape.nkv;
     auto emb = embed.index_select(0, tokens_next);
-    auto x = torch::linear(torch::cat({emb, features}, 1), fc_w, fc_b);
     auto [c, s] = rope_tables(T, shape.hd, shape.theta);
-    return block_forward(layer, shape, x, c, s, causal_mask(T));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(shape.hd));
+    std::vector<torch::Tensor> keys, values, outs;
+    torch::Tensor in_f = features;
+    const auto ninf = -std::numeric_limits<float>::infinity();
+    for (int k = 1; k <= steps; ++k) {
+      if (k >= 2) in_f = torch::cat({features.narrow(0, 0, 1), outs.back().narrow(0, 0, T - 1)}, 0);
+      auto x = torch::linear(torch::cat({emb, in_f}, 1), fc_w, fc_b);
+      const BlockWeights& w = layer;
+      auto q = rope(torch::linear(x, w.wq).view({T, shape.nh, shape.hd}), c, s).transpose(0, 1);  // [nh, T, hd]
+      auto kk = rope(torch::linear(x, w.wk).view({T, shape.nkv, shape.hd}), c, s).transpose(0, 1);
+      auto vv = torch::linear(x, w.wv).view({T, shape.nkv, shape.hd}).transpose(0, 1);
+      if (group > 1) {
+        kk = kk.repeat_interleave(group, 0);
+        vv = vv.repeat_interleave(group, 0);
+      }
+      keys.push_back(kk);
+      values.push_back(vv);
+      // Mask over the keys of steps 1..k: [T, k*T].
+      std::vector<torch::Tensor> blocks;
+      blocks.push_back(torch::full({T, T}, ninf).triu(-(k - 1) + 1));  // step 1: j <= i-k+1
+      for (int m = 2; m <= k; ++m) {
+        // step m: only row i-k+m (the diagonal shifted by k-m)
+        auto eye = torch::full({T, T}, ninf);
+        eye.diagonal(-(k - m)).fill_(0);
+        blocks.push_back(eye);
+      }
+      auto mask = torch::cat(blocks, 1);
+      auto K = torch::cat(keys, 1), Vv = torch::cat(values, 1);  // [nh, k*T, hd]
+      auto scores = torch::matmul(q, K.transpose(1, 2)) * scale + mask;  // every row sees at least itself
+      auto o = torch::matmul(torch::softmax(scores, -1), Vv).transpose(0, 1).reshape({T, shape.nh * shape.hd});
+      torch::Tensor h = x + torch::linear(o, w.wo);
+      auto n = rms_norm(h, w.post_norm, shape.eps);
+      outs.push_back(h + torch::linear(torch::silu(torch::linear(n, w.gate)) * torch::linear(n, w.up), w.down));
+    }
+    return outs;
   }
   proposers::EagleHeadConfig head_config() const {
     proposers::EagleHeadConfig c;
@@ -657,12 +728,14 @@ struct EagleTrainable {
     c.layer = layer_config;
     c.fc_bias = true;
     c.feature = proposers::EagleFeature::kPostNorm;
+    c.draft_vocab_size = draft_vocab();
     return c;
   }
   /// The library's EagleHead holding these weights (copied).
   proposers::EagleHead to_head(const proposers::EagleTargetWeights& tw) const {
     std::map<std::string, at::Tensor> w;
     for (auto& [n, t] : named()) w[n] = t.detach().clone();
+    if (draft_ids.defined()) w["d2t"] = draft_ids - torch::arange(draft_vocab(), torch::kLong);
     return proposers::EagleHead(head_config(), [&](const std::string& n) {
       auto it = w.find(n);
       return it == w.end() ? at::Tensor() : it->second;
@@ -683,9 +756,12 @@ struct EagleLosses {
 };
 
 /// The EAGLE objective on one record: rows i = 0..T-2 read (f_i, x_{i+1}) and predict f_{i+1} and the target's distribution
-/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost).
+/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost). With
+/// `steps` > 1 the unrolled draft steps of forward_steps() add the same objective on their rows (i >= k-1), weighted
+/// `step_weight`^(k-1) (EAGLE-3's training-time test). The cross-entropy is over the draft vocabulary: the target's top-k
+/// entries outside it are dropped and the rest renormalised.
 inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, double noise, double ce_fraction,
-                              std::mt19937_64& rng) {
+                              std::mt19937_64& rng, int steps = 1, double step_weight = 0.8) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
   const std::int64_t n = T - 1;
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
@@ -693,26 +769,48 @@ inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int
   auto in_f = feats.narrow(0, 0, n);
   if (noise > 0) in_f = in_f + (torch::rand_like(in_f) - 0.5) * noise;
   auto target_f = feats.narrow(0, 1, n);
-  auto pred = m.forward(tokens.narrow(0, 1, n), in_f);
+  steps = static_cast<int>(std::min<std::int64_t>(steps, n));
+  auto preds = m.forward_steps(tokens.narrow(0, 1, n), in_f, std::max(steps, 1));
   EagleLosses L;
   L.rows = n;
-  L.reg = torch::smooth_l1_loss(pred, target_f);
   std::vector<std::int64_t> pick;
   std::uniform_real_distribution<double> u(0, 1);
   for (std::int64_t i = 0; i < n; ++i)
     if (u(rng) < ce_fraction) pick.push_back(i);
   if (pick.empty()) pick.push_back(n - 1);
-  auto idx = torch::tensor(pick, torch::kLong);
-  auto logits = torch::linear(pred.index_select(0, idx), m.lm_head);
-  auto ids = r.topk_ids.narrow(0, 1, n).index_select(0, idx);
-  auto probs = r.topk_probs.narrow(0, 1, n).index_select(0, idx);
-  L.ce = soft_ce(logits, ids, probs);
-  {
-    torch::NoGradGuard ng;
-    auto am = logits.argmax(-1);
-    L.top1 = am.eq(ids.select(1, 0).to(torch::kLong)).to(torch::kFloat).mean().item<double>();
+  auto ids_all = r.topk_ids.narrow(0, 1, n).to(torch::kLong);
+  auto probs_all = r.topk_probs.narrow(0, 1, n).to(torch::kFloat);
+  if (m.t2d_index.defined()) {  // to draft indices; entries outside the draft vocabulary get probability 0
+    auto d = m.t2d_index.index({ids_all});
+    probs_all = probs_all * d.ge(0).to(torch::kFloat);
+    ids_all = d.clamp_min(0);
   }
-  L.total = L.reg + 0.1 * L.ce;
+  double weight = 1.0;
+  for (int k = 1; k <= static_cast<int>(preds.size()); ++k, weight *= step_weight) {
+    const std::int64_t first = k - 1;  // rows before it have no real context at this step
+    std::vector<std::int64_t> rows;
+    for (auto i : pick)
+      if (i >= first) rows.push_back(i);
+    if (rows.empty()) continue;
+    auto pred = preds[static_cast<std::size_t>(k - 1)];
+    auto reg = torch::smooth_l1_loss(pred.narrow(0, first, n - first), target_f.narrow(0, first, n - first));
+    auto idx = torch::tensor(rows, torch::kLong);
+    auto logits = torch::linear(pred.index_select(0, idx), m.lm_head_d);
+    auto ids = ids_all.index_select(0, idx);
+    auto ce = soft_ce(logits, ids, probs_all.index_select(0, idx));
+    if (k == 1) {
+      L.reg = reg;
+      L.ce = ce;
+      L.total = reg + 0.1 * ce;
+      torch::NoGradGuard ng;
+      // top-1 against the target's argmax (its top-k entry 0), in target ids
+      auto am = logits.argmax(-1);
+      if (m.draft_ids.defined()) am = m.draft_ids.index({am});
+      L.top1 = am.eq(r.topk_ids.narrow(0, 1, n).to(torch::kLong).index_select(0, idx).select(1, 0)).to(torch::kFloat).mean().item<double>();
+    } else {
+      L.total = L.total + weight * (reg + 0.1 * ce);
+    }
+  }
   return L;
 }
 
@@ -840,6 +938,8 @@ struct TrainOptions {
   double weight_decay = 0.0;
   double noise = 0.2;           // EAGLE: uniform feature noise amplitude (x feature RMS)
   double ce_fraction = 0.25;    // EAGLE: rows with the cross-entropy term
+  int ttt_steps = 1;            // EAGLE: unrolled draft steps per row (training-time test)
+  double ttt_weight = 0.8;      // EAGLE: loss weight of step k is ttt_weight^(k-1)
   std::int64_t log_every = 10;
   std::int64_t checkpoint_every = 50;
   std::uint64_t seed = 1;
@@ -965,11 +1065,32 @@ inline double feature_rms(const std::vector<Record>& data) {
   return n ? std::sqrt(ss / static_cast<double>(n)) : 1.0;
 }
 
+/// The `size` target ids the target emits most often as its argmax over the training set (ties to the smaller id), and the
+/// share of rows whose argmax they cover.
+inline std::pair<std::vector<std::int64_t>, double> frequent_argmax_tokens(const std::vector<Record>& data, std::int64_t vocab,
+                                                                           std::int64_t size) {
+  std::vector<std::int64_t> count(static_cast<std::size_t>(vocab), 0);
+  std::int64_t rows = 0;
+  for (const auto& r : data) {
+    auto top = r.topk_ids.select(1, 0).contiguous();
+    const std::int32_t* p = top.data_ptr<std::int32_t>();
+    for (std::int64_t i = 0; i < top.numel(); ++i)
+      if (p[i] >= 0 && p[i] < vocab) ++count[static_cast<std::size_t>(p[i])], ++rows;
+  }
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](auto a, auto b) { return count[static_cast<std::size_t>(a)] > count[static_cast<std::size_t>(b)]; });
+  ids.resize(static_cast<std::size_t>(std::min(size, vocab)));
+  std::int64_t covered = 0;
+  for (auto i : ids) covered += count[static_cast<std::size_t>(i)];
+  return {ids, rows ? static_cast<double>(covered) / static_cast<double>(rows) : 0.0};
+}
+
 inline TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
   m.set_requires_grad();
   const double noise = o.noise * feature_rms(data);
   return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64& rng) {
-    auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng);
+    auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng, o.ttt_steps, o.ttt_weight);
     return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
   }, "eagle");
 }
@@ -1012,8 +1133,8 @@ std::set<std::string> demo_prompt_texts() {
   return out;
 }
 
-void add_train_flags(CLI::App* app, TrainOptions& t, std::string& data, std::string& out, std::string& ckpt) {
-  app->add_option("--data", data, "training set written by `specdec-train data`")->required();
+void add_train_flags(CLI::App* app, TrainOptions& t, std::vector<std::string>& data, std::string& out, std::string& ckpt) {
+  app->add_option("--data", data, "training set(s) written by `specdec-train data` (several files are concatenated)")->required();
   app->add_option("--out", out, "output checkpoint directory")->required();
   app->add_option("--checkpoint", ckpt, "resumable training state directory (resumes when it exists)");
   app->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
@@ -1057,15 +1178,22 @@ int main(int argc, char** argv) {
 
   auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE-1 head on a training set");
   TrainOptions eopt;
-  std::string e_data, e_out, e_ckpt;
+  std::vector<std::string> e_data;
+  std::string e_out, e_ckpt;
+  std::int64_t draft_vocab = 0;
   add_train_flags(eagle_cmd, eopt, e_data, e_out, e_ckpt);
   eagle_cmd->add_option("--noise", eopt.noise, "uniform feature noise amplitude (x feature RMS)")->capture_default_str();
   eagle_cmd->add_option("--ce-fraction", eopt.ce_fraction, "share of rows with the cross-entropy term")->capture_default_str();
+  eagle_cmd->add_option("--draft-vocab", draft_vocab,
+                        "score only the N tokens the target emits most often as its argmax in the data (0 = all)")->capture_default_str();
+  eagle_cmd->add_option("--ttt-steps", eopt.ttt_steps, "unrolled draft steps trained per row (training-time test)")->capture_default_str();
+  eagle_cmd->add_option("--ttt-weight", eopt.ttt_weight, "loss weight of step k: w^(k-1)")->capture_default_str();
 
   auto* draft_cmd = app.add_subcommand("draft", "distil a small draft model on a training set");
   TrainOptions topt;
   topt.lr = 2e-3;
-  std::string t_data, t_out, t_ckpt;
+  std::vector<std::string> t_data;
+  std::string t_out, t_ckpt;
   std::int64_t hidden = 160, layers = 3, heads = 5, kv_heads = 5, intermediate = 640;
   add_train_flags(draft_cmd, topt, t_data, t_out, t_ckpt);
   draft_cmd->add_option("--hidden", hidden, "hidden width")->capture_default_str();
@@ -1115,13 +1243,22 @@ int main(int argc, char** argv) {
     if (target_cfg.head_dim == 0) target_cfg.head_dim = target_cfg.hidden_size / target_cfg.num_heads;
     if (eagle_cmd->parsed()) {
       std::int64_t H = 0;
-      const auto data = read_records(e_data, &H);
+      const auto data = read_record_files(e_data, &H);
       if (H != target_cfg.hidden_size) fail(fmt::format("--data: features of width {}, the target's hidden size is {}", H, target_cfg.hidden_size));
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
       fmt::print("eagle: {} records, {} tokens\n", data.size(), rows);
+      if (eopt.ttt_steps < 1) fail(fmt::format("--ttt-steps: expected >= 1, got {}", eopt.ttt_steps));
+      if (draft_vocab < 0 || draft_vocab > target_cfg.vocab_size)
+        fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
       EagleTrainable m(target_cfg, tw, eopt.seed);
+      if (draft_vocab > 0 && draft_vocab < target_cfg.vocab_size) {
+        auto [ids, coverage] = frequent_argmax_tokens(data, target_cfg.vocab_size, draft_vocab);
+        m.set_draft_vocabulary(ids);
+        fmt::print("eagle: draft vocabulary of {} tokens covers {:.2f}% of the target's argmax tokens in the data\n", draft_vocab,
+                   100 * coverage);
+      }
       const auto res = train_eagle(m, data, eopt);
       m.save(e_out, tw);
       auto loaded = specdec::proposers::load_eagle_head(e_out, tw);
@@ -1132,7 +1269,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (draft_cmd->parsed()) {
-      const auto data = read_records(t_data);
+      const auto data = read_record_files(t_data);
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
       fmt::print("draft: {} records, {} tokens; hidden {}, {} layers, {} heads ({} kv), MLP {}\n", data.size(), rows, hidden, layers,

@@ -165,6 +165,82 @@ TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   fs::remove_all(dir);
 }
 
+// The unrolled steps of the training-time test compute exactly what the library's head computes when it drafts a chain:
+// step k, row i == the k-th draft row after committing rows 0..i-k+1, fed the earlier steps' outputs as features. With a
+// draft vocabulary the saved head scores the same rows of the target's LM head.
+TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("ttt");
+  const auto recs = make_records(t, dir);
+  st::EagleTrainable m(t.cfg, t.tw, 3);
+  {  // some spread in fc's feature half so that the steps differ
+    torch::NoGradGuard ng;
+    m.fc_w.add_(torch::randn(m.fc_w.sizes()) * 0.1);
+  }
+  auto [ids, coverage] = st::frequent_argmax_tokens(recs, t.cfg.vocab_size, 40);
+  EXPECT_GT(coverage, 0.0);
+  EXPECT_LE(coverage, 1.0);
+  m.set_draft_vocabulary(ids);
+  ASSERT_EQ(m.draft_vocab(), 40);
+  m.save(dir / "head", t.tw);
+  auto head = specdec::proposers::load_eagle_head(dir / "head", t.tw);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(head.draft_to_target(), ids);
+  {  // float16 weights on both sides
+    torch::NoGradGuard ng;
+    for (auto& p : m.parameters()) p.copy_(p.to(at::kHalf).to(at::kFloat));
+  }
+
+  const auto& r = recs[0];
+  const std::int64_t n = static_cast<std::int64_t>(r.tokens.size()) - 1;
+  ASSERT_GE(n, 8);
+  auto tokens = torch::tensor(std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+  auto feats = r.features.to(at::kFloat);
+  std::vector<torch::Tensor> outs;
+  {
+    torch::NoGradGuard ng;
+    outs = m.forward_steps(tokens.narrow(0, 1, n), feats.narrow(0, 0, n), 3);
+  }
+  ASSERT_EQ(outs.size(), 3u);
+  EXPECT_FALSE(at::allclose(outs[1], outs[0], 1e-3, 1e-3)) << "step 2 should read the head's own outputs";
+  for (std::int64_t i : {std::int64_t{2}, std::int64_t{5}, n - 1}) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const std::int64_t slot = head.allocate_sequence();
+    specdec::proposers::EagleHeadBatch pre;  // committed rows 0..i-2 (true features)
+    pre.slots = {slot};
+    pre.cu_num_tokens = {0, i - 1};
+    for (std::int64_t j = 1; j <= i - 1; ++j) pre.token_ids.push_back(r.tokens[static_cast<std::size_t>(j)]);
+    pre.features = feats.narrow(0, 0, i - 1).contiguous();
+    pre.commit = true;
+    (void)head.forward(pre);
+    specdec::proposers::EagleHeadBatch d;  // drafts 2 and 3: rows i-1 and i
+    d.slots = {slot};
+    d.cu_num_tokens = {0, 2};
+    d.token_ids = {r.tokens[static_cast<std::size_t>(i)], r.tokens[static_cast<std::size_t>(i + 1)]};
+    d.features = torch::stack({outs[0][i - 2], outs[1][i - 1]}).contiguous();
+    const auto got = head.forward(d);
+    EXPECT_TRUE(at::allclose(got.hidden[0], outs[1][i - 1], 1e-3, 1e-3)) << (got.hidden[0] - outs[1][i - 1]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(got.hidden[1], outs[2][i], 1e-3, 1e-3)) << (got.hidden[1] - outs[2][i]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(got.logits, torch::linear(got.hidden, m.lm_head_d), 1e-4, 1e-4));
+    head.free_sequence(slot);
+  }
+  // The multi-step loss trains (it falls) with the draft vocabulary.
+  st::TrainOptions o;
+  o.lr = 1e-2;
+  o.warmup_steps = 2;
+  o.tokens_per_step = 64;
+  o.epochs = 30;
+  o.minutes = 2;
+  o.ce_fraction = 1.0;
+  o.ttt_steps = 3;
+  o.verbose = false;
+  const auto res = st::train_eagle(m, recs, o);
+  ASSERT_GE(res.step_losses.size(), 10u);
+  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
+  EXPECT_LT(tail, 0.8 * res.first_loss);
+  fs::remove_all(dir);
+}
+
 TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("draft");
