@@ -7,6 +7,7 @@
 #include "specdec/proposers/eagle.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -29,11 +30,39 @@
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/status.hpp"
 
+namespace specdec::models::detail {
+// src/models/linear_kernel.cpp: columns [o_begin, o_end) of y = x w^T (x [n, in], w [*, in], y [n, ldy]), each weight row
+// streamed from memory once; every output's summation order is fixed (independent of n and of the column range).
+void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
+                 float* y, std::int64_t ldy, bool accumulate);
+}  // namespace specdec::models::detail
+
 namespace specdec::proposers {
 
 namespace sm = specdec::models;
 
 namespace {
+
+// y = x w^T (+ bias) for the head's float32 weights, through the models' streaming kernel: a draft step multiplies 1-6 rows
+// by every matrix, where BLAS gemm (packing the weight on every call) reads it at a fraction of memory bandwidth. Output
+// columns are split over the intra-op threads in whole 6-row tiles; each output's value depends neither on the number of
+// rows nor on the split, so drafts are the same for a request alone or in a batch.
+at::Tensor stream_linear(const at::Tensor& x0, const at::Tensor& w, const at::Tensor& bias = {}) {
+  const at::Tensor x = x0.to(at::kFloat).contiguous();
+  const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
+  at::Tensor y = at::empty({n, rows}, x.options());
+  if (bias.defined()) y.copy_(bias.expand({n, rows}));  // (a fresh buffer: expand().contiguous() may alias the bias)
+  if (n == 0 || rows == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool accumulate = bias.defined();
+  constexpr std::int64_t kTile = 6, kGrainTiles = 64;
+  at::parallel_for(0, (rows + kTile - 1) / kTile, kGrainTiles, [&](std::int64_t tb, std::int64_t te) {
+    sm::detail::linear_rows(xp, n, in, wp, tb * kTile, std::min(rows, te * kTile), yp, rows, accumulate);
+  });
+  return y;
+}
 
 [[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
 
@@ -546,18 +575,18 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   const bool e3 = cfg.version == EagleVersion::kEagle3;
   at::Tensor x, attn_in0;
   if (e3) {
-    x = b.features_are_head_hidden ? feat : at::linear(feat, fc_w);
+    x = b.features_are_head_hidden ? feat : stream_linear(feat, fc_w);
     attn_in0 = at::cat({rms_norm(emb, layers[0].input_norm, eps), rms_norm(x, layers[0].hidden_norm, eps)}, 1);
   } else {
-    x = fc_b.defined() ? at::linear(at::cat({emb, feat}, 1), fc_w, fc_b) : at::linear(at::cat({emb, feat}, 1), fc_w);
+    x = stream_linear(at::cat({emb, feat}, 1), fc_w, fc_b);
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const Layer& Ly = layers[li];
     at::Tensor a_in = e3 ? attn_in0 : (Ly.input_norm.defined() ? rms_norm(x, Ly.input_norm, eps) : x);
-    at::Tensor q = apply_rope(at::linear(a_in, Ly.wq).view({N, nh, hd}), cos, sin);
-    at::Tensor k = apply_rope(at::linear(a_in, Ly.wk).view({N, nkv, hd}), cos, sin);
-    at::Tensor v = at::linear(a_in, Ly.wv).view({N, nkv, hd});
+    at::Tensor q = apply_rope(stream_linear(a_in, Ly.wq).view({N, nh, hd}), cos, sin);
+    at::Tensor k = apply_rope(stream_linear(a_in, Ly.wk).view({N, nkv, hd}), cos, sin);
+    at::Tensor v = stream_linear(a_in, Ly.wv).view({N, nkv, hd});
     at::Tensor keys = cache.keys(static_cast<std::int64_t>(li)), values = cache.values(static_cast<std::int64_t>(li));
     at::Tensor out = at::empty({N, nh * hd}, kF32);
     for (const Plan& p : plans) {
@@ -572,9 +601,9 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
       at::Tensor o = at::bmm(at::softmax(scores, -1), vs);  // [nkv, group * n, hd]
       out.narrow(0, p.start, p.n).view({p.n, nkv, group, hd}).copy_(o.view({nkv, group, p.n, hd}).permute({2, 0, 1, 3}));
     }
-    x = x + at::linear(out, Ly.wo);
+    x = x + stream_linear(out, Ly.wo);
     at::Tensor h = rms_norm(x, Ly.post_norm, eps);
-    x = x + at::linear(at::silu(at::linear(h, Ly.gate)) * at::linear(h, Ly.up), Ly.down);
+    x = x + stream_linear(at::silu(stream_linear(h, Ly.gate)) * stream_linear(h, Ly.up), Ly.down);
   }
   for (const Plan& p : plans) {
     cache.set_length(p.slot, p.L + p.n);
@@ -594,7 +623,7 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     for (std::int64_t i = 0; i < B; ++i) last[static_cast<std::size_t>(i)] = b.cu_num_tokens[i + 1] - 1;
     rows = at::index_select(x, 0, at::tensor(last, kI64));
   }
-  result.logits = e3 ? at::linear(rms_norm(rows, final_norm, eps), lm_head) : at::linear(rows, lm_head);
+  result.logits = stream_linear(e3 ? rms_norm(rows, final_norm, eps) : rows, lm_head);
   return result;
 }
 
