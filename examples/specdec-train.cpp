@@ -741,6 +741,20 @@ struct EagleTrainable {
       return it == w.end() ? at::Tensor() : it->second;
     }, tw);
   }
+  /// Copies the weights (and the draft vocabulary) of a saved EAGLE-1 head of the same shape.
+  void load_from(const fs::path& dir, const proposers::EagleTargetWeights& tw) {
+    const proposers::EagleHead head = proposers::load_eagle_head(dir, tw);
+    std::map<std::string, at::Tensor> w;
+    for (auto& [n, t] : head.named_weights()) w[n] = t;
+    torch::NoGradGuard ng;
+    for (auto& [n, t] : named()) {
+      auto it = w.find(n);
+      if (it == w.end() || it->second.sizes() != t.sizes())
+        fail(fmt::format("--init: '{}': weight '{}' is missing or has another shape", dir.string(), n));
+      t.copy_(it->second);
+    }
+    if (head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
+  }
   /// Writes config.json (EagleHead::save) and float16 weights.
   void save(const fs::path& dir, const proposers::EagleTargetWeights& tw) const {
     proposers::EagleHead head = to_head(tw);
@@ -1095,6 +1109,36 @@ inline TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& dat
   }, "eagle");
 }
 
+/// Held-out accuracy of the unrolled draft steps: for step k, the share of rows (i >= k-1, answer rows only when
+/// `answers_only`) whose draft argmax equals the target's argmax given the true tokens so far — at temperature 0 the chance
+/// that draft k is accepted when drafts 1..k-1 were.
+inline std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
+                                               bool answers_only) {
+  torch::NoGradGuard ng;
+  std::vector<double> hit(static_cast<std::size_t>(steps), 0.0), rows(static_cast<std::size_t>(steps), 0.0);
+  for (const auto& r : data) {
+    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
+    const std::int64_t n = T - 1;
+    if (n < steps) continue;
+    auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
+    auto feats = r.features.narrow(0, 0, n).to(torch::kFloat);
+    auto outs = m.forward_steps(tokens.narrow(0, 1, n), feats, steps);
+    auto want = r.topk_ids.narrow(0, 1, n).select(1, 0).to(torch::kLong);
+    // row i predicts token i+2; an answer token has index >= prompt_length
+    const std::int64_t first_answer_row = std::max<std::int64_t>(0, r.prompt_length - 2);
+    for (int k = 1; k <= steps; ++k) {
+      const std::int64_t b = std::max<std::int64_t>(k - 1, answers_only ? first_answer_row : 0);
+      if (b >= n) continue;
+      auto am = torch::linear(outs[static_cast<std::size_t>(k - 1)].narrow(0, b, n - b), m.lm_head_d).argmax(-1);
+      if (m.draft_ids.defined()) am = m.draft_ids.index({am});
+      hit[static_cast<std::size_t>(k - 1)] += am.eq(want.narrow(0, b, n - b)).sum().item<double>();
+      rows[static_cast<std::size_t>(k - 1)] += static_cast<double>(n - b);
+    }
+  }
+  for (std::size_t k = 0; k < hit.size(); ++k) hit[k] = rows[k] > 0 ? hit[k] / rows[k] : 0.0;
+  return hit;
+}
+
 inline TrainResult train_draft(DraftTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
   m.set_requires_grad();
   return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64&) {
@@ -1188,6 +1232,11 @@ int main(int argc, char** argv) {
                         "score only the N tokens the target emits most often as its argmax in the data (0 = all)")->capture_default_str();
   eagle_cmd->add_option("--ttt-steps", eopt.ttt_steps, "unrolled draft steps trained per row (training-time test)")->capture_default_str();
   eagle_cmd->add_option("--ttt-weight", eopt.ttt_weight, "loss weight of step k: w^(k-1)")->capture_default_str();
+  std::string e_init;
+  std::int64_t holdout = 0;
+  eagle_cmd->add_option("--init", e_init, "start from this saved head (same shape; its draft vocabulary too)");
+  eagle_cmd->add_option("--holdout", holdout, "records kept out of training (the last ones): per-step accuracy reported on them")
+      ->capture_default_str();
 
   auto* draft_cmd = app.add_subcommand("draft", "distil a small draft model on a training set");
   TrainOptions topt;
@@ -1243,7 +1292,11 @@ int main(int argc, char** argv) {
     if (target_cfg.head_dim == 0) target_cfg.head_dim = target_cfg.hidden_size / target_cfg.num_heads;
     if (eagle_cmd->parsed()) {
       std::int64_t H = 0;
-      const auto data = read_record_files(e_data, &H);
+      auto data = read_record_files(e_data, &H);
+      if (holdout < 0 || holdout >= static_cast<std::int64_t>(data.size()))
+        fail(fmt::format("--holdout: expected in [0, {}), got {}", data.size(), holdout));
+      std::vector<Record> held(std::make_move_iterator(data.end() - holdout), std::make_move_iterator(data.end()));
+      data.resize(data.size() - static_cast<std::size_t>(holdout));
       if (H != target_cfg.hidden_size) fail(fmt::format("--data: features of width {}, the target's hidden size is {}", H, target_cfg.hidden_size));
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
@@ -1253,13 +1306,27 @@ int main(int argc, char** argv) {
         fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
       EagleTrainable m(target_cfg, tw, eopt.seed);
-      if (draft_vocab > 0 && draft_vocab < target_cfg.vocab_size) {
+      if (!e_init.empty()) {
+        m.load_from(e_init, tw);
+        fmt::print("eagle: initialised from '{}' (draft vocabulary {})\n", e_init, m.draft_vocab());
+      } else if (draft_vocab > 0 && draft_vocab < target_cfg.vocab_size) {
         auto [ids, coverage] = frequent_argmax_tokens(data, target_cfg.vocab_size, draft_vocab);
         m.set_draft_vocabulary(ids);
         fmt::print("eagle: draft vocabulary of {} tokens covers {:.2f}% of the target's argmax tokens in the data\n", draft_vocab,
                    100 * coverage);
       }
-      const auto res = train_eagle(m, data, eopt);
+      auto report = [&](const char* when) {
+        if (held.empty()) return;
+        const int k = std::max(eopt.ttt_steps, 3);
+        const auto all = eagle_step_accuracy(m, held, k, eopt.max_len, false);
+        const auto ans = eagle_step_accuracy(m, held, k, eopt.max_len, true);
+        fmt::print("eagle: held-out ({} records) accuracy by draft step {}: all rows {:.3f}, answer rows {:.3f}\n", held.size(), when,
+                   fmt::join(all, " "), fmt::join(ans, " "));
+        std::fflush(stdout);
+      };
+      report("before");
+      const auto res = eopt.minutes > 0 ? train_eagle(m, data, eopt) : TrainResult{};
+      report("after");
       m.save(e_out, tw);
       auto loaded = specdec::proposers::load_eagle_head(e_out, tw);
       fmt::print("eagle: done: {} steps, {} rows in {}; loss {:.4f} -> {:.4f}, top1 {:.3f}; saved {} ({} bytes)\n", res.steps,

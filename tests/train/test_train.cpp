@@ -224,6 +224,14 @@ TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
     EXPECT_TRUE(at::allclose(got.logits, torch::linear(got.hidden, m.lm_head_d), 1e-4, 1e-4));
     head.free_sequence(slot);
   }
+  {  // eagle_step_accuracy's step 1 on this record = the share of rows whose draft argmax is the target's argmax
+    torch::NoGradGuard ng;
+    auto am = m.draft_ids.index({torch::linear(outs[0], m.lm_head_d).argmax(-1)});
+    const double want = am.eq(r.topk_ids.narrow(0, 1, n).select(1, 0).to(torch::kLong)).to(torch::kDouble).mean().item<double>();
+    const auto acc = st::eagle_step_accuracy(m, {r}, 3, 640, false);
+    ASSERT_EQ(acc.size(), 3u);
+    EXPECT_NEAR(acc[0], want, 1e-9);
+  }
   // The multi-step loss trains (it falls) with the draft vocabulary.
   st::TrainOptions o;
   o.lr = 1e-2;
