@@ -57,6 +57,8 @@ struct Options {
   int num_speculative_tokens = 5;
   bool adaptive = false;
   bool tree = false;
+  std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
+  std::int32_t tree_nodes = 24;
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -199,6 +201,8 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
                                                  : specdec::proposers::eagle_target_weights_from_gguf(o.model);
   specdec::proposers::EagleProposerOptions eo;
   eo.mode = o.tree ? specdec::proposers::EagleDraftMode::kTree : specdec::proposers::EagleDraftMode::kChain;
+  eo.tree.top_k = o.tree_top_k;
+  eo.tree.num_nodes = o.tree_nodes;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights), eo);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
@@ -414,6 +418,10 @@ int main(int argc, char** argv) {
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
   app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");
   app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings)");
+  app.add_option("--tree-top-k", o.tree_top_k, "EAGLE-2 tree: children per expanded node and nodes expanded per level")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "0 = off")->capture_default_str();
   app.add_option("--top-p", o.top_p, "1 = off")->capture_default_str();
