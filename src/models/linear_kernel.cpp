@@ -1,7 +1,8 @@
 // y[t, o] (+)= sum_i x[t, i] * w[o, i] for a few rows t (decode and speculative verify: 1-16 new tokens) and a block of
 // output rows o — the product that dominates a decode forward. BLAS gemm packs the weight for every call, which triples the
-// cost of a 2-16 row product on this workload; this kernel streams each weight row once from memory (a tile of rows stays in
-// L1 while every pair of token rows passes over it), so a 6-token product costs well under 6x a 1-token product.
+// cost of a 2-16 row product on this workload; this kernel streams each weight row once from memory (every token row of a
+// group of up to 6 in one pass, the rows a few tiles ahead prefetched), so a 6-token product costs well under 6x a 1-token
+// product. Also the attention of a few new tokens against one kv head of the cache (attention_rows).
 //
 // Plain C++ with GCC/Clang vector extensions; an AVX2+FMA build of the same code is chosen at first
 // use when the CPU has both. No torch in this file.
@@ -27,76 +28,260 @@ using v8 = float __attribute__((vector_size(32)));
   return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-// Tile: 6 weight rows x 2 token rows = 12 vector accumulators (of 16 AVX registers). Measured on this project's 2-core AMD EPYC
-// build machine against 4x3, 3x4, 2x6 and 8x1 tiles over SmolLM2-135M's matrices: the fastest for 1, 2 and 6 token rows.
-constexpr int kRows = 6;    // weight rows per tile
-constexpr int kTokens = 2;  // token rows per tile (a weight tile is re-read from L1 for each further pair of token rows)
+// Each output y[t, o] is one dot product summed in a fixed order whatever the tile it is computed in: eight lanes
+// accumulate x[t, 8k + l] * w[o, 8k + l] in ascending k (a last partial block of `in` is zero-padded into one more vector
+// step), then hsum adds the lanes in a fixed tree. So a row's outputs do not depend on how many token rows share the call
+// or on how the output rows are split between threads (batch invariance).
+//
+// Tiles: R weight rows x NT token rows, every token row of a group in one pass over the weight rows, so the weight stream
+// from memory overlaps the arithmetic (a 6-token product reads each weight row once instead of once per token pair).
+// R x NT <= 12 vector accumulators (of 16 AVX registers). Above 6 token rows, the rows go in balanced groups of <= 6.
+constexpr int kMaxGroup = 6;
+constexpr int kBlockRows = 12;      // weight rows per outer block above 6 token rows (every group passes over them in cache)
+constexpr int kPrefetchTiles = 4;  // how far ahead (in tiles) the weight rows are prefetched
+template <int NT>
+constexpr int rows_for_tokens() {
+  return NT == 1 ? 6 : NT == 2 ? 6 : NT == 3 ? 4 : NT == 4 ? 3 : 2;
+}
 
-// R output rows x NB token rows, all in registers.
-template <int R, int NB>
+[[gnu::always_inline]] inline v8 load_partial(const float* p, std::int64_t count) {
+  float buf[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (std::int64_t j = 0; j < count; ++j) buf[j] = p[j];
+  return load8(buf);
+}
+
+// R output rows x NT token rows, all in registers.
+template <int R, int NT>
 [[gnu::always_inline]] inline void tile(const float* x, std::int64_t in, const float* w, float* y, std::int64_t ldy, bool accumulate) {
-  v8 acc[R][NB];
+  v8 acc[R][NT];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NB; ++t) acc[r][t] = v8{};
+    for (int t = 0; t < NT; ++t) acc[r][t] = v8{};
   std::int64_t i = 0;
   for (; i + 8 <= in; i += 8) {
+    // Software prefetch of the rows kPrefetchTiles tiles ahead, one per 64-byte line: the hardware prefetcher alone leaves
+    // the memory stream idle while a tile computes (measured: a 6-token product 25-30% slower without it).
+    if ((i & 15) == 0)
+      for (int r = 0; r < R; ++r) __builtin_prefetch(w + (r + kPrefetchTiles * R) * in + i);
     v8 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = load8(w + r * in + i);
-    for (int t = 0; t < NB; ++t) {
+    for (int t = 0; t < NT; ++t) {
       const v8 xv = load8(x + t * in + i);
       for (int r = 0; r < R; ++r) acc[r][t] += wv[r] * xv;
     }
   }
+  if (i < in) {
+    v8 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = load_partial(w + r * in + i, in - i);
+    for (int t = 0; t < NT; ++t) {
+      const v8 xv = load_partial(x + t * in + i, in - i);
+      for (int r = 0; r < R; ++r) acc[r][t] += wv[r] * xv;
+    }
+  }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < NB; ++t) {
-      float s = hsum(acc[r][t]);
-      for (std::int64_t j = i; j < in; ++j) s += w[r * in + j] * x[t * in + j];
+    for (int t = 0; t < NT; ++t) {
+      const float s = hsum(acc[r][t]);
       float& dst = y[t * ldy + r];
       dst = accumulate ? dst + s : s;
     }
 }
 
-static_assert(kTokens == 2, "tile_rows dispatches token-row counts 1 and 2");
-template <int R>
-[[gnu::always_inline]] inline void tile_rows(const float* x, std::int64_t nb, std::int64_t in, const float* w, float* y,
-                                             std::int64_t ldy, bool accumulate) {
-  if (nb == 2)
-    tile<R, 2>(x, in, w, y, ldy, accumulate);
-  else
-    tile<R, 1>(x, in, w, y, ldy, accumulate);
+// Output rows [o_begin, o_end) for NT token rows: tiles of rows_for_tokens<NT>() rows, then single rows.
+template <int NT>
+[[gnu::always_inline]] inline void group_rows(const float* x, std::int64_t in, const float* w, std::int64_t o_begin,
+                                              std::int64_t o_end, float* y, std::int64_t ldy, bool accumulate) {
+  constexpr int R = rows_for_tokens<NT>();
+  std::int64_t o = o_begin;
+  for (; o + R <= o_end; o += R) tile<R, NT>(x, in, w + o * in, y + o, ldy, accumulate);
+  for (; o < o_end; ++o) tile<1, NT>(x, in, w + o * in, y + o, ldy, accumulate);
 }
 
 [[gnu::always_inline]] inline void linear_rows_impl(const float* x, std::int64_t n, std::int64_t in, const float* w,
                                                     std::int64_t o_begin, std::int64_t o_end, float* y, std::int64_t ldy,
                                                     bool accumulate) {
-  std::int64_t o = o_begin;
-  for (; o + kRows <= o_end; o += kRows) {
-    for (std::int64_t t = 0; t < n; t += kTokens)
-      tile_rows<kRows>(x + t * in, std::min<std::int64_t>(kTokens, n - t), in, w + o * in, y + t * ldy + o, ldy, accumulate);
+  const std::int64_t groups = (n + kMaxGroup - 1) / kMaxGroup;
+  const std::int64_t block = groups == 1 ? o_end - o_begin : kBlockRows;
+  for (std::int64_t o = o_begin; o < o_end; o += block) {
+    const std::int64_t oe = std::min(o_end, o + block);
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::int64_t t0 = g * n / groups, t1 = (g + 1) * n / groups;
+      const float* xg = x + t0 * in;
+      float* yg = y + t0 * ldy;
+      switch (t1 - t0) {
+        case 1: group_rows<1>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+        case 2: group_rows<2>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+        case 3: group_rows<3>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+        case 4: group_rows<4>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+        case 5: group_rows<5>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+        default: group_rows<6>(xg, in, w, o, oe, yg, ldy, accumulate); break;
+      }
+    }
   }
-  for (; o < o_end; ++o)
-    for (std::int64_t t = 0; t < n; t += kTokens)
-      tile_rows<1>(x + t * in, std::min<std::int64_t>(kTokens, n - t), in, w + o * in, y + t * ldy + o, ldy, accumulate);
 }
 
-// out[d] = sum_j p[j] * v[j * ldv + d] for d < dim (dim a multiple of 8 takes the vector path).
-[[gnu::always_inline]] inline void weighted_sum_impl(const float* p, std::int64_t count, const float* v, std::int64_t ldv,
-                                                     std::int64_t dim, float* out) {
-  if (dim % 8 == 0 && dim <= 128) {
-    v8 acc[16];
-    const std::int64_t nv = dim / 8;
-    for (std::int64_t k = 0; k < nv; ++k) acc[k] = v8{};
-    for (std::int64_t j = 0; j < count; ++j) {
-      const float pj = p[j];
-      const float* vj = v + j * ldv;
-      for (std::int64_t k = 0; k < nv; ++k) acc[k] += pj * load8(vj + 8 * k);
+// --- attention of a few query rows against one kv head ------------------------------------------------------------------
+// Every value a query row gets is computed by the same steps whatever the other rows of the call (batch invariance): a score
+// is a fixed-order dot product (lanes in ascending order of the head dimension, then reduce8's fixed tree); the softmax
+// runs over the row's visible keys only, packed in order (context, then ancestors, then itself) into 8-key blocks (padding
+// gives exactly 0); an output element sums p[j] * v[j] over those keys in the same order. So a token gets bit-identical
+// values fed alone, in a chain or as a tree node.
+
+using v8i = std::int32_t __attribute__((vector_size(32)));
+
+// Lane c of the result = ((a[c]_0 + a[c]_1) + (a[c]_2 + a[c]_3)) + ((a[c]_4 + a[c]_5) + (a[c]_6 + a[c]_7)).
+[[gnu::always_inline]] inline v8 reduce8(const v8* a) {
+  const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
+  const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+  v8 t[4], u[2];
+  for (int p = 0; p < 4; ++p)
+    t[p] = __builtin_shuffle(a[2 * p], a[2 * p + 1], even) + __builtin_shuffle(a[2 * p], a[2 * p + 1], odd);
+  for (int p = 0; p < 2; ++p)
+    u[p] = __builtin_shuffle(t[2 * p], t[2 * p + 1], lo2) + __builtin_shuffle(t[2 * p], t[2 * p + 1], hi2);
+  return __builtin_shuffle(u[0], u[1], lo4) + __builtin_shuffle(u[0], u[1], hi4);
+}
+
+// exp(x) for each lane (Cephes expf: range reduction by ln 2, degree-6 polynomial, relative error ~2e-7); exactly 0 below
+// about -87.3 (and for -inf), so masked scores vanish.
+[[gnu::always_inline]] inline v8 exp8(v8 x) {
+  const v8 lo = v8{} - 87.3365447505531f, hi = v8{} + 88.3762626647949f;
+  const v8i underflow = x < lo;
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  const v8 fx = x * 1.44269504088896341f + 0.5f;
+  v8i n = __builtin_convertvector(fx, v8i);  // truncation; fix up to floor below
+  n += fx < __builtin_convertvector(n, v8) ? v8i{} - 1 : v8i{};
+  const v8 fn = __builtin_convertvector(n, v8);
+  x = x - fn * 0.693359375f;
+  x = x - fn * -2.12194440e-4f;
+  v8 y = x * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * x + 8.3333452e-3f;
+  y = y * x + 4.1665795894e-2f;
+  y = y * x + 1.6666665459e-1f;
+  y = y * x + 5.0000001201e-1f;
+  y = y * (x * x) + x + 1.f;
+  const v8i bits = (n + 127) << 23;
+  v8 scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  y *= scale;
+  v8i yi;
+  std::memcpy(&yi, &y, sizeof yi);
+  yi &= ~underflow;
+  std::memcpy(&y, &yi, sizeof y);
+  return y;
+}
+
+constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
+
+[[gnu::always_inline]] inline void attention_rows_impl(const float* q, std::int64_t row_begin, std::int64_t row_end,
+                                                       std::int64_t n, std::int64_t hd, const float* k, const float* v,
+                                                       std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                                                       const std::int32_t* visible_count, float* scores,
+                                                       std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
+                                                       std::int64_t ld_out_member) {
+  const std::int64_t padded = (total + 7) / 8 * 8;
+  // 1. scores[r, j] = q[r] . k[j] in blocks of 8 keys (the last block repeats key total - 1 past the end).
+  for (std::int64_t kb = 0; kb < padded; kb += 8) {
+    const float* kp[8];
+    for (int c = 0; c < 8; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      const float* qr = q + r * hd;
+      v8 acc[8];
+      for (int c = 0; c < 8; ++c) acc[c] = v8{};
+      std::int64_t d = 0;
+      for (; d + 8 <= hd; d += 8) {
+        const v8 qv = load8(qr + d);
+        for (int c = 0; c < 8; ++c) acc[c] += qv * load8(kp[c] + d);
+      }
+      if (d < hd) {
+        const v8 qv = load_partial(qr + d, hd - d);
+        for (int c = 0; c < 8; ++c) acc[c] += qv * load_partial(kp[c] + d, hd - d);
+      }
+      const v8 sv = reduce8(acc);
+      std::memcpy(scores + r * ld_scores + kb, &sv, sizeof sv);
     }
-    for (std::int64_t k = 0; k < nv; ++k) std::memcpy(out + 8 * k, &acc[k], sizeof(v8));
-    return;
   }
-  for (std::int64_t d = 0; d < dim; ++d) out[d] = 0.f;
-  for (std::int64_t j = 0; j < count; ++j)
-    for (std::int64_t d = 0; d < dim; ++d) out[d] += p[j] * v[j * ldv + d];
+  // 2. softmax per row over the keys it sees, in place: the context, then its visible new keys moved down to follow it
+  //    (so a tree node's keys sit where its path's keys sit in a chain), then -inf up to a multiple of 8.
+  const float neg_inf = -__builtin_inff();
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    float* row = scores + r * ld_scores;
+    const std::int64_t i = r % n, seen = visible_count[i];
+    const std::int32_t* vis = visible + i * n;
+    for (std::int64_t a = 0; a < seen; ++a) row[cached + a] = row[cached + vis[a]];
+    const std::int64_t count = cached + seen, count8 = (count + 7) / 8 * 8;
+    for (std::int64_t j = count; j < count8; ++j) row[j] = neg_inf;
+    v8 mx = load8(row);
+    for (std::int64_t j = 8; j < count8; j += 8) {
+      const v8 x = load8(row + j);
+      mx = x > mx ? x : mx;
+    }
+    float m = mx[0];
+    for (int l = 1; l < 8; ++l) m = mx[l] > m ? mx[l] : m;
+    v8 sum{};
+    for (std::int64_t j = 0; j < count8; j += 8) {
+      const v8 e = exp8(load8(row + j) - m);
+      std::memcpy(row + j, &e, sizeof e);
+      sum += e;
+    }
+    const float inv = 1.f / hsum(sum);
+    for (std::int64_t j = 0; j < count8; j += 8) {
+      const v8 p = load8(row + j) * inv;
+      std::memcpy(row + j, &p, sizeof p);
+    }
+  }
+  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2.
+  auto out_row = [&](std::int64_t r) { return out + (r % n) * ld_out_token + (r / n) * ld_out_member; };
+  auto value = [&](std::int64_t r, std::int64_t j) {
+    return v + (j < cached ? j : cached + visible[(r % n) * n + (j - cached)]) * hd;
+  };
+  auto count_of = [&](std::int64_t r) { return cached + visible_count[r % n]; };
+  if (hd % 8 == 0 && hd <= 128) {
+    auto sum_rows = [&]<int NV>() {
+      for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
+        for (std::int64_t r = row_begin; r < row_end; ++r) {
+          const std::int64_t c1 = std::min(count_of(r), c0 + kValueChunk);
+          if (c0 >= c1) continue;
+          const float* p = scores + r * ld_scores;
+          float* o = out_row(r);
+          v8 acc[NV];
+          for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? v8{} : load8(o + 8 * e);
+          for (std::int64_t j = c0; j < c1; ++j) {
+            const float pj = p[j];
+            const float* vj = value(r, j);
+            for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
+          }
+          for (int e = 0; e < NV; ++e) std::memcpy(o + 8 * e, &acc[e], sizeof(v8));
+        }
+      }
+    };
+    switch (hd / 8) {
+      case 1: sum_rows.template operator()<1>(); return;
+      case 2: sum_rows.template operator()<2>(); return;
+      case 3: sum_rows.template operator()<3>(); return;
+      case 4: sum_rows.template operator()<4>(); return;
+      case 5: sum_rows.template operator()<5>(); return;
+      case 6: sum_rows.template operator()<6>(); return;
+      case 7: sum_rows.template operator()<7>(); return;
+      case 8: sum_rows.template operator()<8>(); return;
+      case 9: sum_rows.template operator()<9>(); return;
+      case 10: sum_rows.template operator()<10>(); return;
+      case 11: sum_rows.template operator()<11>(); return;
+      case 12: sum_rows.template operator()<12>(); return;
+      case 13: sum_rows.template operator()<13>(); return;
+      case 14: sum_rows.template operator()<14>(); return;
+      case 15: sum_rows.template operator()<15>(); return;
+      default: sum_rows.template operator()<16>(); return;
+    }
+  }
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    const float* p = scores + r * ld_scores;
+    float* o = out_row(r);
+    for (std::int64_t d = 0; d < hd; ++d) o[d] = 0.f;
+    for (std::int64_t j = 0; j < count_of(r); ++j) {
+      const float* vj = value(r, j);
+      for (std::int64_t d = 0; d < hd; ++d) o[d] += p[j] * vj[d];
+    }
+  }
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -106,14 +291,23 @@ __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::i
                                                           std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
-__attribute__((target("avx2,fma"))) void weighted_sum_avx2(const float* p, std::int64_t count, const float* v,
-                                                           std::int64_t ldv, std::int64_t dim, float* out) {
-  weighted_sum_impl(p, count, v, ldv, dim, out);
+__attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std::int64_t row_begin, std::int64_t row_end,
+                                                            std::int64_t n, std::int64_t hd, const float* k, const float* v,
+                                                            std::int64_t total, std::int64_t cached,
+                                                            const std::int32_t* visible, const std::int32_t* visible_count,
+                                                            float* scores, std::int64_t ld_scores, float* out,
+                                                            std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  attention_rows_impl(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+                      ld_out_token, ld_out_member);
 }
 #endif
 
-void weighted_sum_baseline(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out) {
-  weighted_sum_impl(p, count, v, ldv, dim, out);
+void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                             const float* k, const float* v, std::int64_t total, std::int64_t cached,
+                             const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
+                             std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  attention_rows_impl(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+                      ld_out_token, ld_out_member);
 }
 
 bool has_avx2_fma() {
@@ -133,7 +327,10 @@ void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const
 using LinearRowsFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
                               std::int64_t, bool);
 
-using WeightedSumFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, float*);
+using AttentionRowsFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*,
+                                 const float*, std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*,
+                                 std::int64_t, float*,
+                                 std::int64_t, std::int64_t);
 
 LinearRowsFn select_linear_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
@@ -141,11 +338,11 @@ LinearRowsFn select_linear_rows() {
 #endif
   return &linear_rows_baseline;
 }
-WeightedSumFn select_weighted_sum() {
+AttentionRowsFn select_attention_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  if (has_avx2_fma()) return &weighted_sum_avx2;
+  if (has_avx2_fma()) return &attention_rows_avx2;
 #endif
-  return &weighted_sum_baseline;
+  return &attention_rows_baseline;
 }
 
 }  // namespace
@@ -158,10 +355,19 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
   fn(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
 
-/// out[d] = sum_{j < count} p[j] * v[j * ldv + d] for d < dim: one attention output row from its probabilities and the values.
-void weighted_sum(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out) {
-  static const WeightedSumFn fn = select_weighted_sum();
-  fn(p, count, v, ldv, dim, out);
+/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
+/// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
+/// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
+/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 8; row r's output goes to
+/// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call (see
+/// attention_rows_impl).
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                    std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  static const AttentionRowsFn fn = select_attention_rows();
+  fn(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
+     ld_out_member);
 }
 
 }  // namespace specdec::models::detail

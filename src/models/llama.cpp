@@ -1,6 +1,7 @@
 // The Llama-family forward pass on CPU (float32). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding (written
-// straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence (two batched
-// matrix products over the sequence's cache, with an additive mask for multi-token chains and trees) -> output product
+// straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence (up to 16
+// new tokens: detail::attention_rows, each row over the keys it sees; longer prompts: two batched matrix products over the
+// sequence's cache with an additive mask) -> output product
 // accumulated into the residual -> RMSNorm -> fused gate/up product -> SiLU(gate) * up -> down product accumulated into the
 // residual. Element-wise steps are plain loops over raw float pointers; only the matrix products and attention go through
 // ATen, so a layer costs about a dozen ATen calls regardless of the batch.
@@ -15,6 +16,8 @@
 #include <limits>
 #include <numbers>
 #include <random>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -41,65 +44,119 @@ namespace detail {
 // src/models/linear_kernel.cpp
 void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
                  float* y, std::int64_t ldy, bool accumulate);
-void weighted_sum(const float* p, std::int64_t count, const float* v, std::int64_t ldv, std::int64_t dim, float* out);
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                    std::int64_t ld_out_token, std::int64_t ld_out_member);
 }  // namespace detail
 
 namespace {
 
 // Up to this many token rows, products go through detail::linear_rows (weights streamed once); above it, BLAS gemm.
 constexpr std::int64_t kMaxRowsForStreamingKernel = 16;
+// Attention of a sequence's few new tokens goes to the pool's threads from this many (query row x key) scores up, when the
+// forward's products already use the pool, or from the second figure when they do not (a 1-token forward).
+constexpr std::int64_t kMinParallelAttention = 4096;
+constexpr std::int64_t kMinParallelAttentionAsleep = std::int64_t{1} << 16;
 
-// A fixed set of worker threads that split one product's output rows, kept warm between the ~200 small products of a
-// forward (measured before the project compiled with OpenMP, when at::parallel_for ran serially here; it has not been
-// re-measured against OpenMP regions since). run() is called from one thread at a time.
+// A fixed set of worker threads that share one product's output rows (and a sequence's attention rows), kept warm between
+// the ~150 parallel steps of a forward. A step is cut into chunks that the threads take from a shared counter, the calling
+// thread included, so a worker that the OS has descheduled (another process busy on the other core) delays the step by
+// at most the chunk it holds, instead of by its whole share. Which thread computes a chunk changes no result: every output
+// row is computed alone. Waiting threads spin for a while (kSpin) before they block: on this project's 2-vCPU build
+// machine a futex wake-up of an idle vCPU took tens of microseconds, which over a forward's parallel steps cost a 6-token
+// forward 10-25 ms. run() is called from one thread at a time.
 class RowPool {
  public:
   explicit RowPool(int threads) : size_(std::max(threads, 1)) {
-    for (int i = 1; i < size_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    for (int i = 1; i < size_; ++i) workers_.emplace_back([this] { loop(); });
   }
   ~RowPool() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-      ++generation_;
+      stop_.store(true, std::memory_order_release);
+      ticket_.store(((generation(ticket_.load()) + 1) & kGenMask) << 36, std::memory_order_release);
     }
     wake_.notify_all();
     for (auto& t : workers_) t.join();
   }
   int size() const noexcept { return size_; }
-  // Calls fn(part) for every part in [0, size()), part 0 on the calling thread, and returns when all are done.
-  void run(const std::function<void(int)>& fn) {
-    if (size_ == 1) {
-      fn(0);
+  // Calls fn(c) for every chunk c in [0, chunks), on the calling thread and the workers, and returns when all are done.
+  void run(std::int64_t chunks, const std::function<void(std::int64_t)>& fn) {
+    if (size_ == 1 || chunks <= 1 || chunks >= kMaxChunks) {
+      for (std::int64_t c = 0; c < chunks; ++c) fn(c);
       return;
     }
+    job_ = &fn;
+    completed_.store(0, std::memory_order_relaxed);
+    const std::uint64_t gen = (generation(ticket_.load(std::memory_order_relaxed)) + 1) & kGenMask;
+    bool sleepers = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      job_ = &fn;
-      pending_ = size_ - 1;
-      ++generation_;
+      ticket_.store(gen << 36 | static_cast<std::uint64_t>(chunks) << 18, std::memory_order_release);
+      sleepers = sleepers_ > 0;
     }
-    wake_.notify_all();
-    fn(0);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    if (sleepers) wake_.notify_all();
+    work();
+    if (!spin_until([&] { return completed_.load(std::memory_order_acquire) == chunks; })) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      done_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) == chunks; });
+    }
   }
 
  private:
-  void loop(int part) {
+  static constexpr auto kSpin = std::chrono::microseconds(200);
+  // ticket_ = job generation (28 bits) << 36 | the job's chunk count (18 bits) << 18 | next chunk (18 bits): one atomic
+  // value, so a thread that takes a ticket sees the count of the same job. next stays below chunks + threads.
+  static constexpr std::int64_t kMaxChunks = std::int64_t{1} << 17;
+  static constexpr std::uint64_t kGenMask = (std::uint64_t{1} << 28) - 1;
+  static std::uint64_t generation(std::uint64_t t) { return t >> 36; }
+
+  // Polls pred for up to kSpin; returns whether it became true.
+  template <class Pred>
+  static bool spin_until(Pred pred) {
+    if (pred()) return true;
+    const auto end = std::chrono::steady_clock::now() + kSpin;
+    for (;;) {
+      for (int i = 0; i < 64; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+        if (pred()) return true;
+      }
+      if (std::chrono::steady_clock::now() >= end) return false;
+    }
+  }
+
+  // Takes chunks of the current job until none is left. Every ticket belongs to the job published last (even for a
+  // thread that woke up late), and a ticket below the chunk count keeps run() waiting until that chunk completes, so job_
+  // stays that job's while the chunk runs.
+  void work() {
+    for (;;) {
+      const std::uint64_t t = ticket_.fetch_add(1, std::memory_order_acq_rel);
+      const auto chunks = static_cast<std::int64_t>((t >> 18) & 0x3ffffu), c = static_cast<std::int64_t>(t & 0x3ffffu);
+      if (c >= chunks) return;
+      (*job_)(c);
+      if (completed_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_.notify_one();
+      }
+    }
+  }
+
+  void loop() {
     std::uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int)>* job = nullptr;
-      {
+      auto fresh = [&] { return generation(ticket_.load(std::memory_order_acquire)) != seen; };
+      if (!spin_until(fresh)) {
         std::unique_lock<std::mutex> lock(mutex_);
-        wake_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
-        job = job_;
+        ++sleepers_;
+        wake_.wait(lock, fresh);
+        --sleepers_;
       }
-      (*job)(part);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0) done_.notify_one();
+      seen = generation(ticket_.load(std::memory_order_acquire));
+      if (stop_.load(std::memory_order_acquire)) return;
+      work();
     }
   }
 
@@ -107,14 +164,15 @@ class RowPool {
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  const std::function<void(int)>* job_ = nullptr;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  const std::function<void(std::int64_t)>* job_ = nullptr;
+  std::atomic<std::uint64_t> ticket_{0};
+  std::atomic<std::int64_t> completed_{0};
+  int sleepers_ = 0;  // guarded by mutex_
+  std::atomic<bool> stop_{false};
 };
 
-// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous. A single token row is memory-bound and one thread reads
-// about as fast as several here, so the pool splits the rows only from two token rows up.
+// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous. The pool shares the rows only from two token rows up
+// (a single token row stays on the calling thread, as before: see README for the measured 1-token figures).
 void linear_impl(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
   const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
   if (n <= kMaxRowsForStreamingKernel) {
@@ -122,15 +180,15 @@ void linear_impl(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const 
     const float* wp = w.data_ptr<float>();
     float* yp = out.data_ptr<float>();
     const std::int64_t ldy = out.stride(0);
-    const int parts = n >= 2 ? pool.size() : 1;
-    if (parts == 1) {
+    if (n < 2 || pool.size() == 1) {
       detail::linear_rows(xp, n, in, wp, 0, rows, yp, ldy, accumulate);
       return;
     }
-    const std::int64_t chunk = ((rows + parts - 1) / parts + 5) / 6 * 6;  // whole 6-row tiles per part
-    pool.run([&](int part) {
-      const std::int64_t b = std::min<std::int64_t>(rows, part * chunk), e = std::min<std::int64_t>(rows, b + chunk);
-      if (b < e) detail::linear_rows(xp, n, in, wp, b, e, yp, ldy, accumulate);
+    // About 8 chunks per thread, whole 12-row blocks (tiles of 2, 3, 4 and 6 rows), at least 48 rows.
+    const std::int64_t target = (rows + 8 * pool.size() - 1) / (8 * pool.size());
+    const std::int64_t chunk = std::max<std::int64_t>(48, (target + 11) / 12 * 12);
+    pool.run((rows + chunk - 1) / chunk, [&](std::int64_t c) {
+      detail::linear_rows(xp, n, in, wp, c * chunk, std::min(rows, (c + 1) * chunk), yp, ldy, accumulate);
     });
   } else if (accumulate) {
     out.addmm_(x, w.t());
@@ -177,7 +235,10 @@ struct SequencePlan {
   std::int64_t start = 0;   // first row in the flattened batch
   std::int64_t n = 0;       // new tokens
   std::int64_t cached = 0;  // L: cache length before the call
-  at::Tensor mask;          // [n, L + n] additive (0 / -inf); undefined for a single token
+  at::Tensor mask;          // [n, L + n] additive (0 / -inf); only above kMaxRowsForStreamingKernel new tokens
+  // Up to kMaxRowsForStreamingKernel new tokens: new token j sees new tokens visible[j * n + a], a < visible_count[j]
+  // (its ancestors and itself, ascending).
+  std::vector<std::int32_t> visible, visible_count;
 };
 
 }  // namespace
@@ -248,7 +309,7 @@ struct LlamaModel::Impl {
 
   std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
   ForwardOutput forward(const ForwardBatch& b);
-  void attention(std::int64_t layer, const SequencePlan& s);
+  void attention(std::int64_t layer, const SequencePlan& s, std::int64_t batch_rows);
 };
 
 std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
@@ -294,7 +355,21 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
     for (std::int64_t j = 1; j < s.n; ++j)
       depth[static_cast<std::size_t>(j)] = parents ? depth[static_cast<std::size_t>((*parents)[static_cast<std::size_t>(j)])] + 1 : j;
     for (std::int64_t j = 0; j < s.n; ++j) positions[static_cast<std::size_t>(s.start + j)] = s.cached + depth[static_cast<std::size_t>(j)];
-    if (s.n > 1) {
+    if (s.n <= kMaxRowsForStreamingKernel) {
+      s.visible.assign(static_cast<std::size_t>(s.n * s.n), 0);
+      s.visible_count.assign(static_cast<std::size_t>(s.n), 0);
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        std::int32_t* row = s.visible.data() + j * s.n;
+        std::int32_t& count = s.visible_count[static_cast<std::size_t>(j)];
+        if (parents) {
+          for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)])
+            row[count++] = static_cast<std::int32_t>(a);
+          std::reverse(row, row + count);
+        } else {
+          for (std::int64_t k = 0; k <= j; ++k) row[count++] = static_cast<std::int32_t>(k);
+        }
+      }
+    } else {
       // Additive mask over [cached context | new nodes]: node j sees the context and its ancestors-or-self.
       const float neg_inf = -std::numeric_limits<float>::infinity();
       s.mask = at::zeros({s.n, s.cached + s.n}, at::TensorOptions().dtype(at::kFloat));
@@ -314,37 +389,43 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
   return plans;
 }
 
-void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
+void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, std::int64_t batch_rows) {
   const std::int64_t total = s.cached + s.n;
   if (s.n <= kMaxRowsForStreamingKernel) {
-    // Few new tokens (decode, speculative verify): per kv head, scores = q k^T with the streaming kernel over the cached keys,
-    // masked softmax in place, then each output row as a probability-weighted sum of the value rows.
-    const std::int64_t rows = group * s.n;  // query rows of one kv head, ordered (group member, token)
-    if (static_cast<std::int64_t>(scores_buf.size()) < rows * total) scores_buf.resize(static_cast<std::size_t>(rows * total * 2));
+    // Few new tokens (decode, speculative verify): detail::attention_rows over the sequence's cache, the nh * n query rows
+    // (ordered kv head, group member, token) shared in chunks by the pool's threads when there is enough work. Every row
+    // is computed alone, so the split changes no result.
+    const std::int64_t rows = group * s.n;  // query rows of one kv head
+    const std::int64_t all_rows = nkv * rows;
+    const std::int64_t ld = (total + 7) / 8 * 8;
+    if (static_cast<std::int64_t>(scores_buf.size()) < all_rows * ld)
+      scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
     const std::int64_t cap = cache.capacity();
     const float* kbase = cache.keys(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
     const float* vbase = cache.values(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
-    const float* mask = s.mask.defined() ? s.mask.data_ptr<float>() : nullptr;
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
-    float* out = attn.data_ptr<float>();
+    float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
-    for (std::int64_t kh = 0; kh < nkv; ++kh) {
-      const float* kp = kbase + kh * cap * hd;
-      const float* vp = vbase + kh * cap * hd;
-      detail::linear_rows(q + kh * rows * hd, rows, hd, kp, 0, total, sc, total, false);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::int64_t g = r / s.n, i = r % s.n;
-        float* row = sc + r * total;
-        if (mask)
-          for (std::int64_t j = s.cached; j < total; ++j) row[j] += mask[i * total + j];
-        float mx = -std::numeric_limits<float>::infinity();
-        for (std::int64_t j = 0; j < total; ++j) mx = std::max(mx, row[j]);
-        float sum = 0.f;
-        for (std::int64_t j = 0; j < total; ++j) sum += (row[j] = std::exp(row[j] - mx));
-        const float inv = 1.f / sum;
-        for (std::int64_t j = 0; j < total; ++j) row[j] *= inv;
-        detail::weighted_sum(row, total, vp, hd, hd, out + (s.start + i) * q_dim + (kh * group + g) * hd);
+    auto run_rows = [&](std::int64_t begin, std::int64_t end) {  // flattened rows kh * rows + r
+      for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
+        const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
+        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, hd, kbase + kh * cap * hd, vbase + kh * cap * hd, total,
+                               s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
+                               out + kh * group * hd, q_dim, hd);
       }
+    };
+    // The pool's threads are awake (spinning) when the forward's products use them (2+ token rows); a single-token forward
+    // leaves them asleep, and waking them per layer costs more than its attention unless the context is very long.
+    const bool pool_awake = batch_rows >= 2;
+    const int parts = all_rows > 1 && all_rows * total >= (pool_awake ? kMinParallelAttention : kMinParallelAttentionAsleep)
+                          ? pool->size()
+                          : 1;
+    if (parts == 1) {
+      run_rows(0, all_rows);
+    } else {
+      const std::int64_t chunk = std::max<std::int64_t>(1, all_rows / (4 * parts));  // about 4 chunks per thread
+      pool->run((all_rows + chunk - 1) / chunk,
+                [&](std::int64_t c) { run_rows(c * chunk, std::min(all_rows, (c + 1) * chunk)); });
     }
     return;
   }
@@ -416,7 +497,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         }
       }
     }
-    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
+    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s, N);
     linear_accumulate(attns, L.wo, xs);
 
     rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);

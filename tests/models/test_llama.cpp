@@ -447,6 +447,51 @@ TEST(LlamaModel, UnpermuteGgufQkInvertsTheLlamaCppPermutation) {
   EXPECT_THROW(sm::unpermute_gguf_qk(gguf, 5), specdec::error);
 }
 
+TEST(LlamaModel, FewTokenForwardIsBatchInvariant) {
+  // Speculative verification relies on this: with up to 16 new tokens (the streaming kernels), a token's logits are bitwise
+  // the same whether it is fed alone or in a chain or tree of others, whatever the thread count and the matrix widths
+  // (odd sizes exercise the kernels' partial vectors).
+  for (const bool odd : {false, true}) {
+    sm::LlamaConfig c = small_config();
+    if (odd) {
+      c.hidden_size = 52;
+      c.head_dim = 10;
+      c.intermediate_size = 77;
+    }
+    const Weights w = make_weights(c, 43);
+    const auto prompt = random_tokens(20, c.vocab_size, 44);
+    const auto more = random_tokens(16, c.vocab_size, 45);
+    for (const int threads : {1, 2}) {
+      sm::LlamaOptions o;
+      o.num_threads = threads;
+      o.initial_cache_capacity = 8;
+      sm::LlamaModel m(c, [&](const std::string& n) {
+        auto it = w.find(n);
+        return it == w.end() ? at::Tensor() : it->second;
+      }, o);
+      const std::int64_t s = m.allocate_sequence();
+      run_chain(m, s, prompt);  // prefill (BLAS path), shared by every run below
+      std::vector<at::Tensor> alone;
+      for (auto t : more) alone.push_back(run_chain(m, s, {t}));
+      for (std::int64_t n = 2; n <= 16; ++n) {
+        m.truncate(s, 20);
+        at::Tensor chained = run_chain(m, s, {more.begin(), more.begin() + n});
+        for (std::int64_t i = 0; i < n; ++i)
+          EXPECT_TRUE(chained[i].equal(alone[static_cast<std::size_t>(i)][0]))
+              << "odd " << odd << " threads " << threads << " chain of " << n << ", token " << i;
+      }
+      // A tree whose path 0-1-3 is the chain more[0..2]: nodes 0, 1, 3 match the one-by-one logits.
+      m.truncate(s, 20);
+      sm::ForwardBatch tree = sm::make_chain_batch(s, {more[0], more[1], more[5], more[2], more[6]});
+      tree.parents = {{-1, 0, 0, 1, 2}};
+      at::Tensor tl = m.forward(tree).logits;
+      EXPECT_TRUE(tl[0].equal(alone[0][0]) && tl[1].equal(alone[1][0]) && tl[3].equal(alone[2][0]))
+          << "odd " << odd << " threads " << threads << " tree";
+      m.free_sequence(s);
+    }
+  }
+}
+
 TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
   // Threads split output rows only, so every element is summed in the same order: results are bitwise equal.
   const auto c = small_config();
