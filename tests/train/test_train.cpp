@@ -95,6 +95,25 @@ std::vector<st::Record> make_records(TinyTarget& t, const fs::path& dir) {
   return st::read_records(dir / "data.bin");
 }
 
+// Options of the short training runs below: a high rate, 64 rows a step, at most `epochs` passes or 2 minutes, quiet.
+st::TrainOptions quick_options(double epochs) {
+  st::TrainOptions o;
+  o.lr = 1e-2;
+  o.warmup_steps = 2;
+  o.tokens_per_step = 64;
+  o.epochs = epochs;
+  o.minutes = 2;
+  o.verbose = false;
+  return o;
+}
+
+// At least 10 steps ran and the mean loss of the last 5 is below `ratio` x the first step's.
+void expect_loss_falls(const st::TrainResult& res, double ratio) {
+  ASSERT_GE(res.step_losses.size(), 10u);
+  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
+  EXPECT_LT(tail, ratio * res.first_loss);
+}
+
 TEST(Train, RecordsHoldTheTargetsPostNormFeaturesAndTopK) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("records");
@@ -121,19 +140,10 @@ TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   const fs::path dir = temp_dir("eagle");
   const auto recs = make_records(t, dir);
   st::EagleTrainable m(t.cfg, t.tw, 1);
-  st::TrainOptions o;
-  o.lr = 1e-2;
-  o.warmup_steps = 2;
-  o.tokens_per_step = 64;
-  o.epochs = 30;
-  o.minutes = 2;
+  st::TrainOptions o = quick_options(30);
   o.ce_fraction = 1.0;
-  o.verbose = false;
   o.checkpoint = dir / "state";
-  const auto res = st::train_eagle(m, recs, o);
-  ASSERT_GE(res.step_losses.size(), 10u);
-  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
-  EXPECT_LT(tail, 0.8 * res.first_loss);
+  expect_loss_falls(st::train_eagle(m, recs, o), 0.8);
   // Resuming restores the state (the step counter lives in state.txt).
   EXPECT_TRUE(fs::exists(dir / "state" / "params.pt"));
 
@@ -233,19 +243,10 @@ TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
     EXPECT_NEAR(acc[0], want, 1e-9);
   }
   // The multi-step loss trains (it falls) with the draft vocabulary.
-  st::TrainOptions o;
-  o.lr = 1e-2;
-  o.warmup_steps = 2;
-  o.tokens_per_step = 64;
-  o.epochs = 30;
-  o.minutes = 2;
+  st::TrainOptions o = quick_options(30);
   o.ce_fraction = 1.0;
   o.ttt_steps = 3;
-  o.verbose = false;
-  const auto res = st::train_eagle(m, recs, o);
-  ASSERT_GE(res.step_losses.size(), 10u);
-  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
-  EXPECT_LT(tail, 0.8 * res.first_loss);
+  expect_loss_falls(st::train_eagle(m, recs, o), 0.8);
   fs::remove_all(dir);
 }
 
@@ -254,17 +255,7 @@ TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
   const fs::path dir = temp_dir("draft");
   const auto recs = make_records(t, dir);
   st::DraftTrainable m(t.cfg, t.tw.embed_tokens, 16, 2, 2, 1, 32, 1);
-  st::TrainOptions o;
-  o.lr = 1e-2;
-  o.warmup_steps = 2;
-  o.tokens_per_step = 64;
-  o.epochs = 8;
-  o.minutes = 2;
-  o.verbose = false;
-  const auto res = st::train_draft(m, recs, o);
-  ASSERT_GE(res.step_losses.size(), 10u);
-  const double tail = std::accumulate(res.step_losses.end() - 5, res.step_losses.end(), 0.0) / 5;
-  EXPECT_LT(tail, 0.9 * res.first_loss);
+  expect_loss_falls(st::train_draft(m, recs, quick_options(8)), 0.9);
 
   m.save(dir / "draft");
   auto loaded = specdec::models::load_llama_safetensors(dir / "draft");
