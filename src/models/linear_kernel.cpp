@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "specdec/models/detail/cpu_kernels.hpp"
+
 // Vector-extension types wider than the baseline ISA are only used inside always-inlined helpers.
 #pragma GCC diagnostic ignored "-Wpsabi"
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/sampling/status.hpp"
 
 namespace specdec::models {
@@ -40,15 +41,6 @@ std::string shape_str(at::IntArrayRef s) {
 
 }  // namespace
 
-namespace detail {
-// src/models/linear_kernel.cpp
-void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
-                 float* y, std::int64_t ldy, bool accumulate);
-void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
-                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                    std::int64_t ld_out_token, std::int64_t ld_out_member);
-}  // namespace detail
 
 namespace {
 

@@ -23,19 +23,13 @@
 #include <set>
 #include <unordered_set>
 
+#include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/safetensors.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/status.hpp"
-
-namespace specdec::models::detail {
-// src/models/linear_kernel.cpp: columns [o_begin, o_end) of y = x w^T (x [n, in], w [*, in], y [n, ldy]), each weight row
-// streamed from memory once; every output's summation order is fixed (independent of n and of the column range).
-void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
-                 float* y, std::int64_t ldy, bool accumulate);
-}  // namespace specdec::models::detail
 
 namespace specdec::proposers {
 

@@ -1,0 +1,25 @@
+// Internal: the CPU kernels of src/models/linear_kernel.cpp, shared by the Llama forward and the EAGLE head. Not a stable
+// API. Every output's summation order is fixed (independent of the number of rows in a call and of the output range a
+// thread takes), so results are batch-invariant.
+#pragma once
+
+#include <cstdint>
+
+namespace specdec::models::detail {
+
+/// Columns [o_begin, o_end) of y = x w^T (+ y when `accumulate`): x [n, in] (row stride in), w [*, in] (row stride in),
+/// y [n, ldy]. Each weight row is streamed from memory once for up to 6 token rows.
+void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
+                 float* y, std::int64_t ldy, bool accumulate);
+
+/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
+/// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
+/// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
+/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 8; row r's output goes to
+/// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call.
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                    std::int64_t ld_out_token, std::int64_t ld_out_member);
+
+}  // namespace specdec::models::detail
