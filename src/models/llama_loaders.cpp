@@ -97,4 +97,27 @@ LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaO
   }, options);
 }
 
+void write_tensors_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                               at::ScalarType float_type) {
+  SafetensorsDtype float_dtype = SafetensorsDtype::kF32;
+  if (float_type == at::kHalf) float_dtype = SafetensorsDtype::kF16;
+  else if (float_type == at::kBFloat16) float_dtype = SafetensorsDtype::kBF16;
+  else if (float_type != at::kFloat)
+    fail(fmt::format("write_tensors_safetensors: float_type: expected Float, Half or BFloat16, got {}",
+                                     c10::toString(float_type)));
+  std::vector<at::Tensor> data;  // keeps the converted tensors alive until written
+  std::vector<SafetensorsWriteTensor> out;
+  for (const auto& [name, t0] : tensors) {
+    at::Tensor t = t0.detach().contiguous();
+    SafetensorsDtype dtype = float_dtype;
+    if (t.scalar_type() == at::kLong) dtype = SafetensorsDtype::kI64;
+    else if (t.scalar_type() == at::kBool) dtype = SafetensorsDtype::kBool;
+    else t = t.to(float_type).contiguous();
+    data.push_back(t);
+    out.push_back({name, dtype, t.sizes().vec(),
+                   {static_cast<const std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.numel() * t.element_size())}});
+  }
+  write_safetensors(path, out, {{"format", "pt"}});
+}
+
 }  // namespace specdec::models

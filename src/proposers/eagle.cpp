@@ -660,37 +660,13 @@ std::vector<std::pair<std::string, at::Tensor>> EagleHead::named_weights() const
 
 namespace {
 
+// The head's tensors as float32 (I64 / BOOL kept); errors name EagleHead::save.
 void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  std::vector<at::Tensor> data;
-  std::uint64_t offset = 0;
-  for (const auto& [name, t0] : tensors) {
-    at::Tensor t = t0.contiguous();
-    std::string dtype;
-    switch (t.scalar_type()) {
-      case at::kFloat: dtype = "F32"; break;
-      case at::kLong: dtype = "I64"; break;
-      case at::kBool: dtype = "BOOL"; break;
-      default: t = t.to(at::kFloat); dtype = "F32"; break;
-    }
-    const auto bytes = static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
-    header[name] = {{"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    data.push_back(t);
+  try {
+    sm::write_tensors_safetensors(path, tensors, at::kFloat);
+  } catch (const specdec::error& e) {
+    throw specdec::error(e.status(), std::string("EagleHead::save: ") + e.what());
   }
-  std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(fmt::format("EagleHead::save: cannot open '{}' for writing", path.string()));
-  const std::uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : data)
-    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-  if (!out) fail(fmt::format("EagleHead::save: writing '{}' failed", path.string()));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// safetensors reader and HF config.json tests (files written by the tests).
+// safetensors reader and writer, and HF config.json tests (files written by the tests).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,37 @@ TEST(Safetensors, ErrorsNameTheProblem) {
   EXPECT_ERROR_HAS(error_of_call([&] { (void)ok.to_float(ok.tensor("i")); }), "has dtype I32, expected F32, F16 or BF16");
   EXPECT_ERROR_HAS(error_of_call([&] { (void)ok.tensor("zz"); }), "safetensors: tensor 'zz' is missing");
   EXPECT_ERROR_HAS(error_of_call([] { sm::SafetensorsFile f("/nonexistent.safetensors"); }), "cannot open");
+}
+
+// write_safetensors output read back by the reader: dtypes, shapes, bytes, metadata, the data 8-byte aligned; a byte count
+// that does not match the shape is an error naming the tensor, and nothing is written.
+TEST(Safetensors, WriterRoundTrip) {
+  const std::vector<float> f = {1.5f, -2.f, 3.25f, 0.f, 7.f, -0.5f};
+  const std::vector<std::int64_t> ids = {3, -1, 1ll << 40};
+  const std::vector<std::byte> flags = {std::byte{1}, std::byte{0}};
+  auto bytes = [](const auto& v) { return std::as_bytes(std::span(v)); };
+  const std::vector<sm::SafetensorsWriteTensor> ts = {{"a.weight", sm::SafetensorsDtype::kF32, {2, 3}, bytes(f)},
+                                                      {"ids", sm::SafetensorsDtype::kI64, {3}, bytes(ids)},
+                                                      {"mask", sm::SafetensorsDtype::kBool, {2}, flags}};
+  const auto path = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_written.safetensors");
+  sm::write_safetensors(path, ts, {{"format", "pt"}});
+  const sm::SafetensorsFile file(path);
+  EXPECT_EQ(file.data_offset() % 8, 0u);
+  EXPECT_EQ(file.metadata().at("format"), "pt");
+  ASSERT_EQ(file.tensors().size(), 3u);
+  for (const auto& t : ts) {
+    SCOPED_TRACE(t.name);
+    const auto& r = file.tensor(t.name);
+    EXPECT_EQ(r.dtype, t.dtype);
+    EXPECT_EQ(r.shape, t.shape);
+    const auto d = file.tensor_data(r);
+    ASSERT_EQ(d.size(), t.data.size());
+    EXPECT_EQ(std::memcmp(d.data(), t.data.data(), d.size()), 0);
+  }
+  std::filesystem::remove(path);
+  const std::vector<sm::SafetensorsWriteTensor> bad = {{"short", sm::SafetensorsDtype::kF32, {2, 4}, bytes(f)}};
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::write_safetensors(path, bad); }), "tensor 'short': expected 32 bytes for its shape, got 24");
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST(LlamaConfigJson, SmolLM2StyleConfig) {

@@ -85,6 +85,11 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
 /// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, sharded or not) into a float32 model.
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options = {});
 
+/// Writes named CPU tensors as one safetensors file (metadata {"format": "pt"}): floating tensors as `float_type`
+/// (at::kFloat, at::kHalf or at::kBFloat16), int64 and bool tensors as they are. Throws specdec::error on failure.
+void write_tensors_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                               at::ScalarType float_type = at::kFloat);
+
 /// Reorders the rows of a llama.cpp GGUF attn_q/attn_k weight ([n_heads*head_dim, in], rotary pairs adjacent: (2j, 2j+1))
 /// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection.
 at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads);

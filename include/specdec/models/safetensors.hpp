@@ -1,4 +1,4 @@
-// safetensors reader: memory-mapped, read-only, torch-free.
+// safetensors reader (memory-mapped, read-only) and writer, torch-free.
 //
 // Format: uint64 little-endian header length N, N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 // "__metadata__": {string: string}}, then the data; offsets are relative to the first byte after the header. Shapes are
@@ -68,5 +68,19 @@ class SafetensorsFile {
   std::map<std::string, std::size_t, std::less<>> index_;
   std::map<std::string, std::string, std::less<>> metadata_;
 };
+
+/// One tensor for write_safetensors: its bytes (row-major, little-endian, element_size(dtype) x the shape's product).
+struct SafetensorsWriteTensor {
+  std::string name;
+  SafetensorsDtype dtype = SafetensorsDtype::kF32;
+  std::vector<std::int64_t> shape;
+  std::span<const std::byte> data;
+};
+
+/// Writes `tensors` in the given order as a safetensors file at `path` (the header padded with spaces so the data starts
+/// at a multiple of 8 bytes; `metadata` as "__metadata__" when not empty). Throws specdec::error naming the tensor or
+/// the file when a tensor's byte count does not match its shape or the file cannot be written.
+void write_safetensors(const std::filesystem::path& path, std::span<const SafetensorsWriteTensor> tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace specdec::models

@@ -1,4 +1,4 @@
-// safetensors reader: see include/specdec/models/safetensors.hpp.
+// safetensors reader and writer: see include/specdec/models/safetensors.hpp.
 #include "specdec/models/safetensors.hpp"
 
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include <fmt/format.h>
@@ -254,6 +255,36 @@ std::vector<float> SafetensorsFile::to_float(const SafetensorsTensor& t) const {
   std::vector<float> out(static_cast<std::size_t>(t.num_elements));
   to_float(t, out);
   return out;
+}
+
+void write_safetensors(const std::filesystem::path& path, std::span<const SafetensorsWriteTensor> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    std::uint64_t count = 1;
+    for (auto d : t.shape) {
+      if (d < 0) fail(fmt::format("write_safetensors: tensor '{}': negative dimension {}", t.name, d));
+      count *= static_cast<std::uint64_t>(d);
+    }
+    const std::uint64_t bytes = count * element_size(t.dtype);
+    if (bytes != t.data.size())
+      fail(fmt::format("write_safetensors: tensor '{}': expected {} bytes for its shape, got {}", t.name, bytes, t.data.size()));
+    header[t.name] = {{"dtype", to_string(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string h = header.dump();
+  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) fail(fmt::format("write_safetensors: cannot open '{}' for writing", path.string()));
+  const std::uint64_t n = h.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
+  if (!out) fail(fmt::format("write_safetensors: writing '{}' failed", path.string()));
 }
 
 }  // namespace specdec::models
