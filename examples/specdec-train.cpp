@@ -592,38 +592,26 @@ inline torch::Tensor soft_ce(const torch::Tensor& logits, const torch::Tensor& i
 // --- safetensors (float16) writer ------------------------------------------------------------------------------------------
 
 inline void write_safetensors_f16(const fs::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  header["__metadata__"] = {{"format", "pt"}};
-  std::vector<at::Tensor> data;
-  std::uint64_t offset = 0;
-  for (const auto& [name, t0] : tensors) {
-    at::Tensor t = t0.detach().contiguous();
-    std::string dtype = "F16";
-    if (t.scalar_type() == at::kLong) dtype = "I64";
-    else if (t.scalar_type() == at::kBool) dtype = "BOOL";
-    else t = t.to(at::kHalf).contiguous();
-    const auto bytes = static_cast<std::uint64_t>(t.numel()) * static_cast<std::uint64_t>(t.element_size());
-    header[name] = {{"dtype", dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    data.push_back(t);
-  }
-  std::string h = header.dump();
-  while ((8 + h.size()) % 8 != 0) h.push_back(' ');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(fmt::format("write_safetensors_f16: cannot open '{}' for writing", path.string()));
-  const std::uint64_t n = h.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-  if (!out) fail(fmt::format("write_safetensors_f16: writing '{}' failed", path.string()));
+  models::write_tensors_safetensors(path, tensors, at::kHalf);
 }
+
+/// The trainable tensors of a module, in the order of its named() list (the order checkpoints store them in).
+template <class Module>
+struct Trainable {
+  std::vector<torch::Tensor> parameters() const {
+    std::vector<torch::Tensor> v;
+    for (auto& [n, t] : static_cast<const Module&>(*this).named()) v.push_back(t);
+    return v;
+  }
+  void set_requires_grad() {
+    for (auto& t : parameters()) t.set_requires_grad(true);
+  }
+};
 
 // --- the EAGLE-1 head as a trainable module -------------------------------------------------------------------------------
 
 /// EAGLE-1 with one decoder layer (no input norm on it), exactly the math of EagleHead::forward for a chain from position 0.
-struct EagleTrainable {
+struct EagleTrainable : Trainable<EagleTrainable> {
   BlockShape shape;
   torch::Tensor fc_w, fc_b;
   BlockWeights layer;
@@ -665,14 +653,6 @@ struct EagleTrainable {
     std::vector<std::pair<std::string, torch::Tensor>> v = {{"fc.weight", fc_w}, {"fc.bias", fc_b}};
     for (auto& [n, t] : layer.named()) v.emplace_back("layers.0." + n, t);
     return v;
-  }
-  std::vector<torch::Tensor> parameters() const {
-    std::vector<torch::Tensor> v;
-    for (auto& [n, t] : named()) v.push_back(t);
-    return v;
-  }
-  void set_requires_grad() {
-    for (auto& t : parameters()) t.set_requires_grad(true);
   }
   /// tokens_next [T] (x_{i+1}), features [T, H] (f_i) -> predicted features [T, H] (f_{i+1}).
   torch::Tensor forward(const torch::Tensor& tokens_next, const torch::Tensor& features) const {
@@ -830,7 +810,7 @@ inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int
 
 // --- the distilled draft model -----------------------------------------------------------------------------------------------
 
-struct DraftTrainable {
+struct DraftTrainable : Trainable<DraftTrainable> {
   models::LlamaConfig config;
   BlockShape shape;
   torch::Tensor embed, final_norm;
@@ -871,14 +851,6 @@ struct DraftTrainable {
       for (auto& [n, t] : layers[i].named()) v.emplace_back(fmt::format("model.layers.{}.{}", i, n), t);
     v.emplace_back("model.norm.weight", final_norm);
     return v;
-  }
-  std::vector<torch::Tensor> parameters() const {
-    std::vector<torch::Tensor> v;
-    for (auto& [n, t] : named()) v.push_back(t);
-    return v;
-  }
-  void set_requires_grad() {
-    for (auto& t : parameters()) t.set_requires_grad(true);
   }
   /// tokens [T] -> final normed hidden [T, H] (logits = hidden @ embed^T).
   torch::Tensor hidden(const torch::Tensor& tokens) const {
