@@ -490,6 +490,45 @@ inline DataStats generate_records(models::LlamaModel& target, const std::vector<
   return st;
 }
 
+/// EAGLE-3's training features: re-runs the target over each record's tokens (one prefill per record) and writes the record
+/// again with features = the concatenation of the outputs of blocks `layers` ([T, 3 H], float16, in that order: what the
+/// decoder hands an EAGLE-3 proposer), the tokens and the stored target distributions unchanged. Returns the records written.
+inline std::int64_t fuse_records(models::LlamaModel& target, const std::vector<Record>& data, const std::vector<std::int64_t>& layers,
+                                 RecordWriter& writer, bool verbose) {
+  const auto t0 = Clock::now();
+  std::int64_t done = 0, tokens = 0;
+  for (const auto& r : data) {
+    const std::int64_t slot = target.allocate_sequence();
+    models::ForwardBatch b = models::make_chain_batch(slot, std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+    b.hidden_layers = layers;
+    b.last_logits_only = true;
+    models::ForwardOutput out;
+    try {
+      out = target.forward(b);
+    } catch (...) {
+      target.free_sequence(slot);
+      throw;
+    }
+    target.free_sequence(slot);
+    Record f;
+    f.tokens = r.tokens;
+    f.prompt_length = r.prompt_length;
+    f.features = at::cat(out.layer_hidden, 1).to(at::kHalf);
+    f.topk_ids = r.topk_ids;
+    f.topk_probs = r.topk_probs;
+    writer.write(f);
+    ++done;
+    tokens += static_cast<std::int64_t>(r.tokens.size());
+    if (verbose && (done % 25 == 0 || done == static_cast<std::int64_t>(data.size()))) {
+      const double el = seconds_since(t0);
+      fmt::print("fuse: {} / {} records, {} tokens, {:.0f} tok/s, elapsed {}, ETA {}\n", done, data.size(), tokens, tokens / el, hms(el),
+                 hms(el / static_cast<double>(done) * static_cast<double>(static_cast<std::int64_t>(data.size()) - done)));
+      std::fflush(stdout);
+    }
+  }
+  return done;
+}
+
 // --- shared pieces of the trainable modules ---------------------------------------------------------------------------------
 
 inline torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
@@ -608,20 +647,28 @@ struct Trainable {
   }
 };
 
-// --- the EAGLE-1 head as a trainable module -------------------------------------------------------------------------------
+// --- the EAGLE head as a trainable module -----------------------------------------------------------------------------------
 
-/// EAGLE-1 with one decoder layer (no input norm on it), exactly the math of EagleHead::forward for a chain from position 0.
+/// An EAGLE head with one decoder layer, exactly the math of EagleHead::forward for a chain from position 0:
+///   EAGLE-1: x = fc([embed(x_{i+1}); f_i]) + bias, the layer without input norm, logits = the target's LM head rows.
+///   EAGLE-3: x = fc(fused_i) (3H -> H, the outputs of three target blocks), the midlayer attends over
+///            [input_layernorm(embed); hidden_norm(x)] with x as the residual, logits = its own lm_head(norm(out)).
 struct EagleTrainable : Trainable<EagleTrainable> {
+  proposers::EagleVersion version = proposers::EagleVersion::kEagle1;
   BlockShape shape;
   torch::Tensor fc_w, fc_b;
   BlockWeights layer;
+  torch::Tensor hidden_norm, final_norm;  // EAGLE-3 only
   torch::Tensor embed, lm_head;  // the target's, frozen
   // Draft vocabulary (all of the target's when draft_ids is undefined): the head scores lm_head rows draft_ids [Vd];
-  // t2d_index [V] is the draft index of a target id or -1.
+  // t2d_index [V] is the draft index of a target id or -1. EAGLE-3 trains lm_head_d (its own LM head, started from those
+  // rows of the target's); EAGLE-1 keeps it frozen.
   torch::Tensor draft_ids, t2d_index, lm_head_d;
   models::LlamaConfig layer_config;
+  std::vector<std::int64_t> feature_layers;  // EAGLE-3: the target blocks whose outputs the fused feature concatenates
 
-  EagleTrainable(const models::LlamaConfig& target, const proposers::EagleTargetWeights& tw, std::uint64_t seed) {
+  EagleTrainable(const models::LlamaConfig& target, const proposers::EagleTargetWeights& tw, std::uint64_t seed,
+                 proposers::EagleVersion v = proposers::EagleVersion::kEagle1) : version(v) {
     torch::manual_seed(seed);
     layer_config = target;
     layer_config.num_layers = 1;
@@ -629,14 +676,31 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     const std::int64_t hd = target.head_dim ? target.head_dim : H / target.num_heads;
     shape = {H, target.num_heads, target.num_kv_heads ? target.num_kv_heads : target.num_heads, hd, target.intermediate_size,
              target.rms_norm_eps, target.rope_theta};
-    // fc starts as [0 | I]: the fused input is the target feature plus a small learned share of the token embedding.
-    fc_w = torch::cat({torch::randn({H, H}) * 0.02, torch::eye(H)}, 1);
-    fc_b = torch::zeros({H});
-    layer = init_block(shape, false, 1);
     embed = tw.embed_tokens.to(at::kFloat).contiguous();
     lm_head = tw.lm_head.to(at::kFloat).contiguous();
-    lm_head_d = lm_head;
+    if (eagle3()) {
+      // fc starts as [0.02 randn | 0.02 randn | I]: the fused feature starts as the highest of the three target layers.
+      fc_w = torch::cat({torch::randn({H, 2 * H}) * 0.02, torch::eye(H)}, 1);
+      BlockShape wide = shape;
+      wide.H = 2 * H;  // q/k/v read [norm(embed); norm(x)]
+      BlockWeights in = init_block(wide, false, 1);
+      layer = init_block(shape, true, 1);
+      layer.wq = in.wq, layer.wk = in.wk, layer.wv = in.wv;
+      hidden_norm = torch::ones({H});
+      final_norm = torch::ones({H});
+      lm_head_d = lm_head.clone();
+      feature_layers = proposers::eagle3_default_feature_layers(target.num_layers);
+    } else {
+      // fc starts as [0 | I]: the fused input is the target feature plus a small learned share of the token embedding.
+      fc_w = torch::cat({torch::randn({H, H}) * 0.02, torch::eye(H)}, 1);
+      fc_b = torch::zeros({H});
+      layer = init_block(shape, false, 1);
+      lm_head_d = lm_head;
+    }
   }
+  bool eagle3() const { return version == proposers::EagleVersion::kEagle3; }
+  /// Width of one row of the training features: EAGLE-1 the target's final hidden state, EAGLE-3 three layers' outputs.
+  std::int64_t feature_width() const { return eagle3() ? 3 * shape.H : shape.H; }
   std::int64_t vocab() const { return lm_head.size(0); }
   std::int64_t draft_vocab() const { return lm_head_d.size(0); }
   /// Restricts the scored vocabulary to `ids` (target ids, distinct), kept in ascending order.
@@ -650,18 +714,30 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     lm_head_d = lm_head.index_select(0, draft_ids).contiguous();
   }
   std::vector<std::pair<std::string, torch::Tensor>> named() const {
+    if (eagle3()) {
+      std::vector<std::pair<std::string, torch::Tensor>> v = {{"fc.weight", fc_w}, {"midlayer.hidden_norm.weight", hidden_norm}};
+      for (auto& [n, t] : layer.named()) v.emplace_back("midlayer." + n, t);
+      v.emplace_back("norm.weight", final_norm);
+      v.emplace_back("lm_head.weight", lm_head_d);
+      return v;
+    }
     std::vector<std::pair<std::string, torch::Tensor>> v = {{"fc.weight", fc_w}, {"fc.bias", fc_b}};
     for (auto& [n, t] : layer.named()) v.emplace_back("layers.0." + n, t);
     return v;
   }
-  /// tokens_next [T] (x_{i+1}), features [T, H] (f_i) -> predicted features [T, H] (f_{i+1}).
+  /// Draft-vocabulary logits of layer outputs [n, H] (EAGLE-3 applies its final norm first).
+  torch::Tensor logits(const torch::Tensor& out) const {
+    return torch::linear(eagle3() ? rms_norm(out, final_norm, shape.eps) : out, lm_head_d);
+  }
+  /// tokens_next [T] (x_{i+1}), features [T, feature_width()] -> layer outputs [T, H] (EAGLE-1: the predicted f_{i+1}).
   torch::Tensor forward(const torch::Tensor& tokens_next, const torch::Tensor& features) const {
     return forward_steps(tokens_next, features, 1).front();
   }
   /// Training-time test (as EAGLE-3 trains): `steps` unrolled draft steps over one sequence. Step 1 is forward(); at step
-  /// k >= 2 row i reads the head's own step-(k-1) output of row i-1 in place of f_i (row 0 keeps f_0) and attends exactly
-  /// as the k-th draft of a chain does at inference: to the step-1 rows j <= i-k+1 (built from true features), to the
-  /// step-m row i-k+m for 2 <= m < k (the earlier drafts of its chain) and to itself. Returns [steps] x [T, H].
+  /// k >= 2 row i reads the head's own step-(k-1) output of row i-1 in place of f_i (row 0 keeps f_0; EAGLE-3 feeds it
+  /// straight in as x, skipping fc, as at inference) and attends exactly as the k-th draft of a chain does at inference: to
+  /// the step-1 rows j <= i-k+1 (built from true features), to the step-m row i-k+m for 2 <= m < k (the earlier drafts of
+  /// its chain) and to itself. Returns [steps] x [T, H].
   std::vector<torch::Tensor> forward_steps(const torch::Tensor& tokens_next, const torch::Tensor& features, int steps) const {
     const std::int64_t T = features.size(0), group = shape.nh / shape.nkv;
     auto emb = embed.index_select(0, tokens_next);
@@ -670,13 +746,25 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     std::vector<torch::Tensor> keys, values, outs;
     torch::Tensor in_f = features;
     const auto ninf = -std::numeric_limits<float>::infinity();
+    torch::Tensor x1, emb_n;  // EAGLE-3: fc(fused) of step 1, the normalised embedding
+    if (eagle3()) {
+      x1 = torch::linear(features, fc_w);
+      emb_n = rms_norm(emb, layer.input_norm, shape.eps);
+    }
     for (int k = 1; k <= steps; ++k) {
-      if (k >= 2) in_f = torch::cat({features.narrow(0, 0, 1), outs.back().narrow(0, 0, T - 1)}, 0);
-      auto x = torch::linear(torch::cat({emb, in_f}, 1), fc_w, fc_b);
+      torch::Tensor x, a_in;
+      if (eagle3()) {
+        x = k == 1 ? x1 : torch::cat({x1.narrow(0, 0, 1), outs.back().narrow(0, 0, T - 1)}, 0);
+        a_in = torch::cat({emb_n, rms_norm(x, hidden_norm, shape.eps)}, 1);
+      } else {
+        if (k >= 2) in_f = torch::cat({features.narrow(0, 0, 1), outs.back().narrow(0, 0, T - 1)}, 0);
+        x = torch::linear(torch::cat({emb, in_f}, 1), fc_w, fc_b);
+        a_in = x;
+      }
       const BlockWeights& w = layer;
-      auto q = rope(torch::linear(x, w.wq).view({T, shape.nh, shape.hd}), c, s).transpose(0, 1);  // [nh, T, hd]
-      auto kk = rope(torch::linear(x, w.wk).view({T, shape.nkv, shape.hd}), c, s).transpose(0, 1);
-      auto vv = torch::linear(x, w.wv).view({T, shape.nkv, shape.hd}).transpose(0, 1);
+      auto q = rope(torch::linear(a_in, w.wq).view({T, shape.nh, shape.hd}), c, s).transpose(0, 1);  // [nh, T, hd]
+      auto kk = rope(torch::linear(a_in, w.wk).view({T, shape.nkv, shape.hd}), c, s).transpose(0, 1);
+      auto vv = torch::linear(a_in, w.wv).view({T, shape.nkv, shape.hd}).transpose(0, 1);
       if (group > 1) {
         kk = kk.repeat_interleave(group, 0);
         vv = vv.repeat_interleave(group, 0);
@@ -704,11 +792,15 @@ struct EagleTrainable : Trainable<EagleTrainable> {
   }
   proposers::EagleHeadConfig head_config() const {
     proposers::EagleHeadConfig c;
-    c.version = proposers::EagleVersion::kEagle1;
+    c.version = version;
     c.layer = layer_config;
-    c.fc_bias = true;
+    c.fc_bias = !eagle3();
     c.feature = proposers::EagleFeature::kPostNorm;
     c.draft_vocab_size = draft_vocab();
+    if (eagle3()) {
+      c.target_hidden_size = shape.H;
+      c.feature_layers = feature_layers;
+    }
     return c;
   }
   /// The library's EagleHead holding these weights (copied).
@@ -716,14 +808,19 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     std::map<std::string, at::Tensor> w;
     for (auto& [n, t] : named()) w[n] = t.detach().clone();
     if (draft_ids.defined()) w["d2t"] = draft_ids - torch::arange(draft_vocab(), torch::kLong);
+    else if (eagle3()) w["d2t"] = torch::zeros({draft_vocab()}, torch::kLong);
     return proposers::EagleHead(head_config(), [&](const std::string& n) {
       auto it = w.find(n);
       return it == w.end() ? at::Tensor() : it->second;
     }, tw);
   }
-  /// Copies the weights (and the draft vocabulary) of a saved EAGLE-1 head of the same shape.
+  /// Copies the weights (and the draft vocabulary) of a saved head of the same version and shape.
   void load_from(const fs::path& dir, const proposers::EagleTargetWeights& tw) {
     const proposers::EagleHead head = proposers::load_eagle_head(dir, tw);
+    if (head.version() != version)
+      fail(fmt::format("--init: '{}' is an {} head, expected {}", dir.string(), proposers::to_string(head.version()),
+                       proposers::to_string(version)));
+    if (eagle3() && head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
     std::map<std::string, at::Tensor> w;
     for (auto& [n, t] : head.named_weights()) w[n] = t;
     torch::NoGradGuard ng;
@@ -733,7 +830,8 @@ struct EagleTrainable : Trainable<EagleTrainable> {
         fail(fmt::format("--init: '{}': weight '{}' is missing or has another shape", dir.string(), n));
       t.copy_(it->second);
     }
-    if (head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
+    if (!eagle3() && head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
+    if (eagle3()) feature_layers = head.config().feature_layers.empty() ? feature_layers : head.config().feature_layers;
   }
   /// Writes config.json (EagleHead::save) and float16 weights.
   void save(const fs::path& dir, const proposers::EagleTargetWeights& tw) const {
@@ -750,19 +848,21 @@ struct EagleLosses {
 };
 
 /// The EAGLE objective on one record: rows i = 0..T-2 read (f_i, x_{i+1}) and predict f_{i+1} and the target's distribution
-/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost). With
+/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost).
+/// EAGLE-3 drops the feature regression (its records carry fused features, not the next final state) and trains on the
+/// cross-entropy alone, weight 1. With
 /// `steps` > 1 the unrolled draft steps of forward_steps() add the same objective on their rows (i >= k-1), weighted
 /// `step_weight`^(k-1) (EAGLE-3's training-time test). The cross-entropy is over the draft vocabulary: the target's top-k
 /// entries outside it are dropped and the rest renormalised.
-inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, double noise, double ce_fraction,
+inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, const torch::Tensor& noise, double ce_fraction,
                               std::mt19937_64& rng, int steps = 1, double step_weight = 0.8) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
   const std::int64_t n = T - 1;
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
   auto feats = r.features.narrow(0, 0, T).to(torch::kFloat);
   auto in_f = feats.narrow(0, 0, n);
-  if (noise > 0) in_f = in_f + (torch::rand_like(in_f) - 0.5) * noise;
-  auto target_f = feats.narrow(0, 1, n);
+  if (noise.defined() && noise.abs().max().item<double>() > 0) in_f = in_f + (torch::rand_like(in_f) - 0.5) * noise;
+  auto target_f = m.eagle3() ? torch::Tensor() : feats.narrow(0, 1, n);
   steps = static_cast<int>(std::min<std::int64_t>(steps, n));
   auto preds = m.forward_steps(tokens.narrow(0, 1, n), in_f, std::max(steps, 1));
   EagleLosses L;
@@ -787,22 +887,23 @@ inline EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int
       if (i >= first) rows.push_back(i);
     if (rows.empty()) continue;
     auto pred = preds[static_cast<std::size_t>(k - 1)];
-    auto reg = torch::smooth_l1_loss(pred.narrow(0, first, n - first), target_f.narrow(0, first, n - first));
     auto idx = torch::tensor(rows, torch::kLong);
-    auto logits = torch::linear(pred.index_select(0, idx), m.lm_head_d);
+    auto logits = m.logits(pred.index_select(0, idx));
     auto ids = ids_all.index_select(0, idx);
     auto ce = soft_ce(logits, ids, probs_all.index_select(0, idx));
+    auto reg = m.eagle3() ? torch::zeros({}) : torch::smooth_l1_loss(pred.narrow(0, first, n - first), target_f.narrow(0, first, n - first));
+    const double ce_weight = m.eagle3() ? 1.0 : 0.1;
     if (k == 1) {
       L.reg = reg;
       L.ce = ce;
-      L.total = reg + 0.1 * ce;
+      L.total = reg + ce_weight * ce;
       torch::NoGradGuard ng;
       // top-1 against the target's argmax (its top-k entry 0), in target ids
       auto am = logits.argmax(-1);
       if (m.draft_ids.defined()) am = m.draft_ids.index({am});
       L.top1 = am.eq(r.topk_ids.narrow(0, 1, n).to(torch::kLong).index_select(0, idx).select(1, 0)).to(torch::kFloat).mean().item<double>();
     } else {
-      L.total = L.total + weight * (reg + 0.1 * ce);
+      L.total = L.total + weight * (reg + ce_weight * ce);
     }
   }
   return L;
@@ -1041,14 +1142,19 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
   return res;
 }
 
-inline double feature_rms(const std::vector<Record>& data) {
-  double ss = 0;
+/// RMS of the features over (up to) the first 64 records, per block of `block` columns ([W], each block's RMS repeated):
+/// EAGLE-3's fused features concatenate three layers of very different scales.
+inline torch::Tensor feature_rms(const std::vector<Record>& data, std::int64_t block) {
+  if (data.empty()) return torch::ones({block});
+  const std::int64_t W = data.front().features.size(1);
+  torch::Tensor ss = torch::zeros({W}, torch::kDouble);
   std::int64_t n = 0;
   for (std::size_t i = 0; i < data.size() && i < 64; ++i) {
-    ss += data[i].features.to(at::kFloat).pow(2).sum().item<double>();
-    n += data[i].features.numel();
+    ss += data[i].features.to(at::kDouble).pow(2).sum(0);
+    n += data[i].features.size(0);
   }
-  return n ? std::sqrt(ss / static_cast<double>(n)) : 1.0;
+  auto per_block = (ss.view({W / block, block}).sum(1) / static_cast<double>(std::max<std::int64_t>(n, 1) * block)).sqrt();
+  return per_block.repeat_interleave(block).to(torch::kFloat);
 }
 
 /// The `size` target ids the target emits most often as its argmax over the training set (ties to the smaller id), and the
@@ -1074,7 +1180,7 @@ inline std::pair<std::vector<std::int64_t>, double> frequent_argmax_tokens(const
 
 inline TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
   m.set_requires_grad();
-  const double noise = o.noise * feature_rms(data);
+  const torch::Tensor noise = o.noise * feature_rms(data, m.shape.H);
   return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64& rng) {
     auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng, o.ttt_steps, o.ttt_weight);
     return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
@@ -1101,7 +1207,7 @@ inline std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const st
     for (int k = 1; k <= steps; ++k) {
       const std::int64_t b = std::max<std::int64_t>(k - 1, answers_only ? first_answer_row : 0);
       if (b >= n) continue;
-      auto am = torch::linear(outs[static_cast<std::size_t>(k - 1)].narrow(0, b, n - b), m.lm_head_d).argmax(-1);
+      auto am = m.logits(outs[static_cast<std::size_t>(k - 1)].narrow(0, b, n - b)).argmax(-1);
       if (m.draft_ids.defined()) am = m.draft_ids.index({am});
       hit[static_cast<std::size_t>(k - 1)] += am.eq(want.narrow(0, b, n - b)).sum().item<double>();
       rows[static_cast<std::size_t>(k - 1)] += static_cast<double>(n - b);
@@ -1192,7 +1298,13 @@ int main(int argc, char** argv) {
   data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice and sampling)")->capture_default_str();
   data_cmd->add_flag("--append", append, "append to an existing training set");
 
-  auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE-1 head on a training set");
+  auto* fuse_cmd = app.add_subcommand("fuse", "add EAGLE-3's fused features (three target layers) to training sets");
+  std::vector<std::string> f_data;
+  std::string f_out;
+  fuse_cmd->add_option("--data", f_data, "training set(s) written by `specdec-train data`")->required();
+  fuse_cmd->add_option("--out", f_out, "output training set with [T, 3 x hidden] features")->required();
+
+  auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE head (EAGLE-1, or EAGLE-3 on `fuse`d training sets)");
   TrainOptions eopt;
   std::vector<std::string> e_data;
   std::string e_out, e_ckpt;
@@ -1207,6 +1319,10 @@ int main(int argc, char** argv) {
   std::string e_init;
   std::int64_t holdout = 0;
   eagle_cmd->add_option("--init", e_init, "start from this saved head (same shape; its draft vocabulary too)");
+  int e_version = 1;
+  eagle_cmd->add_option("--version", e_version, "1: EAGLE-1 (final hidden state); 3: EAGLE-3 (fused features from `fuse`)")
+      ->check(CLI::IsMember({1, 3}))
+      ->capture_default_str();
   eagle_cmd->add_option("--holdout", holdout, "records kept out of training (the last ones): per-step accuracy reported on them")
       ->capture_default_str();
 
@@ -1257,6 +1373,27 @@ int main(int argc, char** argv) {
                  st.answer_tokens, hms(st.seconds), hms(seconds_since(t0)));
       return 0;
     }
+    if (fuse_cmd->parsed()) {
+      std::int64_t H = 0;
+      const auto data = read_record_files(f_data, &H);
+      std::int64_t longest = 0;
+      for (const auto& r : data) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(r.tokens.size()));
+      specdec::models::LlamaOptions lo;
+      lo.num_threads = threads;
+      lo.initial_cache_capacity = longest + 8;
+      auto target = specdec::models::load_llama_gguf(model, lo);
+      if (H != target.hidden_size())
+        fail(fmt::format("--data: features of width {}, expected the target's final hidden state ({})", H, target.hidden_size()));
+      const auto layers = specdec::proposers::eagle3_default_feature_layers(target.config().num_layers);
+      fmt::print("fuse: {} records; features = outputs of target blocks {}\n", data.size(), fmt::join(layers, ", "));
+      const fs::path tmp = fs::path(f_out).concat(".partial");
+      {
+        RecordWriter w(tmp, 3 * target.hidden_size(), data.empty() ? 0 : data.front().topk_ids.size(1), false);
+        fuse_records(target, data, layers, w, true);
+      }
+      fs::rename(tmp, f_out);  // all or nothing
+      return 0;
+    }
     const auto tw = specdec::proposers::eagle_target_weights_from_gguf(model);
     const specdec::models::GgufFile file(model);
     auto target_cfg = specdec::models::llama_config_from_gguf(file);
@@ -1269,7 +1406,11 @@ int main(int argc, char** argv) {
         fail(fmt::format("--holdout: expected in [0, {}), got {}", data.size(), holdout));
       std::vector<Record> held(std::make_move_iterator(data.end() - holdout), std::make_move_iterator(data.end()));
       data.resize(data.size() - static_cast<std::size_t>(holdout));
-      if (H != target_cfg.hidden_size) fail(fmt::format("--data: features of width {}, the target's hidden size is {}", H, target_cfg.hidden_size));
+      const auto version = e_version == 3 ? specdec::proposers::EagleVersion::kEagle3 : specdec::proposers::EagleVersion::kEagle1;
+      const std::int64_t want_h = (e_version == 3 ? 3 : 1) * target_cfg.hidden_size;
+      if (H != want_h)
+        fail(fmt::format("--data: features of width {}, EAGLE-{} expects {}{}", H, e_version, want_h,
+                         e_version == 3 ? " (three layers: run `specdec-train fuse` on the training set first)" : ""));
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
       fmt::print("eagle: {} records, {} tokens\n", data.size(), rows);
@@ -1277,7 +1418,7 @@ int main(int argc, char** argv) {
       if (draft_vocab < 0 || draft_vocab > target_cfg.vocab_size)
         fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
-      EagleTrainable m(target_cfg, tw, eopt.seed);
+      EagleTrainable m(target_cfg, tw, eopt.seed, version);
       if (!e_init.empty()) {
         m.load_from(e_init, tw);
         fmt::print("eagle: initialised from '{}' (draft vocabulary {})\n", e_init, m.draft_vocab());

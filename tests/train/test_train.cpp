@@ -175,14 +175,28 @@ TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   fs::remove_all(dir);
 }
 
+// EAGLE-3's training set: the records again with the outputs of the target blocks `layers`, concatenated.
+std::vector<st::Record> fuse(TinyTarget& t, const std::vector<st::Record>& recs, const std::vector<std::int64_t>& layers,
+                             const fs::path& dir) {
+  {
+    st::RecordWriter w(dir / "fused.bin", 3 * t.cfg.hidden_size, recs.front().topk_ids.size(1), false);
+    EXPECT_EQ(st::fuse_records(*t.model, recs, layers, w, false), static_cast<std::int64_t>(recs.size()));
+  }
+  return st::read_records(dir / "fused.bin");
+}
+
 // The unrolled steps of the training-time test compute exactly what the library's head computes when it drafts a chain:
 // step k, row i == the k-th draft row after committing rows 0..i-k+1, fed the earlier steps' outputs as features. With a
-// draft vocabulary the saved head scores the same rows of the target's LM head.
-TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
+// draft vocabulary the saved head scores the same rows (EAGLE-1: of the target's LM head; EAGLE-3: of its own, started
+// from the target's).
+void check_training_time_test(specdec::proposers::EagleVersion version) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("ttt");
-  const auto recs = make_records(t, dir);
-  st::EagleTrainable m(t.cfg, t.tw, 3);
+  auto recs = make_records(t, dir);
+  const bool e3 = version == specdec::proposers::EagleVersion::kEagle3;
+  if (e3) recs = fuse(t, recs, specdec::proposers::eagle3_default_feature_layers(t.cfg.num_layers), dir);
+  st::EagleTrainable m(t.cfg, t.tw, 3, version);
+  ASSERT_EQ(recs.front().features.size(1), m.feature_width());
   {  // some spread in fc's feature half so that the steps differ
     torch::NoGradGuard ng;
     m.fc_w.add_(torch::randn(m.fc_w.sizes()) * 0.1);
@@ -194,6 +208,7 @@ TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
   ASSERT_EQ(m.draft_vocab(), 40);
   m.save(dir / "head", t.tw);
   auto head = specdec::proposers::load_eagle_head(dir / "head", t.tw);
+  EXPECT_EQ(head.version(), version);
   std::sort(ids.begin(), ids.end());
   EXPECT_EQ(head.draft_to_target(), ids);
   {  // float16 weights on both sides
@@ -228,15 +243,16 @@ TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
     d.cu_num_tokens = {0, 2};
     d.token_ids = {r.tokens[static_cast<std::size_t>(i)], r.tokens[static_cast<std::size_t>(i + 1)]};
     d.features = torch::stack({outs[0][i - 2], outs[1][i - 1]}).contiguous();
+    d.features_are_head_hidden = e3;  // EAGLE-3 feeds the head's own outputs past fc, as its proposer drafts
     const auto got = head.forward(d);
     EXPECT_TRUE(at::allclose(got.hidden[0], outs[1][i - 1], 1e-3, 1e-3)) << (got.hidden[0] - outs[1][i - 1]).abs().max().item<float>();
     EXPECT_TRUE(at::allclose(got.hidden[1], outs[2][i], 1e-3, 1e-3)) << (got.hidden[1] - outs[2][i]).abs().max().item<float>();
-    EXPECT_TRUE(at::allclose(got.logits, torch::linear(got.hidden, m.lm_head_d), 1e-4, 1e-4));
+    EXPECT_TRUE(at::allclose(got.logits, m.logits(got.hidden), 1e-4, 1e-4));
     head.free_sequence(slot);
   }
   {  // eagle_step_accuracy's step 1 on this record = the share of rows whose draft argmax is the target's argmax
     torch::NoGradGuard ng;
-    auto am = m.draft_ids.index({torch::linear(outs[0], m.lm_head_d).argmax(-1)});
+    auto am = m.draft_ids.index({m.logits(outs[0]).argmax(-1)});
     const double want = am.eq(r.topk_ids.narrow(0, 1, n).select(1, 0).to(torch::kLong)).to(torch::kDouble).mean().item<double>();
     const auto acc = st::eagle_step_accuracy(m, {r}, 3, 640, false);
     ASSERT_EQ(acc.size(), 3u);
@@ -247,6 +263,40 @@ TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) {
   o.ce_fraction = 1.0;
   o.ttt_steps = 3;
   expect_loss_falls(st::train_eagle(m, recs, o), 0.8);
+  fs::remove_all(dir);
+}
+
+TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) { check_training_time_test(specdec::proposers::EagleVersion::kEagle1); }
+
+TEST(Train, Eagle3TrainingTimeTestStepsAreTheHeadsChainDrafts) {
+  check_training_time_test(specdec::proposers::EagleVersion::kEagle3);
+}
+
+// `fuse` stores, per token, the outputs of the three target blocks a fresh forward returns (float16), in their order, and
+// keeps the tokens and target distributions.
+TEST(Train, FusedRecordsHoldTheTargetsLayerOutputs) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("fuse");
+  const auto recs = make_records(t, dir);
+  const std::vector<std::int64_t> layers = {1, 0, 1};
+  const auto fused = fuse(t, recs, layers, dir);
+  ASSERT_EQ(fused.size(), recs.size());
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const auto& r = fused[i];
+    EXPECT_EQ(r.tokens, recs[i].tokens);
+    EXPECT_EQ(r.prompt_length, recs[i].prompt_length);
+    EXPECT_TRUE(at::equal(r.topk_ids, recs[i].topk_ids));
+    EXPECT_TRUE(at::equal(r.topk_probs, recs[i].topk_probs));
+    const std::int64_t slot = t.model->allocate_sequence();
+    auto b = specdec::models::make_chain_batch(slot, std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+    b.hidden_layers = layers;
+    const auto out = t.model->forward(b);
+    t.model->free_sequence(slot);
+    ASSERT_EQ(r.features.size(1), 3 * t.cfg.hidden_size);
+    for (int j = 0; j < 3; ++j)
+      EXPECT_TRUE(at::allclose(r.features.narrow(1, j * t.cfg.hidden_size, t.cfg.hidden_size).to(at::kFloat),
+                               out.layer_hidden[static_cast<std::size_t>(j)], 1e-2, 1e-2)) << "block " << layers[static_cast<std::size_t>(j)];
+  }
   fs::remove_all(dir);
 }
 
