@@ -1419,6 +1419,15 @@ int main(int argc, char** argv) {
         fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
       EagleTrainable m(target_cfg, tw, eopt.seed, version);
+      if (m.eagle3() && e_init.empty()) {
+        // EAGLE-3's final norm starts as the target's: with fc passing the high feature through, its logits start at the
+        // scale of the target's own.
+        const auto* info = file.find_tensor("output_norm.weight");
+        if (!info || info->shape != std::vector<std::int64_t>{target_cfg.hidden_size})
+          fail(fmt::format("--model: '{}' has no output_norm.weight of shape [{}]", model, target_cfg.hidden_size));
+        torch::NoGradGuard ng;
+        file.dequantize(*info, std::span<float>(m.final_norm.data_ptr<float>(), static_cast<std::size_t>(m.final_norm.numel())));
+      }
       if (!e_init.empty()) {
         m.load_from(e_init, tw);
         fmt::print("eagle: initialised from '{}' (draft vocabulary {})\n", e_init, m.draft_vocab());
