@@ -5,9 +5,13 @@
 //                        chat template (self-distillation); every token fed to the target keeps its post-norm final hidden
 //                        state (the EAGLE-1 feature, EagleFeature::kPostNorm, exactly as the decoder hands it to the
 //                        proposer) and the top-k of the target's next-token distribution.
+//   specdec-train fuse   re-runs the target over a training set (one prefill per record) and stores, per token, the outputs
+//                        of EAGLE-3's three feature blocks (low, mid, high) in place of the final state.
 //   specdec-train eagle  trains an EAGLE-1 head on that set: Smooth-L1 between predicted and true next features plus
 //                        0.1 x cross-entropy against the target's distribution (soft labels), AdamW (0.9, 0.95), gradient
-//                        clipping 0.5; saves the checkpoint load_eagle_head reads (float16 safetensors + config.json).
+//                        clipping 0.5; or, with --version 3 on a fused set, an EAGLE-3 head on the cross-entropy alone.
+//                        Both can unroll EAGLE-3's training-time test (--ttt-steps). Saves the checkpoint load_eagle_head
+//                        reads (float16 safetensors + config.json).
 //   specdec-train draft  distils a small Llama (the target's vocabulary, tied embeddings) with cross-entropy to the target's
 //                        top-k distributions; saves a Hugging Face directory load_llama_safetensors reads (float16).
 //

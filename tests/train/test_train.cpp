@@ -356,19 +356,23 @@ std::vector<std::int64_t> chat_prompt(const fs::path& gguf, const std::string& t
 TEST(Train, CommittedDraftsAreLosslessOnSmolLM2) {
   const fs::path gguf = kModels / "SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!fs::exists(gguf)) GTEST_SKIP() << "bundled model not downloaded (scripts/setup.sh)";
-  const bool have_eagle = fs::exists(kModels / "smollm2-135m-eagle" / "config.json");
+  std::vector<fs::path> heads;  // EAGLE-1 and EAGLE-3
+  for (const char* name : {"smollm2-135m-eagle", "smollm2-135m-eagle3"})
+    if (fs::exists(kModels / name / "config.json")) heads.push_back(kModels / name);
   const bool have_draft = fs::exists(kModels / "smollm2-135m-draft" / "config.json");
-  if (!have_eagle && !have_draft) GTEST_SKIP() << "no committed checkpoints";
+  if (heads.empty() && !have_draft) GTEST_SKIP() << "no committed checkpoints";
   auto target = specdec::models::load_llama_gguf(gguf);
   const auto prompt = chat_prompt(gguf, "Give me two tips for learning to cook.");
   specdec::proposers::NoProposer none;
   const auto want = greedy(none, target, prompt, 0);
   ASSERT_FALSE(want.empty());
-  if (have_eagle) {
-    const auto head_dir = kModels / "smollm2-135m-eagle";
+  const auto tw = specdec::proposers::eagle_target_weights_from_gguf(gguf);
+  for (const auto& head_dir : heads) {
+    SCOPED_TRACE(head_dir.filename().string());
     EXPECT_LE(fs::file_size(head_dir / "model.safetensors"), 20u * 1000 * 1000);
-    specdec::proposers::EagleProposer eagle(
-        specdec::proposers::load_eagle_head(head_dir, specdec::proposers::eagle_target_weights_from_gguf(gguf)));
+    specdec::proposers::EagleProposerOptions eo;
+    eo.target_num_layers = target.config().num_layers;
+    specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, tw), eo);
     EXPECT_EQ(greedy(eagle, target, prompt, 5), want);
   }
   if (have_draft) {
