@@ -59,6 +59,7 @@ struct Options {
   bool tree = false;
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
+  double draft_min_prob = 0.0;
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -203,6 +204,7 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
   eo.mode = o.tree ? specdec::proposers::EagleDraftMode::kTree : specdec::proposers::EagleDraftMode::kChain;
   eo.tree.top_k = o.tree_top_k;
   eo.tree.num_nodes = o.tree_nodes;
+  eo.min_draft_prob = o.draft_min_prob;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights), eo);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
@@ -422,6 +424,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
       ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--draft-min-prob", o.draft_min_prob,
+                 "EAGLE chains: stop drafting at the first draft the head gives less than this probability (0 = always g)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "0 = off")->capture_default_str();
   app.add_option("--top-p", o.top_p, "1 = off")->capture_default_str();

@@ -1074,6 +1074,8 @@ EagleProposer::EagleProposer(EagleHead head, const EagleProposerOptions& options
       if (options.target_num_layers > 0 && l >= options.target_num_layers)
         fail(fmt::format("EagleProposer: feature layer {}: expected < target_num_layers = {}", l, options.target_num_layers));
   }
+  if (!(options.min_draft_prob >= 0.0 && options.min_draft_prob <= 1.0))
+    fail(fmt::format("EagleProposer: options.min_draft_prob: expected in [0, 1], got {}", options.min_draft_prob));
   if (options.tree.top_k < 1 || options.tree.num_nodes < 1 || options.tree.depth < 0)
     fail(fmt::format("EagleProposer: options.tree: expected top_k >= 1, num_nodes >= 1, depth >= 0, got {}, {}, {}",
                      options.tree.top_k, options.tree.num_nodes, options.tree.depth));
@@ -1211,7 +1213,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       hidden[a] = rs[static_cast<std::size_t>(active[a])]->last_hidden;
       logits[a] = rs[static_cast<std::size_t>(active[a])]->last_logits;
     }
-    std::vector<bool> sampled(active.size());
+    std::vector<bool> sampled(active.size()), stopped(active.size(), false);
     for (std::size_t a = 0; a < active.size(); ++a) {
       const ProposeRequest& q = reqs[static_cast<std::size_t>(active[a])];
       const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(active[a])]->params;
@@ -1229,16 +1231,22 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       for (std::size_t a = 0; a < active.size(); ++a) {
         const std::int64_t i = active[a];
         const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
-        if (s >= q.max_drafts) continue;
+        if (s >= q.max_drafts || stopped[a]) continue;
         const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(i)]->params;
         at::Tensor lg = logits[a].contiguous();
         const float* lp = lg.data_ptr<float>();
         std::int64_t token = -1;
+        double confidence = 1.0;  // the head's probability of this draft (min_draft_prob)
         if (!any_probs || !sampled[a]) {
           std::int64_t best = 0;
           for (std::int64_t d = 1; d < Vd; ++d)
             if (lp[d] > lp[best]) best = d;
           token = d2t[static_cast<std::size_t>(best)];
+          if (opts.min_draft_prob > 0) {
+            double z = 0.0;
+            for (std::int64_t d = 0; d < Vd; ++d) z += std::exp(static_cast<double>(lp[d]) - static_cast<double>(lp[best]));
+            confidence = 1.0 / z;
+          }
         }
         if (any_probs) {
           // The draft distribution over the target vocabulary, processed with the request's params.
@@ -1261,13 +1269,21 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
               }
             }
             if (token < 0) token = last_nonzero;
+            // The distribution's largest probability, not the drawn token's: a stop that looked at the draft itself would
+            // keep drafts distributed as q restricted to confident tokens while the verifier divides by q.
+            confidence = *std::max_element(probs.begin(), probs.end());
           } else {
             // A deterministic row inside a sampled batch: the verifier treats greedy rows by argmax; give its one-hot.
             std::fill(probs.begin(), probs.end(), 0.f);
             probs[static_cast<std::size_t>(token)] = 1.f;
           }
-          probs_rows[static_cast<std::size_t>(i)].insert(probs_rows[static_cast<std::size_t>(i)].end(), probs.begin(), probs.end());
         }
+        if (confidence < opts.min_draft_prob) {  // this chain ends here, without this draft
+          stopped[a] = true;
+          continue;
+        }
+        if (any_probs)
+          probs_rows[static_cast<std::size_t>(i)].insert(probs_rows[static_cast<std::size_t>(i)].end(), probs.begin(), probs.end());
         drafts[static_cast<std::size_t>(i)].push_back(token);
         if (s + 1 < q.max_drafts) {
           step.slots.push_back(rs[static_cast<std::size_t>(i)]->slot);

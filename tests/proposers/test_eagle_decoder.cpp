@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <string>
@@ -94,9 +95,10 @@ sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab, std::int
 
 sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode,
                                 sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77,
-                                std::int64_t draft_vocab = 0) {
+                                std::int64_t draft_vocab = 0, double min_draft_prob = 0.0) {
   sp::EagleProposerOptions o;
   o.mode = mode;
+  o.min_draft_prob = min_draft_prob;
   o.chain_sampling = sampling;
   o.tree.top_k = 4;
   o.tree.num_nodes = 10;
@@ -166,6 +168,45 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
           if (mode == sp::EagleDraftMode::kTree) tree_accepted += dec.metrics().total.accepted;
         }
   EXPECT_GT(tree_accepted, 0) << "no tree draft was ever accepted: the accepted-path bookkeeping went untested";
+}
+
+// min_draft_prob ends a chain at the first unsure draft: the greedy output stays the target's, 1.0 drafts nothing, and some
+// threshold in between drafts some but fewer than g per step.
+TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {
+  const Target t = make_target(61, 4, 1);
+  sm::LlamaModel target = t.make();
+  const std::vector<std::vector<std::int64_t>> prompts = {random_tokens(5, 61, 2), random_tokens(1, 61, 3), random_tokens(9, 61, 4)};
+  std::vector<std::vector<std::int64_t>> want;
+  for (const auto& p : prompts) want.push_back(greedy(target, p, 16));
+  const int g = 4;
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3}) {
+    bool shortened = false;
+    for (double min_prob : {0.02, 0.05, 0.1, 0.2, 0.4, 1.0}) {
+      SCOPED_TRACE(std::string(name(v)) + " min_draft_prob=" + std::to_string(min_prob));
+      sp::EagleProposer proposer = make_proposer(t, v, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, min_prob);
+      sd::DecoderOptions opts;
+      opts.num_speculative_tokens = g;
+      sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+      std::vector<sd::GenerationRequest> reqs;
+      for (const auto& p : prompts) {
+        sd::GenerationRequest r;
+        r.prompt = p;
+        r.params.temperature = 0.f;
+        r.max_new_tokens = 16;
+        reqs.push_back(r);
+      }
+      const auto res = dec.generate(reqs);
+      for (std::size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
+      const auto& m = dec.metrics().total;
+      if (min_prob == 1.0) {
+        EXPECT_EQ(m.drafted, 0);
+      }
+      if (m.drafted > 0 && m.drafted < g * m.target_forwards) shortened = true;
+    }
+    EXPECT_TRUE(shortened) << name(v) << ": no threshold drafted some but fewer than g per step";
+  }
+  EXPECT_THROW(make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, 1.5),
+               specdec::error);
 }
 
 // After every step, the proposer's next drafts equal a fresh head's drafts computed from the whole context's target features.
@@ -242,7 +283,8 @@ namespace {
 // Runs n requests (seeds 0..n-1) with the same prompt and returns the counts of the first token and of the first two tokens.
 void sample_first_tokens(sm::LlamaModel& target, sp::EagleProposer& proposer, const std::vector<std::int64_t>& prompt,
                          const specdec::SamplingParams& params, std::int32_t g, std::int64_t n, std::int64_t vocab,
-                         std::vector<std::int64_t>& first, std::vector<std::int64_t>& pairs, std::int64_t& accepted) {
+                         std::vector<std::int64_t>& first, std::vector<std::int64_t>& pairs, std::int64_t& accepted,
+                         double& drafts_per_forward) {
   sd::DecoderOptions opts;
   opts.num_speculative_tokens = g;
   opts.calibrate = false;
@@ -266,6 +308,7 @@ void sample_first_tokens(sm::LlamaModel& target, sp::EagleProposer& proposer, co
     }
   }
   accepted = dec.metrics().total.accepted;
+  drafts_per_forward = static_cast<double>(dec.metrics().total.drafted) / static_cast<double>(dec.metrics().total.target_forwards);
 }
 
 }  // namespace
@@ -309,21 +352,33 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     sp::EagleDraftMode mode;
     sp::EagleChainSampling sampling;
     std::int64_t draft_vocab = 0;  // 0 = the whole vocabulary
+    double min_draft_prob = 0.0;
   };
+  double full_rate = 0;  // drafts per forward of full chains (the first case)
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample},
                        // EAGLE-1 drafting from 5 of the 8 tokens: the other 3 have draft probability 0.
-                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 5}}) {
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 5},
+                       // chains that stop at the first step whose largest draft probability is < 0.6 (min_draft_prob)
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6},
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6}}) {
     SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax") +
-                 (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : ""));
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab);
+                 (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : "") +
+                 (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : ""));
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
-    sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted);
+    double drafts_per_forward = 0;
+    sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted, drafts_per_forward);
     EXPECT_TRUE(specdec::test::matches_distribution(first, p1));
     EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
     EXPECT_GT(accepted, 50) << "too few accepted drafts for the test to exercise speculation";
+    std::printf("%s min_draft_prob %.2f: %.2f drafts per target forward\n", name(c.v), c.min_draft_prob, drafts_per_forward);
+    if (c.min_draft_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0) full_rate = drafts_per_forward;
+    if (c.min_draft_prob > 0) {
+      EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
+    }
   }
 }

@@ -240,6 +240,12 @@ struct EagleProposerOptions {
   EagleDraftMode mode = EagleDraftMode::kChain;
   EagleChainSampling chain_sampling = EagleChainSampling::kSample;
   DynamicTreeParams tree{};
+  /// Chains: a request's chain stops at the first step whose head distribution has no probability >= this, and that
+  /// step's draft is dropped (greedy rows: the head's softmax; sampled rows: the distribution processed with the
+  /// request's params). 0 = always max_drafts drafts. The decision looks at the distribution, never at the drawn token
+  /// (which would bias the kept drafts), so the output stays distributed as the target's; a weak head then verifies the
+  /// drafts it is sure of instead of paying for g that are rejected.
+  double min_draft_prob = 0.0;
   /// Target blocks for EAGLE-3 features when the head config leaves feature_layers empty (needs the target's layer count).
   std::int64_t target_num_layers = 0;
 };
