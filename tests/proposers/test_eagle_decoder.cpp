@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,32 @@ std::vector<std::int64_t> greedy(sm::LlamaModel& m, const std::vector<std::int64
   return out;
 }
 
+// The greedy tests' prompts (vocabulary 61), the target's greedy continuations of them and the requests: temperature 0,
+// kGreedyTokens new tokens each.
+constexpr std::int64_t kGreedyTokens = 16;
+
+std::vector<std::vector<std::int64_t>> greedy_prompts() {
+  return {random_tokens(5, 61, 2), random_tokens(1, 61, 3), random_tokens(9, 61, 4)};
+}
+
+std::vector<std::vector<std::int64_t>> greedy_outputs(sm::LlamaModel& target, const std::vector<std::vector<std::int64_t>>& prompts) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (const auto& p : prompts) out.push_back(greedy(target, p, kGreedyTokens));
+  return out;
+}
+
+std::vector<sd::GenerationRequest> greedy_requests(std::span<const std::vector<std::int64_t>> prompts) {
+  std::vector<sd::GenerationRequest> reqs;
+  for (const auto& p : prompts) {
+    sd::GenerationRequest r;
+    r.prompt = p;
+    r.params.temperature = 0.f;
+    r.max_new_tokens = kGreedyTokens;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
 const char* name(sp::EagleVersion v) { return v == sp::EagleVersion::kEagle1 ? "eagle1" : "eagle3"; }
 const char* name(sp::EagleDraftMode m) { return m == sp::EagleDraftMode::kChain ? "chain" : "tree"; }
 
@@ -137,9 +164,8 @@ const char* name(sp::EagleDraftMode m) { return m == sp::EagleDraftMode::kChain 
 TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
   const Target t = make_target(61, 4, 1);
   sm::LlamaModel target = t.make();
-  const std::vector<std::vector<std::int64_t>> prompts = {random_tokens(5, 61, 2), random_tokens(1, 61, 3), random_tokens(9, 61, 4)};
-  std::vector<std::vector<std::int64_t>> want;
-  for (const auto& p : prompts) want.push_back(greedy(target, p, 16));
+  const auto prompts = greedy_prompts();
+  const auto want = greedy_outputs(target, prompts);
   std::int64_t tree_accepted = 0;
   // (version, draft vocabulary): EAGLE-1 also with a 30-token draft vocabulary (the other 31 tokens are never drafted).
   for (auto [v, dv] : {std::pair{sp::EagleVersion::kEagle1, std::int64_t{0}}, std::pair{sp::EagleVersion::kEagle3, std::int64_t{0}},
@@ -153,17 +179,9 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
           sd::DecoderOptions opts;
           opts.num_speculative_tokens = g;
           sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
-          std::vector<sd::GenerationRequest> reqs;
-          for (std::size_t i = 0; i < batch; ++i) {
-            sd::GenerationRequest r;
-            r.prompt = prompts[batch == 1 ? 0 : i];
-            r.params.temperature = 0.f;
-            r.max_new_tokens = 16;
-            reqs.push_back(r);
-          }
-          const auto res = dec.generate(reqs);
+          const auto res = dec.generate(greedy_requests(std::span(prompts).first(batch)));
           ASSERT_EQ(res.size(), batch);
-          for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(res[i].tokens, want[batch == 1 ? 0 : i]) << "request " << i;
+          for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
           EXPECT_GT(dec.metrics().total.drafted, 0);
           if (mode == sp::EagleDraftMode::kTree) tree_accepted += dec.metrics().total.accepted;
         }
@@ -175,9 +193,8 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
 TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {
   const Target t = make_target(61, 4, 1);
   sm::LlamaModel target = t.make();
-  const std::vector<std::vector<std::int64_t>> prompts = {random_tokens(5, 61, 2), random_tokens(1, 61, 3), random_tokens(9, 61, 4)};
-  std::vector<std::vector<std::int64_t>> want;
-  for (const auto& p : prompts) want.push_back(greedy(target, p, 16));
+  const auto prompts = greedy_prompts();
+  const auto want = greedy_outputs(target, prompts);
   const int g = 4;
   for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3}) {
     bool shortened = false;
@@ -187,15 +204,7 @@ TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {
       sd::DecoderOptions opts;
       opts.num_speculative_tokens = g;
       sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
-      std::vector<sd::GenerationRequest> reqs;
-      for (const auto& p : prompts) {
-        sd::GenerationRequest r;
-        r.prompt = p;
-        r.params.temperature = 0.f;
-        r.max_new_tokens = 16;
-        reqs.push_back(r);
-      }
-      const auto res = dec.generate(reqs);
+      const auto res = dec.generate(greedy_requests(prompts));
       for (std::size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
       const auto& m = dec.metrics().total;
       if (min_prob == 1.0) {
