@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
   app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--draft-min-prob", o.draft_min_prob,
-                 "EAGLE chains: stop drafting at the first draft the head gives less than this probability (0 = always g)")
+                 "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();

@@ -824,7 +824,8 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     if (head.version() != version)
       fail(fmt::format("--init: '{}' is an {} head, expected {}", dir.string(), proposers::to_string(head.version()),
                        proposers::to_string(version)));
-    if (eagle3() && head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
+    // First, so that EAGLE-3's own LM head (one of named()) has the saved rows' shape when the loop copies it.
+    if (head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
     std::map<std::string, at::Tensor> w;
     for (auto& [n, t] : head.named_weights()) w[n] = t;
     torch::NoGradGuard ng;
@@ -834,7 +835,6 @@ struct EagleTrainable : Trainable<EagleTrainable> {
         fail(fmt::format("--init: '{}': weight '{}' is missing or has another shape", dir.string(), n));
       t.copy_(it->second);
     }
-    if (!eagle3() && head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
     if (eagle3()) feature_layers = head.config().feature_layers.empty() ? feature_layers : head.config().feature_layers;
   }
   /// Writes config.json (EagleHead::save) and float16 weights.
