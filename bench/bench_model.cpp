@@ -1,7 +1,8 @@
-// Decode throughput of LlamaModel on SmolLM2-135M-Instruct (float32 weights dequantised from the Q4_1 GGUF; random weights of
-// the same shape when the file is absent), with 1 and 6 new tokens per forward at a fixed context length.
+// Decode throughput of LlamaModel on SmolLM2-135M-Instruct (the Q4_1 GGUF, weights kept in their block formats; random
+// float32 weights of the same shape when the file is absent), with 1 and 6 new tokens per forward at a fixed context
+// length, and prefill throughput.
 //
-// A decode forward reads every layer matrix and the output projection once (~0.54 GB in float32), so it is bound by memory
+// A decode forward reads every layer matrix and the output projection once (~96 MB packed), so it is bound by memory
 // bandwidth. Counters:
 //   tokens_per_second      new tokens processed per second
 //   ms_per_forward         wall time of one forward
@@ -11,7 +12,9 @@
 //   peak_rss_mib           peak resident memory of the process so far (includes the 512 MiB bandwidth-probe buffer)
 //   rss_mib                resident memory after the run (model, KV cache, libtorch)
 //   cost_vs_1_token        (6-token rows) time of this forward / time of a 1-token forward at the same context
-// BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp).
+// BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
+// BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
+// products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni picks another that the CPU supports).
 //
 //   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores)
 #include <ATen/ATen.h>
@@ -48,7 +51,9 @@ sm::LlamaModel& model() {
     if (const char* env = std::getenv("SPECDEC_MODEL")) path = env;
     if (std::filesystem::exists(path)) {
       g_model_label = path.filename().string();
-      return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path));
+      sm::LlamaOptions o;
+      o.num_threads = g_threads;
+      return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path, o));
     }
     g_model_label = "random weights, SmolLM2-135M shape (model file absent)";
     sm::LlamaConfig c;
@@ -60,7 +65,9 @@ sm::LlamaModel& model() {
     c.num_kv_heads = 3;
     c.rope_theta = 100000.0;
     c.tie_word_embeddings = true;
-    return std::make_unique<sm::LlamaModel>(sm::LlamaModel::random(c, 1));
+    sm::LlamaOptions o;
+    o.num_threads = g_threads;
+    return std::make_unique<sm::LlamaModel>(sm::LlamaModel::random(c, 1, o));
   }();
   return *m;
 }
@@ -113,7 +120,7 @@ void BM_Decode(benchmark::State& state) {
   if (n == 1) g_one_token_seconds[context] = per_forward;
   if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
     state.counters["cost_vs_1_token"] = per_forward / it->second;
-  state.SetLabel(g_model_label);
+  state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
 BENCHMARK(BM_Decode)
     ->ArgNames({"new_tokens", "context"})
@@ -124,6 +131,30 @@ BENCHMARK(BM_Decode)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
+
+void BM_Prefill(benchmark::State& state) {
+  sm::LlamaModel& m = model();
+  const std::int64_t n = state.range(0);
+  const std::int64_t slot = m.allocate_sequence();
+  std::vector<std::int64_t> prompt(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) prompt[static_cast<std::size_t>(i)] = (i * 7919 + 13) % m.vocab_size();
+  sm::ForwardBatch batch = sm::make_chain_batch(slot, prompt);
+  batch.last_logits_only = true;
+  std::int64_t forwards = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    sm::ForwardOutput out = m.forward(batch);
+    benchmark::DoNotOptimize(out.logits.data_ptr());
+    m.truncate(slot, 0);
+    ++forwards;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.free_sequence(slot);
+  state.counters["tokens_per_second"] = static_cast<double>(n * forwards) / seconds;
+  state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.SetLabel(g_model_label + ", " + m.kernel_name());
+}
+BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));

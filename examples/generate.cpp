@@ -108,12 +108,14 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
-LlamaModel load_model(const std::string& path, const char* flag) {
+LlamaModel load_model(const std::string& path, const char* flag, int threads) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
-  if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path);
-  return specdec::models::load_llama_gguf(path);
+  specdec::models::LlamaOptions options;
+  options.num_threads = threads;
+  if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
+  return specdec::models::load_llama_gguf(path, options);
 }
 
 /// A progress bar on stderr for multi-prompt runs: redrawn in place (at most 10 times a second) on a terminal, one line
@@ -282,7 +284,7 @@ int run_cli(const Options& o) {
     tokenizer_path = o.model;
   }
   if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
-  LlamaModel target = load_model(o.model, "--model");
+  LlamaModel target = load_model(o.model, "--model", o.threads);
   const specdec::models::GgufFile tokenizer_file(tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
 
@@ -351,7 +353,7 @@ int run_cli(const Options& o) {
     spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
   } else if (proposer == "draft") {
     const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-    draft_model.emplace(load_model(path, "--draft-model"));
+    draft_model.emplace(load_model(path, "--draft-model", o.threads));
     specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
     spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
 #if defined(SPECDEC_HAVE_EAGLE)
@@ -441,14 +443,17 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "write the figures as JSON to this file");
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
   app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
-  app.add_option("--threads", o.threads, "torch intra-op threads (0 = default)")->capture_default_str();
+  app.add_option("--threads", o.threads,
+                 "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
-    if (o.threads > 0) at::set_num_threads(o.threads);
+    if (o.threads <= 0) o.threads = specdec::models::available_cpus();
+    at::set_num_threads(o.threads);
     return run_cli(o);
   } catch (const c10::Error& e) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what_without_backtrace());

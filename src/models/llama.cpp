@@ -1,10 +1,11 @@
-// The Llama-family forward pass on CPU (float32). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding (written
+// The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations) or
+// float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding (written
 // straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence (up to 16
 // new tokens: detail::attention_rows, each row over the keys it sees; longer prompts: two batched matrix products over the
 // sequence's cache with an additive mask) -> output product
 // accumulated into the residual -> RMSNorm -> fused gate/up product -> SiLU(gate) * up -> down product accumulated into the
-// residual. Element-wise steps are plain loops over raw float pointers; only the matrix products and attention go through
-// ATen, so a layer costs about a dozen ATen calls regardless of the batch.
+// residual. Element-wise steps are plain loops over raw float pointers; ATen holds the buffers and runs the float BLAS
+// products and the attention of long prompts.
 #include "specdec/models/llama.hpp"
 
 #include <ATen/ATen.h>
@@ -25,7 +26,12 @@
 #include <unordered_set>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
+#include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/sampling/status.hpp"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace specdec::models {
 
@@ -163,10 +169,11 @@ class RowPool {
   std::atomic<bool> stop_{false};
 };
 
-// out[n, out] (+)= x[n, in] @ w[out, in]^T; x, w and out contiguous. The pool shares the output rows for every token count:
-// a single token row is memory-bound, and two cores read more than one (the autoregressive baseline gets the same
-// bandwidth as the verify forward, so speedups are not measured against a handicapped baseline).
-void linear_impl(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
+// out[n, out] (+)= x[n, in] @ w[out, in]^T for float32 weights; x and w contiguous, out rows with stride out.stride(0). The
+// pool shares the output rows for every token count: a single token row is memory-bound, and two cores read more than
+// one (the autoregressive baseline gets the same bandwidth as the verify forward, so speedups are not measured against a
+// handicapped baseline).
+void linear_dense(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
   const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
   if (n <= kMaxRowsForStreamingKernel) {
     const float* xp = x.data_ptr<float>();
@@ -184,12 +191,102 @@ void linear_impl(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const 
       detail::linear_rows(xp, n, in, wp, c * chunk, std::min(rows, (c + 1) * chunk), yp, ldy, accumulate);
     });
   } else if (accumulate) {
-    out.addmm_(x, w.t());
+    at::Tensor o = out;
+    o.addmm_(x, w.t());
   } else {
     at::Tensor o = out;
     at::mm_out(o, x, w.t());
   }
 }
+
+// A product's weights: one or more parts stacked by output rows, each packed (a GGUF block format) or float32.
+struct Linear {
+  struct Part {
+    detail::PackedMatrix packed;
+    at::Tensor dense;  // [rows, cols] float32 when not packed
+    std::int64_t offset = 0, rows = 0;
+  };
+  std::vector<Part> parts;
+  std::int64_t rows = 0, cols = 0;
+
+  std::int64_t bytes() const {
+    std::int64_t n = 0;
+    for (const auto& p : parts) n += p.dense.defined() ? p.dense.numel() * 4 : p.packed.bytes();
+    return n;
+  }
+  bool any_packed() const {
+    for (const auto& p : parts)
+      if (!p.dense.defined()) return true;
+    return false;
+  }
+  // Row r as float32 (the embedding lookup).
+  void row(std::int64_t r, float* out) const {
+    for (const auto& p : parts) {
+      if (r < p.offset || r >= p.offset + p.rows) continue;
+      if (p.dense.defined())
+        std::copy_n(p.dense.data_ptr<float>() + (r - p.offset) * cols, cols, out);
+      else
+        p.packed.dequantize_row(r - p.offset, out);
+      return;
+    }
+  }
+};
+
+// Activations quantised per block for the packed parts (reused across calls).
+struct Activations {
+  detail::QuantizedRows q;
+};
+
+// out (+)= x @ w^T over every part of w; x [n, cols] contiguous float32, out [n, >= w.rows] rows with stride out.stride(0).
+void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
+                 Activations& act) {
+  const std::int64_t n = x.size(0);
+  for (const auto& p : w.parts) {
+    if (p.dense.defined()) {
+      linear_dense(pool, x, p.dense, out.narrow(1, p.offset, p.rows), accumulate);
+      continue;
+    }
+    const detail::PackedMatrix& m = p.packed;
+    const float* xp = x.data_ptr<float>();
+    // Quantise the activations (rows shared by the pool's threads when there are many; each row is quantised alone, so
+    // the split changes no byte).
+    detail::QuantizedRows& q = act.q;
+    detail::prepare_rows(q, n, w.cols, m.block());
+    constexpr std::int64_t kRowsPerChunk = 16;
+    if (n >= 2 * kRowsPerChunk && pool.size() > 1)
+      pool.run((n + kRowsPerChunk - 1) / kRowsPerChunk, [&](std::int64_t c) {
+        detail::quantize_rows(xp, c * kRowsPerChunk, std::min(n, (c + 1) * kRowsPerChunk), w.cols, q);
+      });
+    else
+      detail::quantize_rows(xp, 0, n, w.cols, q);
+    float* yp = out.data_ptr<float>() + p.offset;
+    const std::int64_t ldy = out.stride(0), tiles = m.tiles();
+    if (pool.size() == 1) {
+      m.linear(act.q, 0, tiles, yp, ldy, accumulate);
+      continue;
+    }
+    // About 8 chunks per thread (more for long prompts), whole runs of 4 tiles (the kernel's widest step).
+    const std::int64_t per_thread = n > 16 ? 32 : 8;
+    const std::int64_t target = (tiles + per_thread * pool.size() - 1) / (per_thread * pool.size());
+    const std::int64_t chunk = std::max<std::int64_t>(n > 16 ? 1 : 4, (target + 3) / 4 * 4);
+    pool.run((tiles + chunk - 1) / chunk, [&](std::int64_t c) {
+      m.linear(act.q, c * chunk, std::min(tiles, (c + 1) * chunk), yp, ldy, accumulate);
+    });
+  }
+}
+
+}  // namespace
+
+int available_cpus() noexcept {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+namespace {
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
 void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {
@@ -239,20 +336,22 @@ struct SequencePlan {
 struct LlamaModel::Impl {
   struct Layer {
     at::Tensor attn_norm;  // [H]
-    at::Tensor wqkv;       // [(nh + 2 nkv) * hd, H]
-    at::Tensor wo;         // [H, nh * hd]
+    Linear wqkv;           // [(nh + 2 nkv) * hd, H]
+    Linear wo;             // [H, nh * hd]
     at::Tensor ffn_norm;   // [H]
-    at::Tensor wgu;        // [2F, H]: gate rows then up rows
-    at::Tensor wdown;      // [H, F]
+    Linear wgu;            // [2F, H]: gate rows then up rows
+    Linear wdown;          // [H, F]
   };
 
   LlamaConfig cfg;
   LlamaOptions opts;
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, group = 0;
   float eps = 1e-5f;
-  at::Tensor embed;       // [V, H]
-  at::Tensor lm_head;     // [V, H] (the same tensor as embed when tied)
+  Linear embed;           // [V, H] (rows looked up)
+  Linear lm_head_own;     // [V, H] when not tied
+  bool tied = false;
   at::Tensor final_norm;  // [H]
+  const Linear& lm_head() const { return tied ? embed : lm_head_own; }
   std::vector<Layer> layers;
   std::vector<float> inv_freq;  // [hd / 2]
   std::vector<float> cos_table, sin_table;  // [rope_positions, hd / 2]
@@ -263,10 +362,11 @@ struct LlamaModel::Impl {
   at::Tensor x, normed, qkv, qbuf, attn, gu, act;
   std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
   std::unique_ptr<RowPool> pool;
+  Activations activations;
 
-  void linear(const at::Tensor& in, const at::Tensor& w, const at::Tensor& out) { linear_impl(*pool, in, w, out, false); }
-  void linear_accumulate(const at::Tensor& in, const at::Tensor& w, const at::Tensor& acc) {
-    linear_impl(*pool, in, w, acc, true);
+  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out) { linear_impl(*pool, w, in, out, false, activations); }
+  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc) {
+    linear_impl(*pool, w, in, acc, true, activations);
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -446,10 +546,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
 
   at::Tensor xs = x.narrow(0, 0, N), ns = normed.narrow(0, 0, N), qkvs = qkv.narrow(0, 0, N), attns = attn.narrow(0, 0, N),
              gus = gu.narrow(0, 0, N), acts = act.narrow(0, 0, N);
-  {
-    at::Tensor ids = at::from_blob(const_cast<std::int64_t*>(b.token_ids.data()), {N}, at::TensorOptions().dtype(at::kLong));
-    at::index_select_out(xs, embed, 0, ids);
-  }
+  for (std::int64_t t = 0; t < N; ++t) embed.row(b.token_ids[static_cast<std::size_t>(t)], xs.data_ptr<float>() + t * H);
 
   ForwardOutput out;
   std::vector<at::Tensor> saved(layers.size());
@@ -524,7 +621,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     rows = ns;
   }
   out.logits = at::empty({rows.size(0), V}, xs.options());
-  linear(rows, lm_head, out.logits);
+  linear(rows, lm_head(), out.logits);
   return out;
 }
 
@@ -532,18 +629,129 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
 
 namespace {
 
-at::Tensor fetch(const WeightGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
-  at::Tensor t = get(name);
-  if (!t.defined()) fail(fmt::format("LlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
-  if (t.sizes() != at::IntArrayRef(shape))
-    fail(fmt::format("LlamaModel: weight {}: expected shape {}, got {}", name, shape_str(shape), shape_str(t.sizes())));
-  if (t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
+std::string described(const std::string& name, const StoredWeight& w) {
+  return w.file_name.empty() || w.file_name == name ? name : fmt::format("{} (tensor {} in the file)", name, w.file_name);
+}
+
+// Reads a weight, checking presence and shape.
+StoredWeight fetch_stored(const StoredWeightGetter& get, const std::string& name, const std::vector<std::int64_t>& shape) {
+  StoredWeight w = get(name);
+  if (!w.present()) fail(fmt::format("LlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
+  const std::vector<std::int64_t> got = w.dense.defined() ? w.dense.sizes().vec() : w.shape;
+  if (got != shape)
+    fail(fmt::format("LlamaModel: weight {}: expected shape {}, got {}", described(name, w), shape_str(shape), shape_str(got)));
+  return w;
+}
+
+// A float32 copy of a stored weight (dense, or dequantised from its file type), q/k rows un-permuted when asked.
+at::Tensor to_dense(const std::string& name, StoredWeight& w) {
+  at::Tensor t;
+  if (w.dense.defined()) {
+    t = w.dense.scalar_type() == at::kFloat ? w.dense : w.dense.to(at::kFloat);
+  } else {
+    if (!can_dequantize(w.type))
+      fail(fmt::format("LlamaModel: weight {}: type {} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
+                       "Q6_K)",
+                       described(name, w), to_string(w.type)));
+    t = at::empty(w.shape, at::TensorOptions().dtype(at::kFloat));
+    dequantize(w.type, w.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    if (w.unpermute_heads > 0) t = unpermute_gguf_qk(t, w.unpermute_heads);
+  }
+  if (w.release) w.release();
   return t.contiguous();
+}
+
+at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, std::int64_t n) {
+  StoredWeight w = fetch_stored(get, name, {n});
+  return to_dense(name, w);
+}
+
+// Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each): runs of one packable block format
+// become one packed part; float ones (F32/F16/BF16) become one float32 part.
+Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
+                    std::int64_t cols) {
+  Linear lin;
+  lin.cols = cols;
+  std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
+  std::vector<std::string> pending_names;
+  std::vector<at::Tensor> dense_run;
+  auto flush = [&] {
+    if (!pending.empty()) {
+      std::vector<detail::PackedMatrix::Source> src;
+      std::int64_t rows = 0;
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        const StoredWeight& w = pending[i];
+        detail::PackedMatrix::Source s{described(pending_names[i], w), w.type, w.data, w.shape[0], w.shape[1], {}};
+        if (w.unpermute_heads > 0) {
+          // HF row (h, s, j) = GGUF row h * hd + 2 j + s (see unpermute_gguf_qk).
+          const std::int64_t hd = s.rows / w.unpermute_heads, half = hd / 2;
+          if (s.rows % (2 * w.unpermute_heads) != 0)
+            fail(fmt::format("LlamaModel: weight {}: expected rows divisible by 2 * {} heads, got {}", s.name,
+                             w.unpermute_heads, s.rows));
+          s.row_order.resize(static_cast<std::size_t>(s.rows));
+          for (std::int64_t r = 0; r < s.rows; ++r)
+            s.row_order[static_cast<std::size_t>(r)] = (r / hd) * hd + 2 * (r % half) + (r % hd) / half;
+        }
+        rows += s.rows;
+        src.push_back(std::move(s));
+      }
+      Linear::Part part;
+      try {
+        part.packed = detail::PackedMatrix::pack(src);
+      } catch (const specdec::error& e) {
+        fail(fmt::format("LlamaModel: {}", e.what()));
+      }
+      part.offset = lin.rows;
+      part.rows = rows;
+      lin.rows += rows;
+      lin.parts.push_back(std::move(part));
+      for (auto& w : pending)
+        if (w.release) w.release();
+      pending.clear();
+      pending_names.clear();
+    }
+    if (!dense_run.empty()) {
+      Linear::Part part;
+      part.dense = dense_run.size() == 1 ? dense_run[0] : at::cat(dense_run, 0).contiguous();
+      part.offset = lin.rows;
+      part.rows = part.dense.size(0);
+      lin.rows += part.rows;
+      lin.parts.push_back(std::move(part));
+      dense_run.clear();
+    }
+  };
+  for (const auto& [name, rows] : names) {
+    StoredWeight w = fetch_stored(get, name, {rows, cols});
+    const bool packable = !w.dense.defined() && detail::can_pack(w.type);
+    if (packable) {
+      if (!dense_run.empty() || (!pending.empty() && pending.front().type != w.type)) flush();
+      pending.push_back(std::move(w));
+      pending_names.push_back(name);
+    } else {
+      if (!pending.empty()) flush();
+      dense_run.push_back(to_dense(name, w));
+    }
+  }
+  flush();
+  return lin;
 }
 
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const LlamaOptions& options)
+    : LlamaModel(StoredTag{}, config,
+                 [&](const std::string& name) {
+                   StoredWeight w;
+                   w.dense = get(name);
+                   return w;
+                 },
+                 options) {}
+
+LlamaModel LlamaModel::from_stored(const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options) {
+  return LlamaModel(StoredTag{}, config, get, options);
+}
+
+LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options)
     : impl_(std::make_unique<Impl>()) {
   at::NoGradGuard guard;
   Impl& m = *impl_;
@@ -573,7 +781,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const
                      "high_freq_factor > low_freq_factor, got {}, {}, {}",
                      c.rope_scaling.original_max_position_embeddings, c.rope_scaling.low_freq_factor,
                      c.rope_scaling.high_freq_factor));
-  m.pool = std::make_unique<RowPool>(options.num_threads > 0 ? options.num_threads : at::get_num_threads());
+  m.pool = std::make_unique<RowPool>(options.num_threads > 0 ? options.num_threads : available_cpus());
 
   m.H = c.hidden_size;
   m.nh = c.num_heads;
@@ -588,23 +796,22 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const
   m.eps = static_cast<float>(c.rms_norm_eps);
   m.inv_freq = rope_inverse_frequencies(c, m.hd);
 
-  m.embed = fetch(get, "model.embed_tokens.weight", {m.V, m.H});
-  at::Tensor head = c.tie_word_embeddings ? at::Tensor() : get("lm_head.weight");
-  m.lm_head = head.defined() ? fetch([&](const std::string&) { return head; }, "lm_head.weight", {m.V, m.H}) : m.embed;
-  m.final_norm = fetch(get, "model.norm.weight", {m.H});
+  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H);
+  m.tied = c.tie_word_embeddings || !get("lm_head.weight").present();
+  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H);
+  m.final_norm = fetch_vector(get, "model.norm.weight", m.H);
   m.layers.reserve(static_cast<std::size_t>(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     Impl::Layer layer;
-    layer.attn_norm = fetch(get, p + "input_layernorm.weight", {m.H});
-    layer.ffn_norm = fetch(get, p + "post_attention_layernorm.weight", {m.H});
-    layer.wqkv = at::cat({fetch(get, p + "self_attn.q_proj.weight", {m.q_dim, m.H}),
-                          fetch(get, p + "self_attn.k_proj.weight", {m.kv_dim, m.H}),
-                          fetch(get, p + "self_attn.v_proj.weight", {m.kv_dim, m.H})},
-                         0);
-    layer.wo = fetch(get, p + "self_attn.o_proj.weight", {m.H, m.q_dim});
-    layer.wgu = at::cat({fetch(get, p + "mlp.gate_proj.weight", {m.F, m.H}), fetch(get, p + "mlp.up_proj.weight", {m.F, m.H})}, 0);
-    layer.wdown = fetch(get, p + "mlp.down_proj.weight", {m.H, m.F});
+    layer.attn_norm = fetch_vector(get, p + "input_layernorm.weight", m.H);
+    layer.ffn_norm = fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
+    layer.wqkv = fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
+                                    {p + "self_attn.v_proj.weight", m.kv_dim}},
+                              m.H);
+    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim);
+    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H);
+    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F);
     m.layers.push_back(std::move(layer));
   }
   KvCacheShape shape;
@@ -678,17 +885,24 @@ const KvCache& LlamaModel::cache() const noexcept { return impl_->cache; }
 
 std::int64_t LlamaModel::weight_bytes_per_forward() const noexcept {
   const Impl& m = *impl_;
-  std::int64_t n = m.lm_head.numel() + m.final_norm.numel();
+  std::int64_t n = m.lm_head().bytes() + m.final_norm.numel() * 4;
   for (const auto& l : m.layers)
-    n += l.attn_norm.numel() + l.wqkv.numel() + l.wo.numel() + l.ffn_norm.numel() + l.wgu.numel() + l.wdown.numel();
-  return n * 4;
+    n += (l.attn_norm.numel() + l.ffn_norm.numel()) * 4 + l.wqkv.bytes() + l.wo.bytes() + l.wgu.bytes() + l.wdown.bytes();
+  return n;
 }
 
 std::int64_t LlamaModel::weight_bytes() const noexcept {
   const Impl& m = *impl_;
-  std::int64_t n = weight_bytes_per_forward() / 4;
-  if (!m.lm_head.is_same(m.embed)) n += m.embed.numel();
-  return n * 4;
+  return weight_bytes_per_forward() + (m.tied ? 0 : m.embed.bytes());
+}
+
+int LlamaModel::num_threads() const noexcept { return impl_->pool->size(); }
+
+std::string LlamaModel::kernel_name() const {
+  const Impl& m = *impl_;
+  bool packed = m.lm_head().any_packed();
+  for (const auto& l : m.layers) packed = packed || l.wqkv.any_packed() || l.wgu.any_packed();
+  return packed ? detail::to_string(detail::best_cpu_isa()) : "float32";
 }
 
 at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads) {

@@ -1,4 +1,4 @@
-// Loaders: GGUF (llama.cpp) and Hugging Face safetensors checkpoints into a float32 LlamaModel.
+// Loaders: GGUF (llama.cpp; block formats kept) and Hugging Face safetensors checkpoints into a LlamaModel.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -57,16 +57,20 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
   at::NoGradGuard guard;
-  return LlamaModel(config, [&](const std::string& hf) -> at::Tensor {
+  return LlamaModel::from_stored(config, [&](const std::string& hf) -> StoredWeight {
+    StoredWeight w;
     const GgufName g = gguf_name(hf, config);
-    if (g.name.empty()) return {};
+    if (g.name.empty()) return w;
     const TensorInfo* info = file.find_tensor(g.name);
-    if (!info) return {};
-    at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(at::kFloat));
-    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
-    // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; restore the rotate_half order.
-    if (g.unpermute_heads > 0) t = unpermute_gguf_qk(t, g.unpermute_heads);
-    return t;
+    if (!info) return w;
+    w.file_name = info->name;
+    w.type = info->type;
+    w.data = file.tensor_data(*info);
+    w.shape = info->shape;
+    // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; the model restores the rotate_half order.
+    w.unpermute_heads = g.unpermute_heads;
+    w.release = [&file, info] { file.release(*info); };
+    return w;
   }, options);
 }
 

@@ -180,6 +180,9 @@ class GgufFile {
   const TensorInfo& tensor(std::string_view name) const;
   /// The raw bytes of a tensor (a view into the mapping, valid while this object lives).
   std::span<const std::byte> tensor_data(const TensorInfo& info) const;
+  /// Hints that a tensor's data will not be read again soon: the mapping's whole pages inside it are dropped from memory
+  /// (read back from the file if touched again). For loaders that copy tensors into their own layout.
+  void release(const TensorInfo& info) const noexcept;
   /// Dequantises into `out` (exactly info.num_elements floats, row-major as info.shape).
   void dequantize(const TensorInfo& info, std::span<float> out) const;
   std::vector<float> dequantize(const TensorInfo& info) const;

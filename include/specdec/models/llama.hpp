@@ -1,10 +1,16 @@
-// LlamaModel: a libtorch (CPU, float32) Llama-family decoder — RMSNorm, rotary embeddings (plain, linear or llama3
+// LlamaModel: a CPU Llama-family decoder — RMSNorm, rotary embeddings (plain, linear or llama3
 // scaling), grouped-query attention, SwiGLU MLP, tied or untied output projection — with a KV cache of several sequences.
 // It satisfies specdec::models::CausalLM.
 //
-// Weights are float32 and follow the Hugging Face layout (nn.Linear [out, in]; q/k rows in "rotate_half" order, i.e. the
-// rotary pairs are (j, j + head_dim/2)). The GGUF loader un-permutes llama.cpp's interleaved q/k rows at load, so one RoPE
-// serves both formats. q/k/v and gate/up are fused into one matrix each so a layer runs four matrix products.
+// Weights follow the Hugging Face layout (nn.Linear [out, in]; q/k rows in "rotate_half" order, i.e. the rotary pairs are
+// (j, j + head_dim/2)). Matrices of a GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) stay in that format, repacked once
+// at load into 16-row tiles for integer products with int8 activations (detail::PackedMatrix: AVX-512 VNNI, AVX2 or
+// portable, chosen at run time, all bit-identical); float weights (F32/F16/BF16, safetensors) are held as float32. The
+// GGUF loader un-permutes llama.cpp's interleaved q/k rows at load, so one RoPE serves both formats. q/k/v and gate/up are
+// fused into one matrix each (when their formats agree) so a layer runs four matrix products. Every product sums a token
+// row's outputs in a fixed order whatever the other rows of the call, so a token's logits are bit-identical decoded alone,
+// in a verification chain, in a tree or beside other sequences (for up to 16 new tokens of a sequence per call; longer
+// prompts take a batched attention path).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,22 +21,28 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "specdec/models/causal_lm.hpp"
+#include "specdec/models/gguf.hpp"
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/llama_config.hpp"
 
 namespace specdec::models {
+
+/// CPUs this process may run on (its affinity mask; the hardware thread count where that cannot be read): the default
+/// thread count of a model's pool.
+int available_cpus() noexcept;
 
 struct LlamaOptions {
   /// Positions per KV-cache slot before the first growth (the cache doubles beyond it).
   std::int64_t initial_cache_capacity = 256;
   /// KV-cache slots before the first growth.
   std::int64_t initial_cache_slots = 1;
-  /// Threads the model's own kernels use for products over 2-16 token rows (single-row products are memory-bound and stay
-  /// on the calling thread). 0: at::get_num_threads() at construction. BLAS calls (prompts over 16 tokens) follow the BLAS
-  /// library's own setting.
+  /// Threads of the model's one pool (every product and the attention of up to 16 new tokens). 0: every hardware thread
+  /// the process may run on (its CPU affinity). Float weights' products over more than 16 token rows and the attention of
+  /// longer prompts go through ATen, which follows at::get_num_threads().
   int num_threads = 0;
 };
 
@@ -40,11 +52,29 @@ struct LlamaOptions {
 /// o_proj [hidden, heads*head_dim]; gate/up_proj [intermediate, hidden]; down_proj [hidden, intermediate]; norms [hidden].
 using WeightGetter = std::function<at::Tensor(const std::string& name)>;
 
+/// A weight as a loader hands it over: a float tensor (`dense`), or a GGUF tensor's raw block data (`data`, valid while
+/// the model is being built). Matrices of a packable format (detail::can_pack) stay in that format; other GGUF types are
+/// dequantised to float32 when the reader can (F32/F16/BF16), else the load fails naming the tensor and its type.
+struct StoredWeight {
+  at::Tensor dense;
+  std::string file_name;  ///< the tensor's name in its file (for messages)
+  GgmlType type = GgmlType::kF32;
+  std::span<const std::byte> data;
+  std::vector<std::int64_t> shape;    ///< row-major, outermost first
+  std::int64_t unpermute_heads = 0;   ///< GGUF attn_q/attn_k: heads to un-permute the rows with (see unpermute_gguf_qk)
+  std::function<void()> release;      ///< called once the model holds its own copy (e.g. drops the file's pages)
+  bool present() const noexcept { return dense.defined() || !shape.empty(); }
+};
+/// Returns the stored weight under a Hugging Face parameter name (as WeightGetter), or one that is not present().
+using StoredWeightGetter = std::function<StoredWeight(const std::string& name)>;
+
 class LlamaModel {
  public:
   /// Builds the model from `config` (validated) and the weights `get` returns. Throws specdec::error when a weight is missing
   /// or has the wrong shape (naming the weight, the expected and the received shape).
   LlamaModel(const LlamaConfig& config, const WeightGetter& get, const LlamaOptions& options = {});
+  /// The same from stored weights (block-format matrices kept in their format).
+  static LlamaModel from_stored(const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options = {});
   /// A model with seeded random weights (for tests and benchmarks of the code path).
   static LlamaModel random(const LlamaConfig& config, std::uint64_t seed, const LlamaOptions& options = {});
 
@@ -67,22 +97,29 @@ class LlamaModel {
   void keep_path(std::int64_t slot, std::int64_t prefix_length, std::span<const std::int64_t> path);
 
   const KvCache& cache() const noexcept;
-  /// Bytes of weights one forward reads (every layer matrix and norm, plus the output projection; the embedding rows read are
-  /// negligible and not counted).
+  /// Bytes of weights one forward reads (every layer matrix and norm, plus the output projection, as held: packed block
+  /// formats at their size; the embedding rows read are negligible and not counted).
   std::int64_t weight_bytes_per_forward() const noexcept;
+  /// Threads of the model's pool.
+  int num_threads() const noexcept;
+  /// The instruction set of the packed products ("avx512-vnni", "avx2", "portable"), or "float32" when no weight is packed.
+  std::string kernel_name() const;
   /// Bytes of all weights held (the embedding counted once when tied).
   std::int64_t weight_bytes() const noexcept;
 
  private:
+  struct StoredTag {};
+  LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-/// Loads a llama-architecture GGUF file (F32/F16/BF16/Q8_0/Q4_0/Q4_1/... as the GGUF reader dequantises them) into a float32
-/// model. Throws specdec::error on a missing file, an unsupported architecture or missing tensors.
+/// Loads a llama-architecture GGUF file: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices stay in their block format, F32/F16/BF16 ones
+/// become float32. Throws specdec::error on a missing file, an unsupported architecture, missing tensors, or a tensor whose
+/// type, size or shape the model cannot take (naming the tensor, its type and what was expected).
 LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions& options = {});
 
-/// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, sharded or not) into a float32 model.
+/// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not) into a float32 model.
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options = {});
 
 /// Writes named CPU tensors as one safetensors file (metadata {"format": "pt"}): floating tensors as `float_type`

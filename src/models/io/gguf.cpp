@@ -565,6 +565,16 @@ const TensorInfo& GgufFile::tensor(std::string_view name) const {
   return *t;
 }
 
+void GgufFile::release(const TensorInfo& info) const noexcept {
+  if (mapping_ == nullptr || mapping_->mmap_base == nullptr) return;
+  const std::uint64_t begin = data_offset_ + info.offset, end = begin + info.size_bytes;
+  if (end > mapping_->size) return;
+  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  // Only whole pages inside the tensor (its neighbours may still be read).
+  const std::uint64_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (last > first) ::madvise(static_cast<std::byte*>(mapping_->mmap_base) + first, last - first, MADV_DONTNEED);
+}
+
 std::span<const std::byte> GgufFile::tensor_data(const TensorInfo& info) const {
   // Re-validated here because a TensorInfo may come from elsewhere.
   const std::uint64_t size = mapping_ ? mapping_->size : 0;

@@ -1,0 +1,137 @@
+// Internal: weight matrices kept in their GGUF block formats, and the integer products over them (src/models/packed_*.cpp).
+// Not a stable API. Torch-free.
+//
+// A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, copied once from the
+// file into a layout built for products over a few to hundreds of token rows: the rows are interleaved in tiles of 16 (4
+// bytes of each row side by side, the operand shape of an AVX-512 VNNI dot product), every quantisation block reduced to
+// integers u (4 or 8 bits), a scale d, an optional minimum m and a zero point z of the format:
+//
+//   weight = d * (u - z) + m
+//
+// The conversion is exact (no value changes): Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128) keep their half-precision d and m;
+// Q4_K's 32-value sub-blocks become (u4, d * scale, -dmin * min) and Q6_K's 16-value sub-blocks (u6 in a byte, z 32, d * scale),
+// both exact in float32.
+//
+// Activations are quantised per block of the same size to int8 (a scale dx = max|x| / 127 and q = round(x / dx), the sum of
+// the q kept), as llama.cpp's Q8 activations. For output row o and token row t the product is, for every block b in ascending
+// order, with s = the exact integer sum of u * q over the block and S = the sum of q:
+//
+//   e   = d * float(s - z * S) + m * float(S)      (one fused multiply-add; without a minimum, d * float(s - z * S))
+//   acc = e * dx + acc                             (one fused multiply-add, acc starting at 0)
+//
+// and y[t, o] = acc (or y[t, o] + acc). Every path (AVX-512 VNNI, AVX2, portable) computes exactly these operations, so a
+// token row's outputs are bit-identical whatever the path, the number of rows in the call, or the tiles a thread takes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "specdec/models/gguf.hpp"
+
+namespace specdec::models::detail {
+
+/// The instruction sets the packed products run on.
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2 };
+const char* to_string(CpuIsa isa) noexcept;
+/// Whether this machine can run `isa` (kPortable always).
+bool cpu_supports(CpuIsa isa) noexcept;
+/// The fastest instruction set this machine runs (the one packed_linear uses by default).
+CpuIsa best_cpu_isa() noexcept;
+
+/// True for the ggml types a PackedMatrix holds.
+bool can_pack(GgmlType type) noexcept;
+
+/// Rows per interleaved tile.
+inline constexpr std::int64_t kTileRows = 16;
+
+/// int8 activations of n token rows quantised in blocks of `block` values (see the file comment).
+struct QuantizedRows {
+  std::int64_t n = 0, cols = 0, block = 0, blocks = 0;
+  /// Per row, per block: int8 q[block], float dx, int32 sum(q); `stride` bytes per row.
+  std::vector<std::byte> data;
+  std::int64_t stride = 0;
+  static constexpr std::int64_t header = 8;  // dx and sum(q) follow the block's values
+  std::int64_t block_bytes() const noexcept { return block + header; }
+  const std::byte* block_ptr(std::int64_t row, std::int64_t b) const noexcept {
+    return data.data() + row * stride + b * block_bytes();
+  }
+};
+
+/// Sizes `out` for n rows of `cols` values in blocks of `block` (cols a multiple of block, block 4-32); keeps its storage.
+void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block);
+/// Quantises rows [row_begin, row_end) of x (row r at x + r * ld) into the prepared `out`. Each row alone, with one scalar
+/// implementation for every path, so the int8 values are the same whatever the split or the instruction set.
+void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out);
+/// prepare_rows, then every row.
+void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out);
+
+class PackedMatrix {
+ public:
+  /// One source of rows: a GGUF tensor's raw block data ([rows, cols] row-major, as GgufFile::tensor_data gives it).
+  /// `row_order` (empty or `rows` entries): packed row r takes source row row_order[r].
+  struct Source {
+    std::string name;
+    GgmlType type = GgmlType::kF32;
+    std::span<const std::byte> data;
+    std::int64_t rows = 0, cols = 0;
+    std::vector<std::int64_t> row_order;
+  };
+
+  PackedMatrix() = default;
+  /// Stacks the sources' rows (in order) into one matrix. Every source must have a packable type (can_pack), the same type
+  /// and the same cols, cols a multiple of the type's block, and data of exactly the size the shape needs; otherwise throws
+  /// specdec::error naming the source, its type and what was expected.
+  static PackedMatrix pack(std::span<const Source> sources);
+
+  bool empty() const noexcept { return rows_ == 0; }
+  std::int64_t rows() const noexcept { return rows_; }
+  std::int64_t cols() const noexcept { return cols_; }
+  std::int64_t tiles() const noexcept { return (rows_ + kTileRows - 1) / kTileRows; }
+  GgmlType type() const noexcept { return type_; }
+  /// Values per quantisation block (the activation block size a product needs).
+  std::int64_t block() const noexcept { return block_; }
+  /// Bytes of packed data (what a product over every row reads).
+  std::int64_t bytes() const noexcept { return static_cast<std::int64_t>(tiles()) * tile_bytes_; }
+  /// Dequantises row r (exactly the values the GGUF reader's dequantize gives) into out[0, cols).
+  void dequantize_row(std::int64_t r, float* out) const;
+
+  /// Columns [tile_begin * 16, min(tile_end * 16, rows)) of y = x w^T (+ y when `accumulate`): x quantised with block(),
+  /// y [x.n, ldy]. Throws specdec::error if x does not fit (block or cols) or `isa` is not supported here.
+  void linear(const QuantizedRows& x, std::int64_t tile_begin, std::int64_t tile_end, float* y, std::int64_t ldy,
+              bool accumulate, CpuIsa isa) const;
+  void linear(const QuantizedRows& x, std::int64_t tile_begin, std::int64_t tile_end, float* y, std::int64_t ldy,
+              bool accumulate) const {
+    linear(x, tile_begin, tile_end, y, ldy, accumulate, best_cpu_isa());
+  }
+
+  /// The layout of one format (see the file comment); public for the kernels.
+  struct Layout {
+    bool u4 = true;            // 4-bit values (two per byte) or one per byte
+    bool half_scales = true;   // d and m stored as IEEE half, or float
+    bool has_min = false;
+    std::int32_t zero = 0;     // z
+    std::int64_t block = 32;   // values per block
+    // Bytes of one tile block: values (16 rows), then 16 scales, then 16 minimums (if any).
+    std::int64_t value_bytes() const noexcept { return u4 ? 8 * block : 16 * block; }
+    std::int64_t scale_bytes() const noexcept { return half_scales ? 32 : 64; }
+    std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes() * (has_min ? 2 : 1); }
+  };
+  const Layout& layout() const noexcept { return layout_; }
+  const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const noexcept;
+  };
+  GgmlType type_ = GgmlType::kF32;
+  Layout layout_;
+  std::int64_t rows_ = 0, cols_ = 0, block_ = 32, tile_bytes_ = 0;
+  std::unique_ptr<std::byte[], Free> data_;
+};
+
+}  // namespace specdec::models::detail

@@ -1,0 +1,69 @@
+// The portable packed product: plain scalar C++, exactly the arithmetic of packed_matrix.hpp's file comment. It is the
+// reference the vector paths are tested against bit for bit, and the path of CPUs without AVX2.
+#include <cmath>
+#include <cstring>
+
+#include "specdec/models/detail/packed_kernels.hpp"
+#include "specdec/models/float16.hpp"
+
+namespace specdec::models::detail {
+
+void packed_linear_portable(const PackedArgs& a) {
+  const PackedMatrix& w = *a.w;
+  const PackedMatrix::Layout& L = w.layout();
+  const QuantizedRows& x = *a.x;
+  const std::int64_t blocks = w.cols() / w.block(), tbb = L.tile_block_bytes();
+  for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t) {
+    const std::byte* tile = w.tile(t);
+    for (std::int64_t lane = 0; lane < kTileRows && t * kTileRows + lane < w.rows(); ++lane) {
+      const std::int64_t o = t * kTileRows + lane;
+      for (std::int64_t i = 0; i < x.n; ++i) {
+        float acc = 0.f;
+        for (std::int64_t b = 0; b < blocks; ++b) {
+          const std::byte* tb = tile + b * tbb;
+          const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
+          const std::byte* xb = x.block_ptr(i, b);
+          const auto* q = reinterpret_cast<const std::int8_t*>(xb);
+          float dx;
+          std::int32_t sum_q;
+          std::memcpy(&dx, xb + L.block, 4);
+          std::memcpy(&sum_q, xb + L.block + 4, 4);
+          std::int32_t s = 0;
+          for (std::int64_t e = 0; e < L.block; ++e) {
+            int u;
+            if (L.u4) {
+              const std::int64_t g = e % 16;
+              const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
+              u = e < 16 ? (byte & 0xF) : (byte >> 4);
+            } else {
+              u = v[(e / 4) * 64 + lane * 4 + e % 4];
+            }
+            s += u * q[e];
+          }
+          const float f = static_cast<float>(s - L.zero * sum_q);
+          const std::byte* sc = tb + L.value_bytes();
+          const std::byte* mn = sc + L.scale_bytes();
+          float d, m = 0.f;
+          if (L.half_scales) {
+            std::uint16_t h;
+            std::memcpy(&h, sc + 2 * lane, 2);
+            d = half_to_float(h);
+            if (L.has_min) {
+              std::memcpy(&h, mn + 2 * lane, 2);
+              m = half_to_float(h);
+            }
+          } else {
+            std::memcpy(&d, sc + 4 * lane, 4);
+            if (L.has_min) std::memcpy(&m, mn + 4 * lane, 4);
+          }
+          const float e = L.has_min ? std::fma(d, f, m * static_cast<float>(sum_q)) : d * f;
+          acc = std::fma(e, dx, acc);
+        }
+        float& dst = a.y[i * a.ldy + o];
+        dst = a.accumulate ? dst + acc : acc;
+      }
+    }
+  }
+}
+
+}  // namespace specdec::models::detail

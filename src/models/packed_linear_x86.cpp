@@ -1,0 +1,325 @@
+// The AVX-512 VNNI and AVX2 packed products (compiled with target attributes, chosen at run time by PackedMatrix::linear).
+//
+// A tile holds 16 weight rows; its block's values sit 4 bytes of each row side by side, so one 64-byte load is a VNNI
+// operand: vpdpbusd multiplies it (unsigned) by 4 activation bytes broadcast to every row (signed) and adds the 16 rows'
+// 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is 4 loads, each
+// split into its low nibbles (values 4c..4c+3) and high nibbles (16+4c..16+4c+3). AVX2 does the same per 8-row half tile
+// with vpmaddubsw + vpmaddwd (8-bit values go as two nibble halves there, so no 16-bit sum can saturate). The float stage
+// is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path.
+//
+// Each weight block is unpacked once per call for every token row of a group (up to 8 rows; more rows go in balanced
+// groups over the same tile while it is in L1), so the integer sums of the group's rows overlap in the pipeline.
+#include <algorithm>
+#include <cstring>
+
+#include "specdec/models/detail/packed_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SPECDEC_PACKED_X86 1
+// GCC 12's intrinsic headers start some conversions from an "undefined" register, which -Wmaybe-uninitialized reports.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace specdec::models::detail {
+
+#ifdef SPECDEC_PACKED_X86
+
+namespace {
+
+struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32; };
+struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32; };
+struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32; };
+struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32; };
+struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16; };
+
+
+inline std::int32_t load_i32(const std::byte* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float load_f32(const std::byte* p) {
+  float v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <class F>
+constexpr std::int64_t value_bytes() {
+  return F::u4 ? 8 * F::blk : 16 * F::blk;
+}
+template <class F>
+constexpr std::int64_t scale_bytes() {
+  return F::half ? 32 : 64;
+}
+
+// Token rows in balanced groups of <= MaxGroup, calling fn.template operator()<NT>(t0) for rows [t0, t0 + NT).
+template <int MaxGroup, class Fn>
+inline void for_token_groups(std::int64_t n, Fn&& fn) {
+  const std::int64_t groups = (n + MaxGroup - 1) / MaxGroup;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::int64_t t0 = g * n / groups, t1 = (g + 1) * n / groups;
+    switch (t1 - t0) {
+      case 1: fn.template operator()<1>(t0); break;
+      case 2: fn.template operator()<2>(t0); break;
+      case 3: fn.template operator()<3>(t0); break;
+      case 4: fn.template operator()<4>(t0); break;
+      case 5: fn.template operator()<5>(t0); break;
+      case 6: fn.template operator()<6>(t0); break;
+      case 7: if constexpr (MaxGroup >= 7) fn.template operator()<7>(t0); break;
+      default: if constexpr (MaxGroup >= 8) fn.template operator()<8>(t0); break;
+    }
+  }
+}
+
+// --- AVX-512 VNNI --------------------------------------------------------------------------------------------------------
+
+#define SPECDEC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+template <class F, int TR, int NT>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const PackedArgs& a, std::int64_t tile,
+                                                                      std::int64_t t0) {
+  const PackedMatrix& w = *a.w;
+  const QuantizedRows& x = *a.x;
+  const std::int64_t blocks = w.cols() / F::blk;
+  constexpr std::int64_t tbb = value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const std::byte* tp[TR];
+  #pragma GCC unroll 16
+  for (int r = 0; r < TR; ++r) tp[r] = w.tile(tile + r);
+  const std::byte* xr[NT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) xr[t] = x.data.data() + (t0 + t) * x.stride;
+  constexpr std::int64_t xbb = F::blk + QuantizedRows::header;
+
+  __m512 acc[TR][NT];
+  #pragma GCC unroll 16
+  for (int r = 0; r < TR; ++r)
+    #pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    __m512i is[TR][NT];
+    #pragma GCC unroll 16
+    for (int r = 0; r < TR; ++r)
+      #pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) is[r][t] = _mm512_setzero_si512();
+    if constexpr (F::u4) {
+      #pragma GCC unroll 16
+      for (int c = 0; c < 4; ++c) {
+        #pragma GCC unroll 16
+        for (int r = 0; r < TR; ++r) {
+          const __m512i raw = _mm512_loadu_si512(tp[r] + b * tbb + 64 * c);
+          const __m512i lo = _mm512_and_si512(raw, low4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          #pragma GCC unroll 16
+          for (int t = 0; t < NT; ++t) {
+            const std::byte* q = xr[t] + b * xbb;
+            is[r][t] = _mm512_dpbusd_epi32(is[r][t], lo, _mm512_set1_epi32(load_i32(q + 4 * c)));
+            is[r][t] = _mm512_dpbusd_epi32(is[r][t], hi, _mm512_set1_epi32(load_i32(q + 16 + 4 * c)));
+          }
+        }
+      }
+    } else {
+      #pragma GCC unroll 16
+      for (int c = 0; c < F::blk / 4; ++c) {
+        #pragma GCC unroll 16
+        for (int r = 0; r < TR; ++r) {
+          const __m512i raw = _mm512_loadu_si512(tp[r] + b * tbb + 64 * c);
+          #pragma GCC unroll 16
+          for (int t = 0; t < NT; ++t)
+            is[r][t] = _mm512_dpbusd_epi32(is[r][t], raw, _mm512_set1_epi32(load_i32(xr[t] + b * xbb + 4 * c)));
+        }
+      }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < TR; ++r) {
+      const std::byte* sc = tp[r] + b * tbb + value_bytes<F>();
+      __m512 d, m = _mm512_setzero_ps();
+      if constexpr (F::half) {
+        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+        if constexpr (F::min) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
+      } else {
+        d = _mm512_loadu_ps(sc);
+        if constexpr (F::min) m = _mm512_loadu_ps(sc + 64);
+      }
+      #pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) {
+        const std::byte* q = xr[t] + b * xbb;
+        const std::int32_t sum_q = load_i32(q + F::blk + 4);
+        __m512i s = is[r][t];
+        if constexpr (F::z != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(F::z * sum_q));
+        const __m512 f = _mm512_cvtepi32_ps(s);
+        __m512 e;
+        if constexpr (F::min)
+          e = _mm512_fmadd_ps(d, f, _mm512_mul_ps(m, _mm512_set1_ps(static_cast<float>(sum_q))));
+        else
+          e = _mm512_mul_ps(d, f);
+        acc[r][t] = _mm512_fmadd_ps(e, _mm512_set1_ps(load_f32(q + F::blk)), acc[r][t]);
+      }
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < TR; ++r) {
+    const std::int64_t o = (tile + r) * kTileRows;
+    const std::int64_t valid = std::min<std::int64_t>(kTileRows, w.rows() - o);
+    const __mmask16 mask = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
+    #pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      float* y = a.y + (t0 + t) * a.ldy + o;
+      __m512 v = acc[r][t];
+      if (a.accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, y), v);
+      _mm512_mask_storeu_ps(y, mask, v);
+    }
+  }
+}
+
+template <class F>
+SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
+  // One tile at a time (measured: interleaving 2-4 tiles' streams was up to 2x slower), every token group passing over it
+  // while it is in L1 (so a prefill reads each tile from memory once).
+  for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
+    for_token_groups<8>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, 1, NT>(a, t, t0); });
+}
+
+// --- AVX2 ------------------------------------------------------------------------------------------------------------------
+
+#define SPECDEC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows.
+template <class F, int NT>
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const PackedArgs& a, std::int64_t tile, int h,
+                                                                      std::int64_t t0) {
+  const PackedMatrix& w = *a.w;
+  const QuantizedRows& x = *a.x;
+  const std::int64_t blocks = w.cols() / F::blk;
+  constexpr std::int64_t tbb = value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
+  constexpr std::int64_t xbb = F::blk + QuantizedRows::header;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const std::byte* tp = w.tile(tile) + 32 * h;
+  const std::byte* xr[NT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) xr[t] = x.data.data() + (t0 + t) * x.stride;
+  __m256 acc[NT];
+  #pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  auto dot4 = [&](__m256i u, std::int32_t q4) SPECDEC_TARGET_AVX2 {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(q4)), ones);
+  };
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::byte* tb = tp + b * tbb;
+    __m256i is[NT];
+    #pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) is[t] = _mm256_setzero_si256();
+    if constexpr (F::u4) {
+      #pragma GCC unroll 16
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
+        const __m256i lo = _mm256_and_si256(raw, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          const std::byte* q = xr[t] + b * xbb;
+          is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, load_i32(q + 4 * c)), dot4(hi, load_i32(q + 16 + 4 * c))));
+        }
+      }
+    } else {
+      #pragma GCC unroll 16
+      for (int c = 0; c < F::blk / 4; ++c) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
+        const __m256i lo = _mm256_and_si256(raw, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          const std::int32_t q4 = load_i32(xr[t] + b * xbb + 4 * c);
+          is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
+        }
+      }
+    }
+    // Scales of rows 8h.. sit 16h (half) or 32h (float) bytes into the tile's scale array; tp already moved 32h bytes.
+    const std::byte* sc = tb - 32 * h + value_bytes<F>();
+    __m256 d, m = _mm256_setzero_ps();
+    if constexpr (F::half) {
+      d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * h)));
+      if constexpr (F::min) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 32 + 16 * h)));
+    } else {
+      d = _mm256_loadu_ps(reinterpret_cast<const float*>(sc + 32 * h));
+      if constexpr (F::min) m = _mm256_loadu_ps(reinterpret_cast<const float*>(sc + 64 + 32 * h));
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < NT; ++t) {
+      const std::byte* q = xr[t] + b * xbb;
+      const std::int32_t sum_q = load_i32(q + F::blk + 4);
+      __m256i s = is[t];
+      if constexpr (F::z != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * sum_q));
+      const __m256 f = _mm256_cvtepi32_ps(s);
+      __m256 e;
+      if constexpr (F::min)
+        e = _mm256_fmadd_ps(d, f, _mm256_mul_ps(m, _mm256_set1_ps(static_cast<float>(sum_q))));
+      else
+        e = _mm256_mul_ps(d, f);
+      acc[t] = _mm256_fmadd_ps(e, _mm256_set1_ps(load_f32(q + F::blk)), acc[t]);
+    }
+  }
+  const std::int64_t o = tile * kTileRows + 8 * h;
+  const std::int64_t valid = std::min<std::int64_t>(8, w.rows() - o);
+  #pragma GCC unroll 16
+  for (int t = 0; t < NT; ++t) {
+    float* y = a.y + (t0 + t) * a.ldy + o;
+    alignas(32) float v[8];
+    _mm256_store_ps(v, acc[t]);
+    for (std::int64_t l = 0; l < valid; ++l) y[l] = a.accumulate ? y[l] + v[l] : v[l];
+  }
+}
+
+template <class F>
+SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
+  for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
+    for (int h = 0; h < 2; ++h) {
+      if (t * kTileRows + 8 * h >= a.w->rows()) break;
+      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 {
+        if constexpr (NT <= 4) {
+          avx2_half_tile<F, NT>(a, t, h, t0);
+        } else {
+          avx2_half_tile<F, 3>(a, t, h, t0);
+          avx2_half_tile<F, NT - 3>(a, t, h, t0 + 3);
+        }
+      });
+    }
+}
+
+template <template <class> class Run>
+void dispatch(const PackedArgs& a) {
+  switch (a.w->type()) {
+    case GgmlType::kQ4_0: Run<FQ4_0>::go(a); return;
+    case GgmlType::kQ4_1: Run<FQ4_1>::go(a); return;
+    case GgmlType::kQ8_0: Run<FQ8_0>::go(a); return;
+    case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
+    case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
+    default: return;
+  }
+}
+template <class F>
+struct Avx512Run {
+  static void go(const PackedArgs& a) { avx512_run<F>(a); }
+};
+template <class F>
+struct Avx2Run {
+  static void go(const PackedArgs& a) { avx2_run<F>(a); }
+};
+
+}  // namespace
+
+void packed_linear_avx512vnni(const PackedArgs& a) { dispatch<Avx512Run>(a); }
+void packed_linear_avx2(const PackedArgs& a) { dispatch<Avx2Run>(a); }
+
+#else
+
+void packed_linear_avx512vnni(const PackedArgs& a) { packed_linear_portable(a); }
+void packed_linear_avx2(const PackedArgs& a) { packed_linear_portable(a); }
+
+#endif
+
+}  // namespace specdec::models::detail

@@ -1,0 +1,328 @@
+// PackedMatrix: GGUF block-format weights repacked (exactly, no value changes) into 16-row interleaved tiles, activation
+// quantisation, row dequantisation, and the choice of the product's instruction set. The layout and the arithmetic every
+// path computes are described in specdec/models/detail/packed_matrix.hpp; the products are in packed_linear*.cpp.
+#include "specdec/models/detail/packed_matrix.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "specdec/models/detail/packed_kernels.hpp"
+#include "specdec/models/float16.hpp"
+
+namespace specdec::models::detail {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+
+std::uint8_t u8(const std::byte* p, std::int64_t i) { return static_cast<std::uint8_t>(p[i]); }
+std::uint16_t u16(const std::byte* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// One canonical block of a source row: values u, scale d and minimum m (as stored: half bits or float).
+struct BlockValues {
+  std::uint8_t u[32];
+  std::uint16_t d_half = 0, m_half = 0;
+  float d = 0.f, m = 0.f;
+};
+
+struct FormatInfo {
+  PackedMatrix::Layout layout;
+  std::int64_t source_block_elements;  // values per block of the file format
+  std::int64_t source_block_bytes;
+};
+
+FormatInfo format_info(GgmlType type) {
+  using L = PackedMatrix::Layout;
+  switch (type) {
+    case GgmlType::kQ4_0: return {L{true, true, false, 8, 32}, 32, 18};
+    case GgmlType::kQ4_1: return {L{true, true, true, 0, 32}, 32, 20};
+    case GgmlType::kQ8_0: return {L{false, true, false, 128, 32}, 32, 34};
+    case GgmlType::kQ4_K: return {L{true, false, true, 0, 32}, 256, 144};
+    case GgmlType::kQ6_K: return {L{false, false, false, 32, 16}, 256, 210};
+    default: return {};
+  }
+}
+
+void scale_min_k4(int j, const std::byte* q, std::uint8_t& sc, std::uint8_t& m) {
+  if (j < 4) {
+    sc = u8(q, j) & 63;
+    m = u8(q, j + 4) & 63;
+  } else {
+    sc = static_cast<std::uint8_t>((u8(q, j + 4) & 0xF) | ((u8(q, j - 4) >> 6) << 4));
+    m = static_cast<std::uint8_t>((u8(q, j + 4) >> 4) | ((u8(q, j) >> 6) << 4));
+  }
+}
+
+// Canonical block b (of layout.block values) of a source row.
+void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues& out) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const bool q41 = type == GgmlType::kQ4_1;
+      const std::byte* blk = row + b * (q41 ? 20 : 18);
+      out.d_half = u16(blk);
+      if (q41) out.m_half = u16(blk + 2);
+      const std::byte* qs = blk + (q41 ? 4 : 2);
+      for (int j = 0; j < 16; ++j) {
+        out.u[j] = u8(qs, j) & 0xF;
+        out.u[j + 16] = u8(qs, j) >> 4;
+      }
+      return;
+    }
+    case GgmlType::kQ8_0: {
+      const std::byte* blk = row + b * 34;
+      out.d_half = u16(blk);
+      for (int j = 0; j < 32; ++j) out.u[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(u8(blk + 2, j)) + 128);
+      return;
+    }
+    case GgmlType::kQ4_K: {
+      const std::byte* blk = row + (b / 8) * 144;
+      const int sub = static_cast<int>(b % 8);
+      const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
+      std::uint8_t sc, m;
+      scale_min_k4(sub, blk + 4, sc, m);
+      out.d = d * static_cast<float>(sc);
+      out.m = -(dmin * static_cast<float>(m));
+      const std::byte* q = blk + 16 + 32 * (sub / 2);
+      for (int l = 0; l < 32; ++l) out.u[l] = sub % 2 == 0 ? (u8(q, l) & 0xF) : (u8(q, l) >> 4);
+      return;
+    }
+    case GgmlType::kQ6_K: {
+      const std::byte* blk = row + (b / 16) * 210;
+      const int s = static_cast<int>(b % 16);  // elements 16 s .. 16 s + 15 of the super-block
+      const int h = s / 8, k = (s % 8) / 2, l0 = (s % 2) * 16;
+      const std::byte* ql = blk + 64 * h;
+      const std::byte* qh = blk + 128 + 32 * h;
+      const float d = half_to_float(u16(blk + 208));
+      out.d = d * static_cast<float>(static_cast<std::int8_t>(u8(blk + 192, s)));
+      for (int i = 0; i < 16; ++i) {
+        const int l = l0 + i;
+        const int lo = k % 2 == 0 ? u8(ql, l) : u8(ql, l + 32);
+        const int nib = k < 2 ? (lo & 0xF) : (lo >> 4);
+        out.u[i] = static_cast<std::uint8_t>(nib | (((u8(qh, l) >> (2 * k)) & 3) << 4));
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+}  // namespace
+
+const char* to_string(CpuIsa isa) noexcept {
+  switch (isa) {
+    case CpuIsa::kPortable: return "portable";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512Vnni: return "avx512-vnni";
+  }
+  return "unknown";
+}
+
+bool cpu_supports(CpuIsa isa) noexcept {
+  if (isa == CpuIsa::kPortable) return true;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (isa == CpuIsa::kAvx2) return avx2;
+  if (isa == CpuIsa::kAvx512Vnni)
+    return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+  return false;
+}
+
+CpuIsa best_cpu_isa() noexcept {
+  static const CpuIsa best = [] {
+    if (const char* env = std::getenv("SPECDEC_CPU_ISA")) {  // for comparing paths from the command line
+      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni})
+        if (std::string_view(env) == to_string(i) && cpu_supports(i)) return i;
+    }
+    if (cpu_supports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
+    if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+    return CpuIsa::kPortable;
+  }();
+  return best;
+}
+
+bool can_pack(GgmlType type) noexcept { return format_info(type).source_block_elements != 0; }
+
+void PackedMatrix::Free::operator()(std::byte* p) const noexcept { std::free(p); }
+
+PackedMatrix PackedMatrix::pack(std::span<const Source> sources) {
+  if (sources.empty()) fail("PackedMatrix::pack: sources: expected at least one tensor, got none");
+  const Source& first = sources.front();
+  PackedMatrix m;
+  m.type_ = first.type;
+  m.cols_ = first.cols;
+  for (const Source& s : sources) {
+    if (!can_pack(s.type))
+      fail(fmt::format("tensor {}: type {} has no quantised product (supported: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)", s.name,
+                       to_string(s.type)));
+    if (s.type != first.type)
+      fail(fmt::format("tensor {}: expected type {} (as {}, packed with it), got {}", s.name, to_string(first.type), first.name,
+                       to_string(s.type)));
+    const FormatInfo f = format_info(s.type);
+    if (s.rows < 1 || s.cols < 1 || s.cols % f.source_block_elements != 0)
+      fail(fmt::format("tensor {}: type {}: expected rows >= 1 and a row length that is a multiple of {}, got [{}, {}]", s.name,
+                       to_string(s.type), f.source_block_elements, s.rows, s.cols));
+    if (s.cols != first.cols)
+      fail(fmt::format("tensor {}: expected {} columns (as {}), got {}", s.name, first.cols, first.name, s.cols));
+    const auto need = static_cast<std::size_t>(s.rows * (s.cols / f.source_block_elements) * f.source_block_bytes);
+    if (s.data.size() != need)
+      fail(fmt::format("tensor {}: type {} [{}, {}]: expected {} bytes of block data, got {} (truncated or misaligned)", s.name,
+                       to_string(s.type), s.rows, s.cols, need, s.data.size()));
+    if (!s.row_order.empty()) {
+      if (static_cast<std::int64_t>(s.row_order.size()) != s.rows)
+        fail(fmt::format("tensor {}: row_order: expected {} entries, got {}", s.name, s.rows, s.row_order.size()));
+      for (const auto r : s.row_order)
+        if (r < 0 || r >= s.rows) fail(fmt::format("tensor {}: row_order: expected rows in [0, {}), got {}", s.name, s.rows, r));
+    }
+    m.rows_ += s.rows;
+  }
+  const FormatInfo f = format_info(m.type_);
+  m.layout_ = f.layout;
+  m.block_ = f.layout.block;
+  const std::int64_t blocks = m.cols_ / m.block_;
+  m.tile_bytes_ = blocks * m.layout_.tile_block_bytes();
+  const auto total = static_cast<std::size_t>((m.tiles() * m.tile_bytes_ + 63) / 64 * 64);
+  m.data_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<std::size_t>(total, 64))));
+  if (!m.data_) fail(fmt::format("tensor {}: cannot allocate {} bytes for the packed weights", first.name, total));
+  std::memset(m.data_.get(), 0, total);  // padding rows of the last tile: u = 0, d = 0, m = 0
+
+  const Layout& L = m.layout_;
+  const std::int64_t src_row_bytes = m.cols_ / f.source_block_elements * f.source_block_bytes;
+  std::int64_t r = 0;
+  BlockValues bv;
+  for (const Source& s : sources) {
+    for (std::int64_t i = 0; i < s.rows; ++i, ++r) {
+      const std::int64_t src = s.row_order.empty() ? i : s.row_order[static_cast<std::size_t>(i)];
+      const std::byte* row = s.data.data() + src * src_row_bytes;
+      const std::int64_t lane = r % kTileRows;
+      std::byte* tile = m.data_.get() + (r / kTileRows) * m.tile_bytes_;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        read_block(m.type_, row, b, bv);
+        std::byte* tb = tile + b * L.tile_block_bytes();
+        auto* v = reinterpret_cast<std::uint8_t*>(tb);
+        for (std::int64_t e = 0; e < L.block; ++e) {
+          if (L.u4) {
+            const std::int64_t g = e % 16, at = (g / 4) * 64 + lane * 4 + g % 4;
+            v[at] = static_cast<std::uint8_t>(v[at] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
+          } else {
+            v[(e / 4) * 64 + lane * 4 + e % 4] = bv.u[e];
+          }
+        }
+        std::byte* sc = tb + L.value_bytes();
+        std::byte* mn = sc + L.scale_bytes();
+        if (L.half_scales) {
+          std::memcpy(sc + 2 * lane, &bv.d_half, 2);
+          if (L.has_min) std::memcpy(mn + 2 * lane, &bv.m_half, 2);
+        } else {
+          std::memcpy(sc + 4 * lane, &bv.d, 4);
+          if (L.has_min) std::memcpy(mn + 4 * lane, &bv.m, 4);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
+  if (r < 0 || r >= rows_) fail(fmt::format("PackedMatrix::dequantize_row: r: expected in [0, {}), got {}", rows_, r));
+  const Layout& L = layout_;
+  const std::int64_t lane = r % kTileRows;
+  const std::byte* t = tile(r / kTileRows);
+  for (std::int64_t b = 0; b < cols_ / block_; ++b) {
+    const std::byte* tb = t + b * L.tile_block_bytes();
+    const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
+    const std::byte* sc = tb + L.value_bytes();
+    const std::byte* mn = sc + L.scale_bytes();
+    float d, m = 0.f;
+    if (L.half_scales) {
+      d = half_to_float(u16(sc + 2 * lane));
+      if (L.has_min) m = half_to_float(u16(mn + 2 * lane));
+    } else {
+      std::memcpy(&d, sc + 4 * lane, 4);
+      if (L.has_min) std::memcpy(&m, mn + 4 * lane, 4);
+    }
+    for (std::int64_t e = 0; e < L.block; ++e) {
+      int u;
+      if (L.u4) {
+        const std::int64_t g = e % 16;
+        const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
+        u = e < 16 ? (byte & 0xF) : (byte >> 4);
+      } else {
+        u = v[(e / 4) * 64 + lane * 4 + e % 4];
+      }
+      const float w = d * static_cast<float>(u - L.zero);
+      out[b * L.block + e] = L.has_min ? w + m : w;
+    }
+  }
+}
+
+void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block) {
+  if (block < 4 || block > 32 || n < 0 || cols % block != 0)
+    fail(fmt::format("quantize_rows: expected cols ({}) a multiple of a block of 4-32 values, got block {}", cols, block));
+  out.n = n;
+  out.cols = cols;
+  out.block = block;
+  out.blocks = cols / block;
+  out.stride = out.blocks * out.block_bytes();
+  const auto need = static_cast<std::size_t>(n * out.stride);
+  if (out.data.size() < need) out.data.resize(need);
+}
+
+void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
+  const std::int64_t block = out.block;
+  for (std::int64_t t = row_begin; t < row_end; ++t) {
+    for (std::int64_t b = 0; b < out.blocks; ++b) {
+      const float* xb = x + t * ld + b * block;
+      std::byte* dst = out.data.data() + t * out.stride + b * out.block_bytes();
+      float amax = 0.f;
+      for (std::int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.f;
+      const float id = d > 0.f ? 1.f / d : 0.f;
+      std::int32_t sum = 0;
+      for (std::int64_t i = 0; i < block; ++i) {
+        const float v = std::nearbyint(xb[i] * id);
+        const auto q = static_cast<std::int8_t>(std::clamp(v, -127.f, 127.f));
+        dst[i] = static_cast<std::byte>(q);
+        sum += q;
+      }
+      std::memcpy(dst + block, &d, 4);
+      std::memcpy(dst + block + 4, &sum, 4);
+    }
+  }
+}
+
+void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out) {
+  prepare_rows(out, n, cols, block);
+  quantize_rows(x, 0, n, ld, out);
+}
+
+void PackedMatrix::linear(const QuantizedRows& x, std::int64_t tile_begin, std::int64_t tile_end, float* y, std::int64_t ldy,
+                          bool accumulate, CpuIsa isa) const {
+  if (x.block != block_ || x.cols != cols_)
+    fail(fmt::format("PackedMatrix::linear: x: expected {} columns quantised in blocks of {}, got {} in blocks of {}", cols_,
+                     block_, x.cols, x.block));
+  if (tile_begin < 0 || tile_end > tiles() || tile_begin > tile_end)
+    fail(fmt::format("PackedMatrix::linear: tiles: expected a range within [0, {}), got [{}, {})", tiles(), tile_begin,
+                     tile_end));
+  if (!cpu_supports(isa)) fail(fmt::format("PackedMatrix::linear: isa: {} is not supported by this CPU", to_string(isa)));
+  if (x.n == 0 || tile_begin == tile_end) return;
+  const PackedArgs args{this, &x, tile_begin, tile_end, y, ldy, accumulate};
+  switch (isa) {
+    case CpuIsa::kAvx512Vnni: packed_linear_avx512vnni(args); return;
+    case CpuIsa::kAvx2: packed_linear_avx2(args); return;
+    case CpuIsa::kPortable: packed_linear_portable(args); return;
+  }
+}
+
+}  // namespace specdec::models::detail

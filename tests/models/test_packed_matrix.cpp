@@ -1,0 +1,261 @@
+// PackedMatrix: exact repacking of GGUF block formats, the integer products against an fp64 reference (with a stated NMSE
+// bound, sentinels around the outputs), bit-identical results across instruction sets, token-row counts and tile splits,
+// and named errors for tensors the products cannot take.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/gguf.hpp"
+
+namespace specdec::models::detail {
+namespace {
+
+struct Format {
+  GgmlType type;
+  std::int64_t block_elements, block_bytes;
+};
+const Format kFormats[] = {{GgmlType::kQ4_0, 32, 18},
+                           {GgmlType::kQ4_1, 32, 20},
+                           {GgmlType::kQ8_0, 32, 34},
+                           {GgmlType::kQ4_K, 256, 144},
+                           {GgmlType::kQ6_K, 256, 210}};
+
+// A random half in [2^-10, 2^-1) (either sign when `sign`).
+std::uint16_t random_half(std::mt19937& rng, bool sign) {
+  std::uniform_int_distribution<int> exp(5, 13), mant(0, 1023), s(0, 1);
+  return static_cast<std::uint16_t>((sign && s(rng) ? 0x8000 : 0) | (exp(rng) << 10) | mant(rng));
+}
+
+// Random but well-formed block data of `rows` x `cols` values of format f.
+std::vector<std::byte> random_blocks(const Format& f, std::int64_t rows, std::int64_t cols, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const std::int64_t nb = rows * cols / f.block_elements;
+  std::vector<std::byte> out(static_cast<std::size_t>(nb * f.block_bytes));
+  for (auto& b : out) b = static_cast<std::byte>(byte(rng));
+  auto put_half = [&](std::byte* p, std::uint16_t h) { std::memcpy(p, &h, 2); };
+  for (std::int64_t i = 0; i < nb; ++i) {
+    std::byte* blk = out.data() + i * f.block_bytes;
+    switch (f.type) {
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ8_0: put_half(blk, random_half(rng, true)); break;
+      case GgmlType::kQ4_1:
+        put_half(blk, random_half(rng, false));
+        put_half(blk + 2, random_half(rng, true));
+        break;
+      case GgmlType::kQ4_K:
+        put_half(blk, random_half(rng, false));
+        put_half(blk + 2, random_half(rng, false));
+        break;
+      case GgmlType::kQ6_K: put_half(blk + 208, random_half(rng, true)); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+std::vector<float> random_activations(std::int64_t n, std::int64_t cols, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> x(static_cast<std::size_t>(n * cols));
+  for (auto& v : x) v = normal(rng);
+  // A few large outliers, as real activations have.
+  for (std::int64_t t = 0; t < n; ++t) x[static_cast<std::size_t>(t * cols + (t * 7) % cols)] = 20.f;
+  return x;
+}
+
+std::vector<float> dequantized(const Format& f, std::span<const std::byte> data, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> w(static_cast<std::size_t>(rows * cols));
+  dequantize(f.type, data, w);
+  return w;
+}
+
+std::vector<CpuIsa> isas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni})
+    if (cpu_supports(i)) out.push_back(i);
+  return out;
+}
+
+// y = x w^T through the packed product, with sentinel columns on both sides of the output and a wider row stride.
+constexpr float kSentinel = -12345.f;
+std::vector<float> product(const PackedMatrix& m, const std::vector<float>& x, std::int64_t n, CpuIsa isa, bool accumulate,
+                           float start = 0.f) {
+  QuantizedRows q;
+  quantize_rows(x.data(), n, m.cols(), m.cols(), m.block(), q);
+  const std::int64_t pad = 5, ldy = m.rows() + 2 * pad;
+  std::vector<float> y(static_cast<std::size_t>(n * ldy + pad), kSentinel);
+  for (std::int64_t t = 0; t < n; ++t)
+    for (std::int64_t o = 0; o < m.rows(); ++o) y[static_cast<std::size_t>(t * ldy + pad + o)] = start;
+  m.linear(q, 0, m.tiles(), y.data() + pad, ldy, accumulate, isa);
+  std::vector<float> out(static_cast<std::size_t>(n * m.rows()));
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t i = 0; i < ldy; ++i) {
+      const float v = y[static_cast<std::size_t>(t * ldy + i)];
+      if (i < pad || i >= pad + m.rows()) {
+        EXPECT_EQ(v, kSentinel) << "sentinel overwritten at token " << t << " column " << i - pad;
+      } else {
+        out[static_cast<std::size_t>(t * m.rows() + i - pad)] = v;
+      }
+    }
+  }
+  EXPECT_EQ(y.back(), kSentinel);
+  return out;
+}
+
+void PrintTo(const Format& f, std::ostream* os) { *os << to_string(f.type); }
+
+class PackedFormat : public ::testing::TestWithParam<Format> {};
+
+TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
+  const Format f = GetParam();
+  const std::int64_t rows = 37, cols = 512;  // a partial last tile
+  const auto data = random_blocks(f, rows, cols, 1);
+  std::vector<std::int64_t> order(rows);
+  for (std::int64_t r = 0; r < rows; ++r) order[static_cast<std::size_t>(r)] = (r * 11) % rows;
+  const PackedMatrix::Source src{"blk.0.test.weight", f.type, data, rows, cols, order};
+  const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
+  const auto ref = dequantized(f, data, rows, cols);
+  std::vector<float> row(cols);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    m.dequantize_row(r, row.data());
+    const std::int64_t s = order[static_cast<std::size_t>(r)];
+    for (std::int64_t i = 0; i < cols; ++i)
+      ASSERT_EQ(std::memcmp(&row[i], &ref[s * cols + i], 4), 0) << "row " << r << " col " << i;
+  }
+  EXPECT_THROW(m.dequantize_row(rows, row.data()), specdec::error);
+}
+
+TEST_P(PackedFormat, ProductMatchesTheFp64Reference) {
+  const Format f = GetParam();
+  const std::int64_t rows = 53, cols = 768, n = 7;
+  const auto data = random_blocks(f, rows, cols, 2);
+  const PackedMatrix::Source src{"w", f.type, data, rows, cols, {}};
+  const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
+  const auto w = dequantized(f, data, rows, cols);
+  const auto x = random_activations(n, cols, 3);
+  // The activations as the product sees them (int8 per block), to separate the kernel's arithmetic from quantisation.
+  QuantizedRows q;
+  quantize_rows(x.data(), n, cols, cols, m.block(), q);
+  for (CpuIsa isa : isas()) {
+    const auto y = product(m, x, n, isa, false);
+    // predicted: the error energy of rounding each activation to its block's step dx (uniform, variance dx^2 / 12).
+    double err_exact = 0, err_q = 0, norm = 0, predicted = 0;
+    for (std::int64_t t = 0; t < n; ++t)
+      for (std::int64_t o = 0; o < rows; ++o) {
+        double exact = 0, with_q = 0;
+        for (std::int64_t i = 0; i < cols; ++i) {
+          const std::byte* xb = q.block_ptr(t, i / m.block());
+          float dx;
+          std::memcpy(&dx, xb + m.block(), 4);
+          const double xq = static_cast<double>(dx) * static_cast<std::int8_t>(xb[i % m.block()]);
+          exact += static_cast<double>(w[o * cols + i]) * x[t * cols + i];
+          predicted += static_cast<double>(w[o * cols + i]) * w[o * cols + i] * dx * dx / 12.0;
+          with_q += static_cast<double>(w[o * cols + i]) * xq;
+        }
+        const double got = y[static_cast<std::size_t>(t * rows + o)];
+        err_exact += (got - exact) * (got - exact);
+        err_q += (got - with_q) * (got - with_q);
+        norm += exact * exact;
+      }
+    // Against the exact product: the error of 8-bit activations, within 2x of the rounding-noise prediction and small.
+    EXPECT_LT(err_exact, 2.0 * predicted) << to_string(isa) << " " << to_string(f.type);
+    EXPECT_LT(err_exact / norm, 1e-3) << to_string(isa) << " " << to_string(f.type);
+    // Against the product of the quantised activations: float32 rounding alone.
+    EXPECT_LT(err_q / norm, 1e-10) << to_string(isa) << " " << to_string(f.type);
+  }
+}
+
+TEST_P(PackedFormat, EveryPathRowCountAndTileSplitGivesTheSameBits) {
+  const Format f = GetParam();
+  const std::int64_t rows = 70, cols = 256;
+  const auto data = random_blocks(f, rows, cols, 4);
+  const PackedMatrix::Source src{"w", f.type, data, rows, cols, {}};
+  const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
+  const std::int64_t n_max = 40;
+  const auto x = random_activations(n_max, cols, 5);
+  const auto reference = product(m, x, n_max, CpuIsa::kPortable, true, 0.25f);
+  for (CpuIsa isa : isas()) {
+    SCOPED_TRACE(to_string(isa));
+    // Every row count: rows 0..n-1 of a call equal the reference's.
+    for (std::int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 40}) {
+      const auto y = product(m, x, n, isa, true, 0.25f);
+      ASSERT_EQ(std::memcmp(y.data(), reference.data(), y.size() * 4), 0) << "n = " << n;
+    }
+    // A token alone at a later row of x (its own call) equals its row in the 40-row call.
+    const std::vector<float> row(x.begin() + 17 * cols, x.begin() + 18 * cols);
+    const auto alone = product(m, row, 1, isa, true, 0.25f);
+    ASSERT_EQ(std::memcmp(alone.data(), reference.data() + 17 * rows, rows * 4), 0);
+    // Tiles split between two calls.
+    QuantizedRows q;
+    quantize_rows(x.data(), 6, cols, cols, m.block(), q);
+    std::vector<float> whole(6 * rows), split(6 * rows);
+    m.linear(q, 0, m.tiles(), whole.data(), rows, false, isa);
+    m.linear(q, 0, 2, split.data(), rows, false, isa);
+    m.linear(q, 2, m.tiles(), split.data(), rows, false, isa);
+    ASSERT_EQ(std::memcmp(whole.data(), split.data(), whole.size() * 4), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, PackedFormat, ::testing::ValuesIn(kFormats),
+                         [](const auto& info) { return std::string(to_string(info.param.type)); });
+
+TEST(PackedMatrix, StacksSourcesInOrder) {
+  const Format f = kFormats[1];
+  const auto a = random_blocks(f, 20, 64, 6), b = random_blocks(f, 9, 64, 7);
+  const PackedMatrix::Source src[] = {{"a", f.type, a, 20, 64, {}}, {"b", f.type, b, 9, 64, {}}};
+  const PackedMatrix m = PackedMatrix::pack(src);
+  ASSERT_EQ(m.rows(), 29);
+  const auto wa = dequantized(f, a, 20, 64), wb = dequantized(f, b, 9, 64);
+  std::vector<float> row(64);
+  m.dequantize_row(3, row.data());
+  EXPECT_EQ(std::vector<float>(wa.begin() + 3 * 64, wa.begin() + 4 * 64), row);
+  m.dequantize_row(22, row.data());
+  EXPECT_EQ(std::vector<float>(wb.begin() + 2 * 64, wb.begin() + 3 * 64), row);
+}
+
+void expect_error(std::span<const PackedMatrix::Source> src, const std::string& needle) {
+  try {
+    (void)PackedMatrix::pack(src);
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const specdec::error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(PackedMatrix, RejectsWhatTheProductsCannotTake) {
+  const Format f = kFormats[1];
+  const auto data = random_blocks(f, 4, 64, 8);
+  PackedMatrix::Source s{"blk.3.attn_q.weight", GgmlType::kQ5_0, data, 4, 64, {}};
+  expect_error(std::span(&s, 1), "blk.3.attn_q.weight: type Q5_0 has no quantised product");
+  s.type = GgmlType::kF32;
+  expect_error(std::span(&s, 1), "type F32");
+  s.type = f.type;
+  s.data = std::span(data).first(data.size() - 1);
+  expect_error(std::span(&s, 1), "expected 160 bytes of block data, got 159");
+  s.data = data;
+  s.cols = 48;
+  expect_error(std::span(&s, 1), "multiple of 32");
+  s.cols = 64;
+  s.row_order = {0, 1, 2, 4};
+  expect_error(std::span(&s, 1), "row_order");
+  s.row_order.clear();
+  const auto q8 = random_blocks(kFormats[2], 4, 64, 9);
+  const PackedMatrix::Source two[] = {s, {"blk.3.attn_k.weight", GgmlType::kQ8_0, q8, 4, 64, {}}};
+  expect_error(two, "blk.3.attn_k.weight: expected type Q4_1");
+  const PackedMatrix m = PackedMatrix::pack(std::span(&s, 1));
+  QuantizedRows q;
+  std::vector<float> x(64, 1.f), y(4);
+  quantize_rows(x.data(), 1, 64, 64, 16, q);
+  EXPECT_THROW(m.linear(q, 0, 1, y.data(), 4, false), specdec::error);
+  quantize_rows(x.data(), 1, 64, 64, 32, q);
+  EXPECT_THROW(m.linear(q, 0, 2, y.data(), 4, false), specdec::error);
+}
+
+}  // namespace
+}  // namespace specdec::models::detail
