@@ -286,8 +286,30 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
   }
 }
 
+[[gnu::always_inline]] inline void silu_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * f;
+    const float* u = g + f;
+    float* o = out + r * f;
+    std::int64_t i = 0;
+    for (; i + 8 <= f; i += 8) {
+      const v8 gv = load8(g + i);
+      const v8 ov = gv / (1.f + exp8(-gv)) * load8(u + i);
+      std::memcpy(o + i, &ov, sizeof ov);
+    }
+    if (i < f) {
+      const v8 gv = load_partial(g + i, f - i);
+      const v8 ov = gv / (1.f + exp8(-gv)) * load_partial(u + i, f - i);
+      for (std::int64_t j = 0; i + j < f; ++j) o[i + j] = ov[j];
+    }
+  }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPECDEC_LINEAR_X86_DISPATCH 1
+__attribute__((target("avx2,fma"))) void silu_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  silu_mul_impl(gu, out, rows, f);
+}
 __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::int64_t n, std::int64_t in, const float* w,
                                                           std::int64_t o_begin, std::int64_t o_end, float* y,
                                                           std::int64_t ldy, bool accumulate) {
@@ -311,6 +333,8 @@ void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_
   attention_rows_impl(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
                       ld_out_token, ld_out_member);
 }
+
+void silu_mul_baseline(const float* gu, float* out, std::int64_t rows, std::int64_t f) { silu_mul_impl(gu, out, rows, f); }
 
 bool has_avx2_fma() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
@@ -347,7 +371,20 @@ AttentionRowsFn select_attention_rows() {
   return &attention_rows_baseline;
 }
 
+using SiluMulFn = void (*)(const float*, float*, std::int64_t, std::int64_t);
+SiluMulFn select_silu_mul() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  if (has_avx2_fma()) return &silu_mul_avx2;
+#endif
+  return &silu_mul_baseline;
+}
+
 }  // namespace
+
+void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  static const SiluMulFn fn = select_silu_mul();
+  fn(gu, out, rows, f);
+}
 
 /// x [n, in] (row stride in), w [*, in] (row stride in), y [n, ldy]: computes columns [o_begin, o_end) of y = x w^T, adding to y
 /// when `accumulate`. Each weight row is read from memory once; token rows are processed in pairs against it.

@@ -52,10 +52,8 @@ namespace {
 
 // Up to this many token rows, products go through detail::linear_rows (weights streamed once); above it, BLAS gemm.
 constexpr std::int64_t kMaxRowsForStreamingKernel = 16;
-// Attention of a sequence's few new tokens goes to the pool's threads from this many (query row x key) scores up, when the
-// forward's products already use the pool, or from the second figure when they do not (a 1-token forward).
-constexpr std::int64_t kMinParallelAttention = 4096;
-constexpr std::int64_t kMinParallelAttentionAsleep = std::int64_t{1} << 16;
+// Attention of a sequence's few new tokens goes to the pool's threads from this many (query row x key) scores up.
+constexpr std::int64_t kMinParallelAttention = 1024;
 
 // A fixed set of worker threads that share one product's output rows (and a sequence's attention rows), kept warm between
 // the ~150 parallel steps of a forward. A step is cut into chunks that the threads take from a shared counter, the calling
@@ -300,16 +298,6 @@ void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::
   }
 }
 
-// out[r, i] = silu(gu[r, i]) * gu[r, F + i]
-void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * f;
-    const float* u = g + f;
-    float* o = out + r * f;
-    for (std::int64_t i = 0; i < f; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
-  }
-}
-
 // Rotary embedding in the rotate_half convention: pairs (j, j + half).
 inline void rope_rotate(const float* in, float* out, const float* cos, const float* sin, std::int64_t half, float scale) {
   for (std::int64_t j = 0; j < half; ++j) {
@@ -402,7 +390,7 @@ struct LlamaModel::Impl {
 
   std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
   ForwardOutput forward(const ForwardBatch& b);
-  void attention(std::int64_t layer, const SequencePlan& s, std::int64_t batch_rows);
+  void attention(std::int64_t layer, const SequencePlan& s);
 };
 
 std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
@@ -482,7 +470,7 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
   return plans;
 }
 
-void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, std::int64_t batch_rows) {
+void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
   const std::int64_t total = s.cached + s.n;
   if (s.n <= kMaxRowsForStreamingKernel) {
     // Few new tokens (decode, speculative verify): detail::attention_rows over the sequence's cache, the nh * n query rows
@@ -507,12 +495,8 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, std:
                                out + kh * group * hd, q_dim, hd);
       }
     };
-    // The pool's threads are awake (spinning) when the forward's products use them (2+ token rows); a single-token forward
-    // leaves them asleep, and waking them per layer costs more than its attention unless the context is very long.
-    const bool pool_awake = batch_rows >= 2;
-    const int parts = all_rows > 1 && all_rows * total >= (pool_awake ? kMinParallelAttention : kMinParallelAttentionAsleep)
-                          ? pool->size()
-                          : 1;
+    // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
+    const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
     if (parts == 1) {
       run_rows(0, all_rows);
     } else {
@@ -587,12 +571,12 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         }
       }
     }
-    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s, N);
+    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
     linear_accumulate(attns, L.wo, xs);
 
     rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);
     linear(ns, L.wgu, gus);
-    silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
+    detail::silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
     linear_accumulate(acts, L.wdown, xs);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = xs.clone();

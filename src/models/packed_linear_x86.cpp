@@ -77,6 +77,11 @@ inline void for_token_groups(std::int64_t n, Fn&& fn) {
 
 #define SPECDEC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+#ifndef SPECDEC_PREFETCH_TILES
+#define SPECDEC_PREFETCH_TILES 1
+#endif
+constexpr std::int64_t kPrefetchTiles = SPECDEC_PREFETCH_TILES;
+
 template <class F, int TR, int NT>
 SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const PackedArgs& a, std::int64_t tile,
                                                                       std::int64_t t0) {
@@ -99,7 +104,12 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
 
+  // The tile kPrefetchTiles ahead (in the same matrix) is prefetched block by block, so its lines are on their way while
+  // this tile computes.
+  const std::byte* ahead = tile + TR + kPrefetchTiles <= w.tiles() ? w.tile(tile + TR - 1 + kPrefetchTiles) : nullptr;
   for (std::int64_t b = 0; b < blocks; ++b) {
+    if (ahead != nullptr)
+      for (std::int64_t off = 0; off < tbb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b * tbb + off), _MM_HINT_T0);
     __m512i is[TR][NT];
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r)
@@ -312,6 +322,43 @@ struct Avx2Run {
 
 }  // namespace
 
+SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld,
+                                            QuantizedRows& out) {
+  const std::int64_t block = out.block;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  for (std::int64_t t = row_begin; t < row_end; ++t) {
+    for (std::int64_t b = 0; b < out.blocks; ++b) {
+      const float* xb = x + t * ld + b * block;
+      std::byte* dst = out.data.data() + t * out.stride + b * out.block_bytes();
+      __m256 mx = _mm256_setzero_ps();
+      for (std::int64_t i = 0; i < block; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, mx);
+      float amax = 0.f;
+      for (float v : lanes) amax = std::max(amax, v);
+      const float d = amax / 127.f;
+      const float id = d > 0.f ? 1.f / d : 0.f;
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i sum = _mm256_setzero_si256();
+      for (std::int64_t i = 0; i < block; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
+        const __m256i q = _mm256_cvtps_epi32(v);
+        sum = _mm256_add_epi32(sum, q);
+        const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + i), _mm_packs_epi16(w16, w16));
+      }
+      alignas(32) std::int32_t parts[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(parts), sum);
+      std::int32_t total = 0;
+      for (auto p : parts) total += p;
+      std::memcpy(dst + block, &d, 4);
+      std::memcpy(dst + block + 4, &total, 4);
+    }
+  }
+}
+
 void packed_linear_avx512vnni(const PackedArgs& a) { dispatch<Avx512Run>(a); }
 void packed_linear_avx2(const PackedArgs& a) { dispatch<Avx2Run>(a); }
 
@@ -319,6 +366,9 @@ void packed_linear_avx2(const PackedArgs& a) { dispatch<Avx2Run>(a); }
 
 void packed_linear_avx512vnni(const PackedArgs& a) { packed_linear_portable(a); }
 void packed_linear_avx2(const PackedArgs& a) { packed_linear_portable(a); }
+void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
+  quantize_rows(x, row_begin, row_end, ld, out, CpuIsa::kPortable);
+}
 
 #endif
 

@@ -279,8 +279,13 @@ void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::in
   if (out.data.size() < need) out.data.resize(need);
 }
 
-void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
+void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
+                   CpuIsa isa) {
   const std::int64_t block = out.block;
+  if (isa != CpuIsa::kPortable && block % 8 == 0 && cpu_supports(CpuIsa::kAvx2)) {
+    quantize_rows_avx2(x, row_begin, row_end, ld, out);
+    return;
+  }
   for (std::int64_t t = row_begin; t < row_end; ++t) {
     for (std::int64_t b = 0; b < out.blocks; ++b) {
       const float* xb = x + t * ld + b * block;

@@ -202,6 +202,41 @@ TEST_P(PackedFormat, EveryPathRowCountAndTileSplitGivesTheSameBits) {
   }
 }
 
+TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
+  const std::int64_t n = 9, cols = 96;
+  auto x = random_activations(n, cols, 10);
+  x[5] = 0.f;  // a block with an exact zero, ties at .5 after scaling, and an all-zero block
+  for (std::int64_t i = 0; i < 16; ++i) x[static_cast<std::size_t>(cols + 32 + i)] = 0.f;
+  for (std::int64_t i = 0; i < 8; ++i) x[static_cast<std::size_t>(2 * cols + i)] = 127.f * static_cast<float>(i) / 2.f / 7.f;
+  for (std::int64_t block : {16, 32}) {
+    QuantizedRows ref, got;
+    prepare_rows(ref, n, cols, block);
+    quantize_rows(x.data(), 0, n, cols, ref, CpuIsa::kPortable);
+    for (CpuIsa isa : isas()) {
+      prepare_rows(got, n, cols, block);
+      quantize_rows(x.data(), 0, n, cols, got, isa);
+      ASSERT_EQ(std::memcmp(ref.data.data(), got.data.data(), static_cast<std::size_t>(n * ref.stride)), 0)
+          << to_string(isa) << " block " << block;
+    }
+    // The values themselves: q = round(x / dx) within +-127, dx = max|x| / 127, sum(q) stored.
+    for (std::int64_t t = 0; t < n; ++t)
+      for (std::int64_t b = 0; b < cols / block; ++b) {
+        const std::byte* blk = ref.block_ptr(t, b);
+        float dx;
+        std::int32_t sum, expect_sum = 0;
+        std::memcpy(&dx, blk + block, 4);
+        std::memcpy(&sum, blk + block + 4, 4);
+        for (std::int64_t i = 0; i < block; ++i) {
+          const int q = static_cast<std::int8_t>(blk[i]);
+          expect_sum += q;
+          EXPECT_LE(std::abs(q), 127);
+          EXPECT_NEAR(static_cast<double>(q) * dx, x[static_cast<std::size_t>(t * cols + b * block + i)], 0.5001 * dx + 1e-30);
+        }
+        EXPECT_EQ(sum, expect_sum);
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, PackedFormat, ::testing::ValuesIn(kFormats),
                          [](const auto& info) { return std::string(to_string(info.param.type)); });
 

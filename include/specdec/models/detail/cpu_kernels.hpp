@@ -22,4 +22,8 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member);
 
+/// out[r, i] = silu(gu[r, i]) * gu[r, f + i] = gu[r, i] / (1 + exp(-gu[r, i])) * gu[r, f + i] for rows [0, rows) (gu rows
+/// of 2f values, out rows of f). Element by element (exp to ~2e-7 relative), so each value is independent of the batch.
+void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+
 }  // namespace specdec::models::detail

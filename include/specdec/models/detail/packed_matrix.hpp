@@ -64,9 +64,11 @@ struct QuantizedRows {
 
 /// Sizes `out` for n rows of `cols` values in blocks of `block` (cols a multiple of block, block 4-32); keeps its storage.
 void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block);
-/// Quantises rows [row_begin, row_end) of x (row r at x + r * ld) into the prepared `out`. Each row alone, with one scalar
-/// implementation for every path, so the int8 values are the same whatever the split or the instruction set.
-void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out);
+/// Quantises rows [row_begin, row_end) of x (row r at x + r * ld) into the prepared `out`. Each row alone, and only with
+/// exactly rounded operations (max |x|, dx = max / 127, 1 / dx, x * (1 / dx), round half to even, clamp to +-127), so the
+/// int8 values are the same whatever the split or the instruction set (AVX2 or portable).
+void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
+                   CpuIsa isa = best_cpu_isa());
 /// prepare_rows, then every row.
 void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out);
 
