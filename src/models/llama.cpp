@@ -237,7 +237,7 @@ struct Activations {
 
 // out (+)= x @ w^T over every part of w; x [n, cols] contiguous float32, out [n, >= w.rows] rows with stride out.stride(0).
 void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
-                 Activations& act) {
+                 Activations& act, std::int64_t planes) {
   const std::int64_t n = x.size(0);
   for (const auto& p : w.parts) {
     if (p.dense.defined()) {
@@ -249,7 +249,7 @@ void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::
     // Quantise the activations (rows shared by the pool's threads when there are many; each row is quantised alone, so
     // the split changes no byte).
     detail::QuantizedRows& q = act.q;
-    detail::prepare_rows(q, n, w.cols, m.block());
+    detail::prepare_rows(q, n, w.cols, m.block(), planes);
     constexpr std::int64_t kRowsPerChunk = 16;
     if (n >= 2 * kRowsPerChunk && pool.size() > 1)
       pool.run((n + kRowsPerChunk - 1) / kRowsPerChunk, [&](std::int64_t c) {
@@ -352,9 +352,12 @@ struct LlamaModel::Impl {
   std::unique_ptr<RowPool> pool;
   Activations activations;
 
-  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out) { linear_impl(*pool, w, in, out, false, activations); }
+  std::int64_t planes() const { return opts.activation_bits == 8 ? 1 : 2; }
+  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out) {
+    linear_impl(*pool, w, in, out, false, activations, planes());
+  }
   void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc) {
-    linear_impl(*pool, w, in, acc, true, activations);
+    linear_impl(*pool, w, in, acc, true, activations, planes());
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -765,6 +768,8 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
                      "high_freq_factor > low_freq_factor, got {}, {}, {}",
                      c.rope_scaling.original_max_position_embeddings, c.rope_scaling.low_freq_factor,
                      c.rope_scaling.high_freq_factor));
+  if (options.activation_bits != 8 && options.activation_bits != 16)
+    fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16, got {}", options.activation_bits));
   m.pool = std::make_unique<RowPool>(options.num_threads > 0 ? options.num_threads : available_cpus());
 
   m.H = c.hidden_size;

@@ -1,5 +1,5 @@
 // The portable packed product: plain scalar C++, exactly the arithmetic of packed_matrix.hpp's file comment. It is the
-// reference the vector paths are tested against bit for bit, and the path of CPUs without AVX2.
+// reference the vector paths are tested against bit for bit, and the path of CPUs without AVX2. One or two activation planes.
 #include <cmath>
 #include <cstring>
 
@@ -24,11 +24,12 @@ void packed_linear_portable(const PackedArgs& a) {
           const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
           const std::byte* xb = x.block_ptr(i, b);
           const auto* q = reinterpret_cast<const std::int8_t*>(xb);
+          const std::int64_t head = x.planes * L.block;
           float dx;
           std::int32_t sum_q;
-          std::memcpy(&dx, xb + L.block, 4);
-          std::memcpy(&sum_q, xb + L.block + 4, 4);
-          std::int32_t s = 0;
+          std::memcpy(&dx, xb + head, 4);
+          std::memcpy(&sum_q, xb + head + 4, 4);
+          std::int32_t s = 0, s2 = 0;
           for (std::int64_t e = 0; e < L.block; ++e) {
             int u;
             if (L.u4) {
@@ -39,7 +40,9 @@ void packed_linear_portable(const PackedArgs& a) {
               u = v[(e / 4) * 64 + lane * 4 + e % 4];
             }
             s += u * q[e];
+            if (x.planes == 2) s2 += u * q[L.block + e];
           }
+          if (x.planes == 2) s = 256 * s + s2;
           const float f = static_cast<float>(s - L.zero * sum_q);
           const std::byte* sc = tb + L.value_bytes();
           const std::byte* mn = sc + L.scale_bytes();

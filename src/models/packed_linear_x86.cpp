@@ -82,7 +82,7 @@ inline void for_token_groups(std::int64_t n, Fn&& fn) {
 #endif
 constexpr std::int64_t kPrefetchTiles = SPECDEC_PREFETCH_TILES;
 
-template <class F, int TR, int NT>
+template <class F, int P, int TR, int NT>
 SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const PackedArgs& a, std::int64_t tile,
                                                                       std::int64_t t0) {
   const PackedMatrix& w = *a.w;
@@ -96,7 +96,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const std::byte* xr[NT];
   #pragma GCC unroll 16
   for (int t = 0; t < NT; ++t) xr[t] = x.data.data() + (t0 + t) * x.stride;
-  constexpr std::int64_t xbb = F::blk + QuantizedRows::header;
+  constexpr std::int64_t xbb = P * F::blk + QuantizedRows::header;
 
   __m512 acc[TR][NT];
   #pragma GCC unroll 16
@@ -110,11 +110,11 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   for (std::int64_t b = 0; b < blocks; ++b) {
     if (ahead != nullptr)
       for (std::int64_t off = 0; off < tbb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b * tbb + off), _MM_HINT_T0);
-    __m512i is[TR][NT];
+    __m512i is[TR][NT], is2[TR][NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r)
       #pragma GCC unroll 16
-      for (int t = 0; t < NT; ++t) is[r][t] = _mm512_setzero_si512();
+      for (int t = 0; t < NT; ++t) is[r][t] = is2[r][t] = _mm512_setzero_si512();
     if constexpr (F::u4) {
       #pragma GCC unroll 16
       for (int c = 0; c < 4; ++c) {
@@ -128,6 +128,10 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
             const std::byte* q = xr[t] + b * xbb;
             is[r][t] = _mm512_dpbusd_epi32(is[r][t], lo, _mm512_set1_epi32(load_i32(q + 4 * c)));
             is[r][t] = _mm512_dpbusd_epi32(is[r][t], hi, _mm512_set1_epi32(load_i32(q + 16 + 4 * c)));
+            if constexpr (P == 2) {
+              is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], lo, _mm512_set1_epi32(load_i32(q + F::blk + 4 * c)));
+              is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], hi, _mm512_set1_epi32(load_i32(q + F::blk + 16 + 4 * c)));
+            }
           }
         }
       }
@@ -138,8 +142,11 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
         for (int r = 0; r < TR; ++r) {
           const __m512i raw = _mm512_loadu_si512(tp[r] + b * tbb + 64 * c);
           #pragma GCC unroll 16
-          for (int t = 0; t < NT; ++t)
+          for (int t = 0; t < NT; ++t) {
             is[r][t] = _mm512_dpbusd_epi32(is[r][t], raw, _mm512_set1_epi32(load_i32(xr[t] + b * xbb + 4 * c)));
+            if constexpr (P == 2)
+              is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], raw, _mm512_set1_epi32(load_i32(xr[t] + b * xbb + F::blk + 4 * c)));
+          }
         }
       }
     }
@@ -156,9 +163,10 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
       }
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) {
-        const std::byte* q = xr[t] + b * xbb;
-        const std::int32_t sum_q = load_i32(q + F::blk + 4);
+        const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S
+        const std::int32_t sum_q = load_i32(q + 4);
         __m512i s = is[r][t];
+        if constexpr (P == 2) s = _mm512_add_epi32(_mm512_slli_epi32(s, 8), is2[r][t]);
         if constexpr (F::z != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(F::z * sum_q));
         const __m512 f = _mm512_cvtepi32_ps(s);
         __m512 e;
@@ -166,7 +174,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
           e = _mm512_fmadd_ps(d, f, _mm512_mul_ps(m, _mm512_set1_ps(static_cast<float>(sum_q))));
         else
           e = _mm512_mul_ps(d, f);
-        acc[r][t] = _mm512_fmadd_ps(e, _mm512_set1_ps(load_f32(q + F::blk)), acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(e, _mm512_set1_ps(load_f32(q)), acc[r][t]);
       }
     }
   }
@@ -185,12 +193,13 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   }
 }
 
-template <class F>
+template <class F, int P>
 SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
   // One tile at a time (measured: interleaving 2-4 tiles' streams was up to 2x slower), every token group passing over it
   // while it is in L1 (so a prefill reads each tile from memory once).
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
-    for_token_groups<8>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, 1, NT>(a, t, t0); });
+    for_token_groups<P == 1 ? 8 : 6>(a.x->n,
+                                     [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, P, 1, NT>(a, t, t0); });
 }
 
 // --- AVX2 ------------------------------------------------------------------------------------------------------------------
@@ -198,14 +207,14 @@ SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
 #define SPECDEC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows.
-template <class F, int NT>
+template <class F, int P, int NT>
 SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const PackedArgs& a, std::int64_t tile, int h,
                                                                       std::int64_t t0) {
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
   constexpr std::int64_t tbb = value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
-  constexpr std::int64_t xbb = F::blk + QuantizedRows::header;
+  constexpr std::int64_t xbb = P * F::blk + QuantizedRows::header;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   const std::byte* tp = w.tile(tile) + 32 * h;
@@ -220,9 +229,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   };
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::byte* tb = tp + b * tbb;
-    __m256i is[NT];
+    __m256i is[NT], is2[NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
-    for (int t = 0; t < NT; ++t) is[t] = _mm256_setzero_si256();
+    for (int t = 0; t < NT; ++t) is[t] = is2[t] = _mm256_setzero_si256();
     if constexpr (F::u4) {
       #pragma GCC unroll 16
       for (int c = 0; c < 4; ++c) {
@@ -233,6 +242,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         for (int t = 0; t < NT; ++t) {
           const std::byte* q = xr[t] + b * xbb;
           is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, load_i32(q + 4 * c)), dot4(hi, load_i32(q + 16 + 4 * c))));
+          if constexpr (P == 2)
+            is2[t] = _mm256_add_epi32(
+                is2[t], _mm256_add_epi32(dot4(lo, load_i32(q + F::blk + 4 * c)), dot4(hi, load_i32(q + F::blk + 16 + 4 * c))));
         }
       }
     } else {
@@ -245,6 +257,10 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         for (int t = 0; t < NT; ++t) {
           const std::int32_t q4 = load_i32(xr[t] + b * xbb + 4 * c);
           is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
+          if constexpr (P == 2) {
+            const std::int32_t r4 = load_i32(xr[t] + b * xbb + F::blk + 4 * c);
+            is2[t] = _mm256_add_epi32(is2[t], _mm256_add_epi32(dot4(lo, r4), _mm256_slli_epi32(dot4(hi, r4), 4)));
+          }
         }
       }
     }
@@ -260,9 +276,10 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     }
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) {
-      const std::byte* q = xr[t] + b * xbb;
-      const std::int32_t sum_q = load_i32(q + F::blk + 4);
+      const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S
+      const std::int32_t sum_q = load_i32(q + 4);
       __m256i s = is[t];
+      if constexpr (P == 2) s = _mm256_add_epi32(_mm256_slli_epi32(s, 8), is2[t]);
       if constexpr (F::z != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * sum_q));
       const __m256 f = _mm256_cvtepi32_ps(s);
       __m256 e;
@@ -270,7 +287,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         e = _mm256_fmadd_ps(d, f, _mm256_mul_ps(m, _mm256_set1_ps(static_cast<float>(sum_q))));
       else
         e = _mm256_mul_ps(d, f);
-      acc[t] = _mm256_fmadd_ps(e, _mm256_set1_ps(load_f32(q + F::blk)), acc[t]);
+      acc[t] = _mm256_fmadd_ps(e, _mm256_set1_ps(load_f32(q)), acc[t]);
     }
   }
   const std::int64_t o = tile * kTileRows + 8 * h;
@@ -284,17 +301,17 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   }
 }
 
-template <class F>
+template <class F, int P>
 SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
     for (int h = 0; h < 2; ++h) {
       if (t * kTileRows + 8 * h >= a.w->rows()) break;
       for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 {
         if constexpr (NT <= 4) {
-          avx2_half_tile<F, NT>(a, t, h, t0);
+          avx2_half_tile<F, P, NT>(a, t, h, t0);
         } else {
-          avx2_half_tile<F, 3>(a, t, h, t0);
-          avx2_half_tile<F, NT - 3>(a, t, h, t0 + 3);
+          avx2_half_tile<F, P, 3>(a, t, h, t0);
+          avx2_half_tile<F, P, NT - 3>(a, t, h, t0 + 3);
         }
       });
     }
@@ -313,20 +330,37 @@ void dispatch(const PackedArgs& a) {
 }
 template <class F>
 struct Avx512Run {
-  static void go(const PackedArgs& a) { avx512_run<F>(a); }
+  static void go(const PackedArgs& a) { a.x->planes == 2 ? avx512_run<F, 2>(a) : avx512_run<F, 1>(a); }
 };
 template <class F>
 struct Avx2Run {
-  static void go(const PackedArgs& a) { avx2_run<F>(a); }
+  static void go(const PackedArgs& a) { a.x->planes == 2 ? avx2_run<F, 2>(a) : avx2_run<F, 1>(a); }
 };
 
 }  // namespace
+
+// Quantises 8 values at a time to int8 (round half to even, clamp to +-127) and stores them; returns their int32 sums.
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256i round_store8(__m256 v, std::byte* dst) {
+  v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+  const __m256i q = _mm256_cvtps_epi32(v);
+  const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packs_epi16(w16, w16));
+  return q;
+}
+
+SPECDEC_TARGET_AVX2 inline std::int32_t hsum_i32(__m256i v) {
+  alignas(32) std::int32_t parts[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(parts), v);
+  std::int32_t total = 0;
+  for (auto p : parts) total += p;
+  return total;
+}
 
 SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld,
                                             QuantizedRows& out) {
   const std::int64_t block = out.block;
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  const __m256 lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
   for (std::int64_t t = row_begin; t < row_end; ++t) {
     for (std::int64_t b = 0; b < out.blocks; ++b) {
       const float* xb = x + t * ld + b * block;
@@ -337,24 +371,28 @@ SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_beg
       _mm256_store_ps(lanes, mx);
       float amax = 0.f;
       for (float v : lanes) amax = std::max(amax, v);
-      const float d = amax / 127.f;
-      const float id = d > 0.f ? 1.f / d : 0.f;
-      const __m256 vid = _mm256_set1_ps(id);
+      const float d1 = amax / 127.f;
+      const float id1 = d1 > 0.f ? 1.f / d1 : 0.f;
       __m256i sum = _mm256_setzero_si256();
-      for (std::int64_t i = 0; i < block; i += 8) {
-        __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm256_min_ps(_mm256_max_ps(v, lo), hi);
-        const __m256i q = _mm256_cvtps_epi32(v);
-        sum = _mm256_add_epi32(sum, q);
-        const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(dst + i), _mm_packs_epi16(w16, w16));
+      for (std::int64_t i = 0; i < block; i += 8)
+        sum = _mm256_add_epi32(sum, round_store8(_mm256_mul_ps(_mm256_loadu_ps(xb + i), _mm256_set1_ps(id1)), dst + i));
+      std::int32_t total = hsum_i32(sum);
+      float dx = d1;
+      if (out.planes == 2) {
+        const float d2 = d1 / 256.f;
+        const float id2 = d2 > 0.f ? 1.f / d2 : 0.f;
+        __m256i sum2 = _mm256_setzero_si256();
+        for (std::int64_t i = 0; i < block; i += 8) {
+          const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(dst + i));
+          const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
+          const __m256 residual = _mm256_sub_ps(_mm256_loadu_ps(xb + i), _mm256_mul_ps(_mm256_set1_ps(d1), q));
+          sum2 = _mm256_add_epi32(sum2, round_store8(_mm256_mul_ps(residual, _mm256_set1_ps(id2)), dst + block + i));
+        }
+        total = 256 * total + hsum_i32(sum2);
+        dx = d2;
       }
-      alignas(32) std::int32_t parts[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(parts), sum);
-      std::int32_t total = 0;
-      for (auto p : parts) total += p;
-      std::memcpy(dst + block, &d, 4);
-      std::memcpy(dst + block + 4, &total, 4);
+      std::memcpy(dst + out.planes * block, &dx, 4);
+      std::memcpy(dst + out.planes * block + 4, &total, 4);
     }
   }
 }

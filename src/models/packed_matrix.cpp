@@ -267,17 +267,29 @@ void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
   }
 }
 
-void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block) {
-  if (block < 4 || block > 32 || n < 0 || cols % block != 0)
-    fail(fmt::format("quantize_rows: expected cols ({}) a multiple of a block of 4-32 values, got block {}", cols, block));
+void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block, std::int64_t planes) {
+  if (block < 4 || block > 32 || n < 0 || cols % block != 0 || planes < 1 || planes > 2)
+    fail(fmt::format("quantize_rows: expected cols ({}) a multiple of a block of 4-32 values in 1 or 2 planes, got block {}, "
+                     "{} planes",
+                     cols, block, planes));
   out.n = n;
   out.cols = cols;
   out.block = block;
   out.blocks = cols / block;
+  out.planes = planes;
   out.stride = out.blocks * out.block_bytes();
   const auto need = static_cast<std::size_t>(n * out.stride);
   if (out.data.size() < need) out.data.resize(need);
 }
+
+namespace {
+
+// round(v * id) clamped to +-127.
+std::int8_t round_clamp(float v, float id) {
+  return static_cast<std::int8_t>(std::clamp(std::nearbyint(v * id), -127.f, 127.f));
+}
+
+}  // namespace
 
 void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
                    CpuIsa isa) {
@@ -292,23 +304,37 @@ void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end,
       std::byte* dst = out.data.data() + t * out.stride + b * out.block_bytes();
       float amax = 0.f;
       for (std::int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float d = amax / 127.f;
-      const float id = d > 0.f ? 1.f / d : 0.f;
+      const float d1 = amax / 127.f;
+      const float id1 = d1 > 0.f ? 1.f / d1 : 0.f;
       std::int32_t sum = 0;
       for (std::int64_t i = 0; i < block; ++i) {
-        const float v = std::nearbyint(xb[i] * id);
-        const auto q = static_cast<std::int8_t>(std::clamp(v, -127.f, 127.f));
+        const std::int8_t q = round_clamp(xb[i], id1);
         dst[i] = static_cast<std::byte>(q);
         sum += q;
       }
-      std::memcpy(dst + block, &d, 4);
-      std::memcpy(dst + block + 4, &sum, 4);
+      float dx = d1;
+      if (out.planes == 2) {
+        const float d2 = d1 / 256.f;
+        const float id2 = d2 > 0.f ? 1.f / d2 : 0.f;
+        std::int32_t sum2 = 0;
+        for (std::int64_t i = 0; i < block; ++i) {
+          const float residual = xb[i] - d1 * static_cast<float>(static_cast<std::int8_t>(dst[i]));
+          const std::int8_t q = round_clamp(residual, id2);
+          dst[block + i] = static_cast<std::byte>(q);
+          sum2 += q;
+        }
+        sum = 256 * sum + sum2;
+        dx = d2;
+      }
+      std::memcpy(dst + out.planes * block, &dx, 4);
+      std::memcpy(dst + out.planes * block + 4, &sum, 4);
     }
   }
 }
 
-void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out) {
-  prepare_rows(out, n, cols, block);
+void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out,
+                   std::int64_t planes) {
+  prepare_rows(out, n, cols, block, planes);
   quantize_rows(x, 0, n, ld, out);
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "specdec/models/detail/packed_matrix.hpp"
@@ -85,9 +86,9 @@ std::vector<CpuIsa> isas() {
 // y = x w^T through the packed product, with sentinel columns on both sides of the output and a wider row stride.
 constexpr float kSentinel = -12345.f;
 std::vector<float> product(const PackedMatrix& m, const std::vector<float>& x, std::int64_t n, CpuIsa isa, bool accumulate,
-                           float start = 0.f) {
+                           float start = 0.f, std::int64_t planes = 1) {
   QuantizedRows q;
-  quantize_rows(x.data(), n, m.cols(), m.cols(), m.block(), q);
+  quantize_rows(x.data(), n, m.cols(), m.cols(), m.block(), q, planes);
   const std::int64_t pad = 5, ldy = m.rows() + 2 * pad;
   std::vector<float> y(static_cast<std::size_t>(n * ldy + pad), kSentinel);
   for (std::int64_t t = 0; t < n; ++t)
@@ -111,6 +112,8 @@ std::vector<float> product(const PackedMatrix& m, const std::vector<float>& x, s
 void PrintTo(const Format& f, std::ostream* os) { *os << to_string(f.type); }
 
 class PackedFormat : public ::testing::TestWithParam<Format> {};
+// The products with 1 and 2 activation planes.
+class PackedProduct : public ::testing::TestWithParam<std::tuple<Format, std::int64_t>> {};
 
 TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
   const Format f = GetParam();
@@ -131,8 +134,8 @@ TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
   EXPECT_THROW(m.dequantize_row(rows, row.data()), specdec::error);
 }
 
-TEST_P(PackedFormat, ProductMatchesTheFp64Reference) {
-  const Format f = GetParam();
+TEST_P(PackedProduct, MatchesTheFp64Reference) {
+  const auto [f, planes] = GetParam();
   const std::int64_t rows = 53, cols = 768, n = 7;
   const auto data = random_blocks(f, rows, cols, 2);
   const PackedMatrix::Source src{"w", f.type, data, rows, cols, {}};
@@ -141,9 +144,9 @@ TEST_P(PackedFormat, ProductMatchesTheFp64Reference) {
   const auto x = random_activations(n, cols, 3);
   // The activations as the product sees them (int8 per block), to separate the kernel's arithmetic from quantisation.
   QuantizedRows q;
-  quantize_rows(x.data(), n, cols, cols, m.block(), q);
+  quantize_rows(x.data(), n, cols, cols, m.block(), q, planes);
   for (CpuIsa isa : isas()) {
-    const auto y = product(m, x, n, isa, false);
+    const auto y = product(m, x, n, isa, false, 0.f, planes);
     // predicted: the error energy of rounding each activation to its block's step dx (uniform, variance dx^2 / 12).
     double err_exact = 0, err_q = 0, norm = 0, predicted = 0;
     for (std::int64_t t = 0; t < n; ++t)
@@ -152,8 +155,11 @@ TEST_P(PackedFormat, ProductMatchesTheFp64Reference) {
         for (std::int64_t i = 0; i < cols; ++i) {
           const std::byte* xb = q.block_ptr(t, i / m.block());
           float dx;
-          std::memcpy(&dx, xb + m.block(), 4);
-          const double xq = static_cast<double>(dx) * static_cast<std::int8_t>(xb[i % m.block()]);
+          std::memcpy(&dx, xb + planes * m.block(), 4);
+          // dx (256 q1 + q2) with two planes, dx q1 with one.
+          double qi = static_cast<std::int8_t>(xb[i % m.block()]);
+          if (planes == 2) qi = 256 * qi + static_cast<std::int8_t>(xb[m.block() + i % m.block()]);
+          const double xq = static_cast<double>(dx) * qi;
           exact += static_cast<double>(w[o * cols + i]) * x[t * cols + i];
           predicted += static_cast<double>(w[o * cols + i]) * w[o * cols + i] * dx * dx / 12.0;
           with_q += static_cast<double>(w[o * cols + i]) * xq;
@@ -163,37 +169,38 @@ TEST_P(PackedFormat, ProductMatchesTheFp64Reference) {
         err_q += (got - with_q) * (got - with_q);
         norm += exact * exact;
       }
-    // Against the exact product: the error of 8-bit activations, within 2x of the rounding-noise prediction and small.
+    // Against the exact product: the error of the activations' rounding, within 2x of the rounding-noise prediction, and
+    // small (one plane: int8 activations; two: about 15 bits, so 256^2 times less error energy).
     EXPECT_LT(err_exact, 2.0 * predicted) << to_string(isa) << " " << to_string(f.type);
-    EXPECT_LT(err_exact / norm, 1e-3) << to_string(isa) << " " << to_string(f.type);
+    EXPECT_LT(err_exact / norm, planes == 1 ? 1e-3 : 1e-7) << to_string(isa) << " " << to_string(f.type);
     // Against the product of the quantised activations: float32 rounding alone.
     EXPECT_LT(err_q / norm, 1e-10) << to_string(isa) << " " << to_string(f.type);
   }
 }
 
-TEST_P(PackedFormat, EveryPathRowCountAndTileSplitGivesTheSameBits) {
-  const Format f = GetParam();
+TEST_P(PackedProduct, EveryPathRowCountAndTileSplitGivesTheSameBits) {
+  const auto [f, planes] = GetParam();
   const std::int64_t rows = 70, cols = 256;
   const auto data = random_blocks(f, rows, cols, 4);
   const PackedMatrix::Source src{"w", f.type, data, rows, cols, {}};
   const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
   const std::int64_t n_max = 40;
   const auto x = random_activations(n_max, cols, 5);
-  const auto reference = product(m, x, n_max, CpuIsa::kPortable, true, 0.25f);
+  const auto reference = product(m, x, n_max, CpuIsa::kPortable, true, 0.25f, planes);
   for (CpuIsa isa : isas()) {
     SCOPED_TRACE(to_string(isa));
     // Every row count: rows 0..n-1 of a call equal the reference's.
     for (std::int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 40}) {
-      const auto y = product(m, x, n, isa, true, 0.25f);
+      const auto y = product(m, x, n, isa, true, 0.25f, planes);
       ASSERT_EQ(std::memcmp(y.data(), reference.data(), y.size() * 4), 0) << "n = " << n;
     }
     // A token alone at a later row of x (its own call) equals its row in the 40-row call.
     const std::vector<float> row(x.begin() + 17 * cols, x.begin() + 18 * cols);
-    const auto alone = product(m, row, 1, isa, true, 0.25f);
+    const auto alone = product(m, row, 1, isa, true, 0.25f, planes);
     ASSERT_EQ(std::memcmp(alone.data(), reference.data() + 17 * rows, rows * 4), 0);
     // Tiles split between two calls.
     QuantizedRows q;
-    quantize_rows(x.data(), 6, cols, cols, m.block(), q);
+    quantize_rows(x.data(), 6, cols, cols, m.block(), q, planes);
     std::vector<float> whole(6 * rows), split(6 * rows);
     m.linear(q, 0, m.tiles(), whole.data(), rows, false, isa);
     m.linear(q, 0, 2, split.data(), rows, false, isa);
@@ -208,29 +215,33 @@ TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
   x[5] = 0.f;  // a block with an exact zero, ties at .5 after scaling, and an all-zero block
   for (std::int64_t i = 0; i < 16; ++i) x[static_cast<std::size_t>(cols + 32 + i)] = 0.f;
   for (std::int64_t i = 0; i < 8; ++i) x[static_cast<std::size_t>(2 * cols + i)] = 127.f * static_cast<float>(i) / 2.f / 7.f;
-  for (std::int64_t block : {16, 32}) {
+  for (std::int64_t block : {16, 32})
+  for (std::int64_t planes : {1, 2}) {
     QuantizedRows ref, got;
-    prepare_rows(ref, n, cols, block);
+    prepare_rows(ref, n, cols, block, planes);
     quantize_rows(x.data(), 0, n, cols, ref, CpuIsa::kPortable);
     for (CpuIsa isa : isas()) {
-      prepare_rows(got, n, cols, block);
+      prepare_rows(got, n, cols, block, planes);
       quantize_rows(x.data(), 0, n, cols, got, isa);
       ASSERT_EQ(std::memcmp(ref.data.data(), got.data.data(), static_cast<std::size_t>(n * ref.stride)), 0)
-          << to_string(isa) << " block " << block;
+          << to_string(isa) << " block " << block << " planes " << planes;
     }
-    // The values themselves: q = round(x / dx) within +-127, dx = max|x| / 127, sum(q) stored.
+    // The values themselves: dx (256 q1 + q2) (two planes) or dx q1 within half a step (a little more where the residual
+    // reaches the +-127 clamp) of x, S their sum.
     for (std::int64_t t = 0; t < n; ++t)
       for (std::int64_t b = 0; b < cols / block; ++b) {
         const std::byte* blk = ref.block_ptr(t, b);
         float dx;
         std::int32_t sum, expect_sum = 0;
-        std::memcpy(&dx, blk + block, 4);
-        std::memcpy(&sum, blk + block + 4, 4);
+        std::memcpy(&dx, blk + planes * block, 4);
+        std::memcpy(&sum, blk + planes * block + 4, 4);
         for (std::int64_t i = 0; i < block; ++i) {
-          const int q = static_cast<std::int8_t>(blk[i]);
-          expect_sum += q;
+          int q = static_cast<std::int8_t>(blk[i]);
           EXPECT_LE(std::abs(q), 127);
-          EXPECT_NEAR(static_cast<double>(q) * dx, x[static_cast<std::size_t>(t * cols + b * block + i)], 0.5001 * dx + 1e-30);
+          if (planes == 2) q = 256 * q + static_cast<std::int8_t>(blk[block + i]);
+          expect_sum += q;
+          EXPECT_NEAR(static_cast<double>(q) * dx, x[static_cast<std::size_t>(t * cols + b * block + i)],
+                      (planes == 2 ? 1.51 : 0.5001) * dx + 1e-30);
         }
         EXPECT_EQ(sum, expect_sum);
       }
@@ -239,6 +250,11 @@ TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, PackedFormat, ::testing::ValuesIn(kFormats),
                          [](const auto& info) { return std::string(to_string(info.param.type)); });
+INSTANTIATE_TEST_SUITE_P(Formats, PackedProduct, ::testing::Combine(::testing::ValuesIn(kFormats), ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param).type)) + "_planes" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(PackedMatrix, StacksSourcesInOrder) {
   const Format f = kFormats[1];

@@ -44,6 +44,10 @@ struct LlamaOptions {
   /// the process may run on (its CPU affinity). Float weights' products over more than 16 token rows and the attention of
   /// longer prompts go through ATen, which follows at::get_num_threads().
   int num_threads = 0;
+  /// Precision of the activations that meet block-format weights: 16 (two int8 planes, about 15 bits: logits within ~1e-2
+  /// of a float forward of the same weights) or 8 (one int8 plane per block, as llama.cpp's Q8 activations: half the
+  /// integer work per token row, logit errors of a few units on SmolLM2). Float weights ignore it.
+  int activation_bits = 16;
 };
 
 /// Returns the float32 tensor stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",

@@ -12,9 +12,12 @@
 // Q4_K's 32-value sub-blocks become (u4, d * scale, -dmin * min) and Q6_K's 16-value sub-blocks (u6 in a byte, z 32, d * scale),
 // both exact in float32.
 //
-// Activations are quantised per block of the same size to int8 (a scale dx = max|x| / 127 and q = round(x / dx), the sum of
-// the q kept), as llama.cpp's Q8 activations. For output row o and token row t the product is, for every block b in ascending
-// order, with s = the exact integer sum of u * q over the block and S = the sum of q:
+// Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
+// d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
+// 256 times finer scale, d2 = d1 / 256 and q2 = round((x - d1 q1) / d2), so x ~ d2 (256 q1 + q2) to about 15 bits; the
+// integer sums of both planes share each weight block's unpacking and combine exactly, s = 256 s1 + s2. A block stores its
+// planes, dx (d1 for one plane, d2 for two) and S = the sum of its combined integers. For output row o and token row t the
+// product is, for every block b in ascending order, with s = the exact integer sum of u * q over the block:
 //
 //   e   = d * float(s - z * S) + m * float(S)      (one fused multiply-add; without a minimum, d * float(s - z * S))
 //   acc = e * dx + acc                             (one fused multiply-add, acc starting at 0)
@@ -49,28 +52,31 @@ bool can_pack(GgmlType type) noexcept;
 /// Rows per interleaved tile.
 inline constexpr std::int64_t kTileRows = 16;
 
-/// int8 activations of n token rows quantised in blocks of `block` values (see the file comment).
+/// int8 activations of n token rows quantised in blocks of `block` values, in 1 or 2 planes (see the file comment).
 struct QuantizedRows {
-  std::int64_t n = 0, cols = 0, block = 0, blocks = 0;
-  /// Per row, per block: int8 q[block], float dx, int32 sum(q); `stride` bytes per row.
+  std::int64_t n = 0, cols = 0, block = 0, blocks = 0, planes = 1;
+  /// Per row, per block: int8 q1[block], (int8 q2[block],) float dx, int32 S; `stride` bytes per row.
   std::vector<std::byte> data;
   std::int64_t stride = 0;
-  static constexpr std::int64_t header = 8;  // dx and sum(q) follow the block's values
-  std::int64_t block_bytes() const noexcept { return block + header; }
+  static constexpr std::int64_t header = 8;  // dx and S follow the block's planes
+  std::int64_t block_bytes() const noexcept { return planes * block + header; }
   const std::byte* block_ptr(std::int64_t row, std::int64_t b) const noexcept {
     return data.data() + row * stride + b * block_bytes();
   }
 };
 
-/// Sizes `out` for n rows of `cols` values in blocks of `block` (cols a multiple of block, block 4-32); keeps its storage.
-void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block);
+/// Sizes `out` for n rows of `cols` values in blocks of `block` (cols a multiple of block, block 4-32) and 1 or 2 planes;
+/// keeps its storage.
+void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::int64_t block, std::int64_t planes = 1);
 /// Quantises rows [row_begin, row_end) of x (row r at x + r * ld) into the prepared `out`. Each row alone, and only with
-/// exactly rounded operations (max |x|, dx = max / 127, 1 / dx, x * (1 / dx), round half to even, clamp to +-127), so the
-/// int8 values are the same whatever the split or the instruction set (AVX2 or portable).
+/// exactly rounded operations (max |x|, d1 = max / 127, 1 / d1, x * (1 / d1), round half to even, clamp to +-127; for the
+/// second plane x - d1 * q1, d2 = d1 / 256, 1 / d2, the same rounding), so the int8 values are the same whatever the split
+/// or the instruction set (AVX2 or portable).
 void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
                    CpuIsa isa = best_cpu_isa());
 /// prepare_rows, then every row.
-void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out);
+void quantize_rows(const float* x, std::int64_t n, std::int64_t cols, std::int64_t ld, std::int64_t block, QuantizedRows& out,
+                   std::int64_t planes = 1);
 
 class PackedMatrix {
  public:
