@@ -14,7 +14,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "compare-llama-cpp: error: $*" >&2; exit 1; }
-abspath() { case "$1" in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac; }
+abspath() { realpath -m -- "$1"; }
 
 threads="$(nproc)"
 prompts="$root/examples/prompts/demo.jsonl"

@@ -95,6 +95,24 @@ def log(msg):
     print(f"compare: {msg}", file=sys.stderr, flush=True)
 
 
+def cpu_snapshot():
+    """(wall, busy CPU seconds of the whole machine from /proc/stat, CPU seconds of this process and its reaped children)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # all but idle and iowait
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return time.perf_counter(), busy / os.sysconf("SC_CLK_TCK"), own
+
+
+def foreign_cpu(snap0):
+    """Share of the machine's CPU capacity used by other processes since snap0 (0 = we had the machine to ourselves)."""
+    w1, b1, o1 = cpu_snapshot()
+    w0, b0, o0 = snap0
+    share = max(0.0, (b1 - b0) - (o1 - o0)) / max((w1 - w0) * (os.cpu_count() or 1), 1e-9)
+    return {"foreign_cpu_share": share, "wall_seconds": w1 - w0}
+
+
 def run_child(argv, env=None, stdout=None, stderr=None):
     """Runs argv; returns (exit status, wall seconds, peak RSS MiB of that child alone via wait4)."""
     t0 = time.perf_counter()
@@ -248,10 +266,10 @@ def forward_cost(llm, context, n_new, reps, warmup=3):
     ctx.kv_cache_clear()
     llm.n_tokens = 0
     return {"median_ms": statistics.median(times) * 1e3, "mean_ms": statistics.fmean(times) * 1e3,
-            "min_ms": min(times) * 1e3, "repeats": reps}
+            "min_ms": min(times) * 1e3, "repeats": reps, "all_ms": [t * 1e3 for t in times]}
 
 
-def prefill_cost(llm, ids, reps=3):
+def prefill_cost(llm, ids, reps=5):
     ctx, batch = llm._ctx, llm._batch
     assert len(ids) <= llm.n_batch
     times = []
@@ -267,7 +285,8 @@ def prefill_cost(llm, ids, reps=3):
     ctx.kv_cache_clear()
     llm.n_tokens = 0
     med = statistics.median(times)
-    return {"tokens": len(ids), "median_seconds": med, "tokens_per_second": len(ids) / med, "repeats": reps}
+    return {"tokens": len(ids), "median_seconds": med, "tokens_per_second": len(ids) / med, "repeats": reps,
+            "all_seconds": times}
 
 
 def long_prompt_ids(llm, prompts, n):
@@ -328,6 +347,7 @@ def llama_rss_probe(a):
 
 
 def cmd_llama(a):
+    snap0 = cpu_snapshot()
     with tempfile.TemporaryDirectory(prefix="compare-llama-") as tmp:
         part = os.path.join(tmp, "llama.json")
         common = ["--model", a.model, "--prompts", a.prompts, "--threads", str(a.threads),
@@ -344,6 +364,7 @@ def cmd_llama(a):
             raise SystemExit(f"compare: the llama.cpp RSS probe failed (exit {rc})")
     res["peak_rss_mib"] = rss
     res["peak_rss_mib_worker_all_measurements"] = rss_all
+    res["interference"] = foreign_cpu(snap0)
     res["worker_wall_seconds"] = wall
     res["model"] = a.model
     write_json(a.out, res)
@@ -462,6 +483,7 @@ def cmd_specdec(a):
     a.add_bos = str(llama["info"].get("add_bos_token")).lower() == "true"
     a.tokenize_tool = a.tokenize_tool if a.tokenize_tool and os.access(a.tokenize_tool, os.X_OK) else None
     res = {"binary": gen, "threads": a.threads, "prompts": [], "tokenize_tool": a.tokenize_tool}
+    snap0 = cpu_snapshot()
 
     # Prompt tokens as specdec sees them (specdec_tokenize_tool encodes without BOS; specdec-generate adds BOS when the
     # GGUF's add_bos_token says so), compared with llama.cpp's.
@@ -504,6 +526,9 @@ def cmd_specdec(a):
                 text = first_streamed_text(stdout)
                 lt = by_name[p["name"]]["plain"]["text"] if p["name"] in by_name else None
                 row["baseline_text_matches_llama_plain"] = (text.strip() == lt.strip()) if text is not None and lt is not None else None
+                if text is not None and lt is not None:
+                    row["baseline_text"] = text
+                    row["text_common_prefix_chars"] = len(os.path.commonprefix([text, lt]))
         res["prompts"].append(row)
 
     rss = [r[k]["peak_rss_mib"] for r in res["prompts"] for k in ("plain",) if r[k]["peak_rss_mib"] is not None]
@@ -535,6 +560,7 @@ def cmd_specdec(a):
         s = res["prefill"]
         dl = statistics.median(s["wall_seconds"]["long"]) - statistics.median(s["wall_seconds"]["short"])
         s["tokens_per_second"] = (n - s["short_prompt_tokens"]) / dl if dl > 0 else None
+    res["interference"] = foreign_cpu(snap0)
     write_json(a.out, res)
     log(f"specdec: wrote {a.out}")
 
@@ -612,12 +638,25 @@ def cmd_report(a):
     same_pld = [g(lp.get(n), "prompt_lookup_identical_to_plain") for n in names]
     same_ids = [g(tc.get(n), "ids_identical_to_llama") for n in names]
     checks = []
+    same_jinja = [g(lp.get(n), "jinja_template_matches") for n in names]
+    if any(x is not None for x in same_jinja):
+        checks.append("the GGUF's Jinja chat template (llama-cpp-python's Jinja2ChatFormatter) renders the same prompt "
+                      f"text as specdec's ChatML: {sum(x is True for x in same_jinja)}/{len(names)}")
     if any(x is not None for x in same_ids):
         checks.append(f"prompt token ids identical (specdec_tokenize_tool vs llama.cpp): {sum(x is True for x in same_ids)}/{len(names)}")
     if any(x is not None for x in same_text):
-        checks.append(f"specdec's greedy text equals llama.cpp's: {sum(x is True for x in same_text)}/{len(names)}")
+        diverge = [f"{n} at char {g(sp.get(n), 'text_common_prefix_chars')}" for n, x in zip(names, same_text)
+                   if x is False and g(sp.get(n), "text_common_prefix_chars") is not None]
+        checks.append(f"specdec's greedy text equals llama.cpp's: {sum(x is True for x in same_text)}/{len(names)}"
+                      + (f" (first difference: {', '.join(diverge)})" if diverge else ""))
     if any(x is not None for x in same_pld):
-        checks.append(f"llama.cpp prompt-lookup output equals its plain output: {sum(x is True for x in same_pld)}/{len(names)}")
+        diverge = []
+        for n, x in zip(names, same_pld):
+            if x is False:
+                ia, ib = g(lp.get(n), "plain", "ids"), g(lp.get(n), "prompt_lookup", "ids")
+                diverge.append(f"{n} at token {len(os.path.commonprefix([ia, ib]))}")
+        checks.append(f"llama.cpp prompt-lookup output equals its plain output: {sum(x is True for x in same_pld)}/{len(names)}"
+                      + (f" (first difference: {', '.join(diverge)})" if diverge else ""))
     if checks:
         lines.append("Checks: " + "; ".join(checks) + ".")
         lines.append("")
@@ -653,9 +692,16 @@ def cmd_report(a):
     lines.append("")
     lines.append("llama.cpp forwards: median of repeated `llama_decode` calls (all rows' logits), KV rolled back each time; "
                  "specdec forwards: `bench_model --benchmark_filter=BM_Decode` (mean over iterations). specdec prefill: "
-                 "estimated from process wall times (see JSON); llama.cpp prefill: one 512-token `llama_decode`, median of 3. "
+                 "estimated from process wall times (see JSON); llama.cpp prefill: one 512-token `llama_decode`, median of 5. "
                  "Peak RSS: llama.cpp = fresh child that loads the model and decodes the prompts plainly (ru_maxrss); "
                  "specdec = `/usr/bin/time -v` of the `--proposer none --compare` runs.")
+    shares = {side: g(d, "interference", "foreign_cpu_share") for side, d in (("llama.cpp", llama), ("specdec", spec))}
+    lines.append("")
+    lines.append("Other processes' share of the CPU during the measurements: "
+                 + ", ".join(f"{k} half {fmt(v * 100 if v is not None else None, '.1f')}%" for k, v in shares.items()) + ".")
+    if any(v is not None and v > 0.05 for v in shares.values()):
+        lines.append("")
+        lines.append("**Warning:** other work shared the CPU during the measurements; re-run on a quiet machine.")
     table = "\n".join(lines)
     print(table)
     combined = {"model": a.model, "threads": threads, "max_new_tokens": a.max_new_tokens,
