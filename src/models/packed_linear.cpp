@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "specdec/models/detail/packed_kernels.hpp"
-#include "specdec/models/float16.hpp"
 
 namespace specdec::models::detail {
 
@@ -21,7 +20,6 @@ void packed_linear_portable(const PackedArgs& a) {
         float acc = 0.f;
         for (std::int64_t b = 0; b < blocks; ++b) {
           const std::byte* tb = tile + b * tbb;
-          const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
           const std::byte* xb = x.block_ptr(i, b);
           const auto* q = reinterpret_cast<const std::int8_t*>(xb);
           const std::int64_t head = x.planes * L.block;
@@ -31,34 +29,14 @@ void packed_linear_portable(const PackedArgs& a) {
           std::memcpy(&sum_q, xb + head + 4, 4);
           std::int32_t s = 0, s2 = 0;
           for (std::int64_t e = 0; e < L.block; ++e) {
-            int u;
-            if (L.u4) {
-              const std::int64_t g = e % 16;
-              const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
-              u = e < 16 ? (byte & 0xF) : (byte >> 4);
-            } else {
-              u = v[(e / 4) * 64 + lane * 4 + e % 4];
-            }
+            const int u = L.value(tb, lane, e);
             s += u * q[e];
             if (x.planes == 2) s2 += u * q[L.block + e];
           }
           if (x.planes == 2) s = 256 * s + s2;
           const float f = static_cast<float>(s - L.zero * sum_q);
-          const std::byte* sc = tb + L.value_bytes();
-          const std::byte* mn = sc + L.scale_bytes();
-          float d, m = 0.f;
-          if (L.half_scales) {
-            std::uint16_t h;
-            std::memcpy(&h, sc + 2 * lane, 2);
-            d = half_to_float(h);
-            if (L.has_min) {
-              std::memcpy(&h, mn + 2 * lane, 2);
-              m = half_to_float(h);
-            }
-          } else {
-            std::memcpy(&d, sc + 4 * lane, 4);
-            if (L.has_min) std::memcpy(&m, mn + 4 * lane, 4);
-          }
+          float d, m;
+          L.scale_min(tb, lane, d, m);
           const float e = L.has_min ? std::fma(d, f, m * static_cast<float>(sum_q)) : d * f;
           acc = std::fma(e, dx, acc);
         }

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "specdec/models/detail/packed_kernels.hpp"
+#include "specdec/models/detail/ggml_blocks.hpp"
 #include "specdec/models/float16.hpp"
 
 namespace specdec::models::detail {
@@ -51,15 +52,6 @@ FormatInfo format_info(GgmlType type) {
   }
 }
 
-void scale_min_k4(int j, const std::byte* q, std::uint8_t& sc, std::uint8_t& m) {
-  if (j < 4) {
-    sc = u8(q, j) & 63;
-    m = u8(q, j + 4) & 63;
-  } else {
-    sc = static_cast<std::uint8_t>((u8(q, j + 4) & 0xF) | ((u8(q, j - 4) >> 6) << 4));
-    m = static_cast<std::uint8_t>((u8(q, j + 4) >> 4) | ((u8(q, j) >> 6) << 4));
-  }
-}
 
 // Canonical block b (of layout.block values) of a source row.
 void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues& out) {
@@ -88,7 +80,7 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       const int sub = static_cast<int>(b % 8);
       const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
       std::uint8_t sc, m;
-      scale_min_k4(sub, blk + 4, sc, m);
+      detail::q4k_scale_min(sub, blk + 4, sc, m);
       out.d = d * static_cast<float>(sc);
       out.m = -(dmin * static_cast<float>(m));
       const std::byte* q = blk + 16 + 32 * (sub / 2);
@@ -234,6 +226,19 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources) {
   return m;
 }
 
+void PackedMatrix::Layout::scale_min(const std::byte* tb, std::int64_t lane, float& d, float& m) const noexcept {
+  const std::byte* sc = tb + value_bytes();
+  const std::byte* mn = sc + scale_bytes();
+  m = 0.f;
+  if (half_scales) {
+    d = half_to_float(u16(sc + 2 * lane));
+    if (has_min) m = half_to_float(u16(mn + 2 * lane));
+  } else {
+    std::memcpy(&d, sc + 4 * lane, 4);
+    if (has_min) std::memcpy(&m, mn + 4 * lane, 4);
+  }
+}
+
 void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
   if (r < 0 || r >= rows_) fail(fmt::format("PackedMatrix::dequantize_row: r: expected in [0, {}), got {}", rows_, r));
   const Layout& L = layout_;
@@ -241,27 +246,10 @@ void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
   const std::byte* t = tile(r / kTileRows);
   for (std::int64_t b = 0; b < cols_ / block_; ++b) {
     const std::byte* tb = t + b * L.tile_block_bytes();
-    const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
-    const std::byte* sc = tb + L.value_bytes();
-    const std::byte* mn = sc + L.scale_bytes();
-    float d, m = 0.f;
-    if (L.half_scales) {
-      d = half_to_float(u16(sc + 2 * lane));
-      if (L.has_min) m = half_to_float(u16(mn + 2 * lane));
-    } else {
-      std::memcpy(&d, sc + 4 * lane, 4);
-      if (L.has_min) std::memcpy(&m, mn + 4 * lane, 4);
-    }
+    float d, m;
+    L.scale_min(tb, lane, d, m);
     for (std::int64_t e = 0; e < L.block; ++e) {
-      int u;
-      if (L.u4) {
-        const std::int64_t g = e % 16;
-        const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
-        u = e < 16 ? (byte & 0xF) : (byte >> 4);
-      } else {
-        u = v[(e / 4) * 64 + lane * 4 + e % 4];
-      }
-      const float w = d * static_cast<float>(u - L.zero);
+      const float w = d * static_cast<float>(L.value(tb, lane, e) - L.zero);
       out[b * L.block + e] = L.has_min ? w + m : w;
     }
   }

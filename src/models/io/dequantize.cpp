@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "specdec/models/detail/ggml_blocks.hpp"
 #include "specdec/models/float16.hpp"
 #include "specdec/models/gguf.hpp"
 
@@ -24,15 +25,6 @@ std::uint16_t load_u16(const std::byte* p) {
 float load_half(const std::byte* p) { return half_to_float(load_u16(p)); }
 std::uint8_t u8(const std::byte* p, std::size_t i) { return static_cast<std::uint8_t>(p[i]); }
 
-void scale_min_k4(int j, const std::byte* q, std::uint8_t& sc, std::uint8_t& m) {
-  if (j < 4) {
-    sc = u8(q, j) & 63;
-    m = u8(q, j + 4) & 63;
-  } else {
-    sc = static_cast<std::uint8_t>((u8(q, j + 4) & 0xF) | ((u8(q, j - 4) >> 6) << 4));
-    m = static_cast<std::uint8_t>((u8(q, j + 4) >> 4) | ((u8(q, j) >> 6) << 4));
-  }
-}
 
 void dequant_q4_0(const std::byte* b, float* y) {
   const float d = load_half(b);
@@ -66,9 +58,9 @@ void dequant_q4_k(const std::byte* b, float* y) {
   int is = 0;
   for (int j = 0; j < 256; j += 64) {
     std::uint8_t sc, m;
-    scale_min_k4(is, scales, sc, m);
+    detail::q4k_scale_min(is, scales, sc, m);
     const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, sc, m);
+    detail::q4k_scale_min(is + 1, scales, sc, m);
     const float d2 = d * sc, m2 = dmin * m;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(u8(q, l) & 0xF) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(u8(q, l) >> 4) - m2;

@@ -128,6 +128,16 @@ class PackedMatrix {
     std::int64_t value_bytes() const noexcept { return u4 ? 8 * block : 16 * block; }
     std::int64_t scale_bytes() const noexcept { return half_scales ? 32 : 64; }
     std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes() * (has_min ? 2 : 1); }
+    /// Value e of row `lane` in a tile block (tb: the block's first byte).
+    int value(const std::byte* tb, std::int64_t lane, std::int64_t e) const noexcept {
+      const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
+      if (!u4) return v[(e / 4) * 64 + lane * 4 + e % 4];
+      const std::int64_t g = e % 16;
+      const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
+      return e < 16 ? (byte & 0xF) : (byte >> 4);
+    }
+    /// Scale d and minimum m (0 without one) of row `lane` in a tile block.
+    void scale_min(const std::byte* tb, std::int64_t lane, float& d, float& m) const noexcept;
   };
   const Layout& layout() const noexcept { return layout_; }
   const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
