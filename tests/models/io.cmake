@@ -20,3 +20,8 @@ if(TARGET specdec_model_io)
     target_link_options(specdec_fuzz_gguf PRIVATE -fsanitize=fuzzer)
   endif()
 endif()
+
+# The torch-free CPU kernels (specdec::cpu): packed block-format products; also in the sanitizer build.
+if(TARGET specdec_cpu)
+  specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_packed_matrix.cpp LIBS specdec::cpu)
+endif()

@@ -11,8 +11,3 @@ if(TARGET specdec::models)
   target_link_libraries(specdec-dump-logits PRIVATE specdec::models)
   specdec_warnings(specdec-dump-logits)
 endif()
-
-# The packed block-format products (torch-free kernels inside specdec::models).
-if(TARGET specdec::models)
-  specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_packed_matrix.cpp LIBS specdec::models)
-endif()

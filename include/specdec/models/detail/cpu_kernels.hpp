@@ -1,4 +1,4 @@
-// Internal: the CPU kernels of src/models/linear_kernel.cpp, shared by the Llama forward and the EAGLE head. Not a stable
+// Internal: the CPU kernels of src/models/cpu/linear_kernel.cpp, shared by the Llama forward and the EAGLE head. Not a stable
 // API. Every output's summation order is fixed (independent of the number of rows in a call and of the output range a
 // thread takes), so results are batch-invariant.
 #pragma once

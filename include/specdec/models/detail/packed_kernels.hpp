@@ -1,4 +1,4 @@
-// Internal: the packed products of PackedMatrix::linear, one per instruction set (src/models/packed_linear*.cpp). Each
+// Internal: the packed products of PackedMatrix::linear, one per instruction set (src/models/cpu/packed_linear*.cpp). Each
 // computes exactly the arithmetic of packed_matrix.hpp's file comment. Arguments are checked by PackedMatrix::linear.
 #pragma once
 

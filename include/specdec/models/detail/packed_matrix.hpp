@@ -1,4 +1,4 @@
-// Internal: weight matrices kept in their GGUF block formats, and the integer products over them (src/models/packed_*.cpp).
+// Internal: weight matrices kept in their GGUF block formats, and the integer products over them (src/models/cpu/packed_*.cpp).
 // Not a stable API. Torch-free.
 //
 // A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, copied once from the
