@@ -16,7 +16,8 @@
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
 // products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni picks another that the CPU supports).
 //
-//   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores)
+//   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores),
+//                                             SPECDEC_ACTIVATION_BITS (16 default, or 8)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -53,6 +54,7 @@ sm::LlamaModel& model() {
       g_model_label = path.filename().string();
       sm::LlamaOptions o;
       o.num_threads = g_threads;
+      if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) o.activation_bits = std::atoi(bits);
       return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path, o));
     }
     g_model_label = "random weights, SmolLM2-135M shape (model file absent)";

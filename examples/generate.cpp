@@ -72,6 +72,7 @@ struct Options {
   bool compare = false;
   std::string json;
   int threads = 0;
+  int activation_bits = 16;
   int ngram_min_n = 1, ngram_max_n = 4;
 };
 
@@ -108,12 +109,13 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
 std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
-LlamaModel load_model(const std::string& path, const char* flag, int threads) {
+LlamaModel load_model(const std::string& path, const char* flag, int threads, int activation_bits) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
   specdec::models::LlamaOptions options;
   options.num_threads = threads;
+  options.activation_bits = activation_bits;
   if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
   return specdec::models::load_llama_gguf(path, options);
 }
@@ -284,7 +286,7 @@ int run_cli(const Options& o) {
     tokenizer_path = o.model;
   }
   if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
-  LlamaModel target = load_model(o.model, "--model", o.threads);
+  LlamaModel target = load_model(o.model, "--model", o.threads, o.activation_bits);
   const specdec::models::GgufFile tokenizer_file(tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
 
@@ -353,7 +355,7 @@ int run_cli(const Options& o) {
     spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
   } else if (proposer == "draft") {
     const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-    draft_model.emplace(load_model(path, "--draft-model", o.threads));
+    draft_model.emplace(load_model(path, "--draft-model", o.threads, o.activation_bits));
     specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
     spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
 #if defined(SPECDEC_HAVE_EAGLE)
@@ -445,6 +447,10 @@ int main(int argc, char** argv) {
   app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
+      ->capture_default_str();
+  app.add_option("--activation-bits", o.activation_bits,
+                 "precision of activations meeting block-format weights: 16 (two int8 planes, ~float accuracy) or 8 "
+                 "(one plane, as llama.cpp)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

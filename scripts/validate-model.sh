@@ -2,7 +2,8 @@
 # Independent check of the Llama forward: a NumPy forward of the same GGUF (dequantised by the `gguf` package, llama.cpp's own
 # interleaved RoPE) against specdec's logits. Not part of ctest (needs PyPI for the venv and ~1 minute).
 #   scripts/validate-model.sh [MODEL.gguf]
-# Environment: SPECDEC_VALIDATE_VENV (default /tmp/specdec-validate), SPECDEC_BUILD_DIR (default build-llama).
+# Environment: SPECDEC_VALIDATE_VENV (default /tmp/specdec-validate), SPECDEC_BUILD_DIR (default build-llama),
+# SPECDEC_ACTIVATION_BITS (16, the default: two int8 planes; 8: one plane, as llama.cpp's Q8 activations).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPECDEC_VALIDATE_VENV:-/tmp/specdec-validate}"

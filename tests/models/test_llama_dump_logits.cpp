@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -32,7 +33,10 @@ int main(int argc, char** argv) {
     const std::filesystem::path model_path = argv[1], out = argv[3];
     const int greedy = argc > 4 ? std::stoi(argv[4]) : 32;
     std::filesystem::create_directories(out);
-    sm::LlamaModel model = sm::load_llama_gguf(model_path);
+    // SPECDEC_ACTIVATION_BITS=8 checks the one-plane (llama.cpp-like) activations instead of the default 16.
+    sm::LlamaOptions options;
+    if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) options.activation_bits = std::atoi(bits);
+    sm::LlamaModel model = sm::load_llama_gguf(model_path, options);
     const sm::Tokenizer tok = sm::Tokenizer::from_gguf(sm::GgufFile(model_path));
     std::ifstream in(argv[2]);
     std::string line;
