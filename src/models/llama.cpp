@@ -481,7 +481,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     // is computed alone, so the split changes no result.
     const std::int64_t rows = group * s.n;  // query rows of one kv head
     const std::int64_t all_rows = nkv * rows;
-    const std::int64_t ld = (total + 7) / 8 * 8;
+    const std::int64_t ld = (total + 15) / 16 * 16;
     if (static_cast<std::int64_t>(scores_buf.size()) < all_rows * ld)
       scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
     const std::int64_t cap = cache.capacity();

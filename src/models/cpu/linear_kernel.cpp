@@ -397,13 +397,24 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
 /// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
 /// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
 /// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
-/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 8; row r's output goes to
+/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
 /// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call (see
 /// attention_rows_impl).
 void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  static const bool avx512 = [] {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
+#else
+    return false;
+#endif
+  }();
+  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores,
+                                      ld_scores, out, ld_out_token, ld_out_member))
+    return;
   static const AttentionRowsFn fn = select_attention_rows();
   fn(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
      ld_out_member);

@@ -15,12 +15,19 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
 /// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
 /// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
 /// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
-/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 8; row r's output goes to
+/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
 /// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call.
 void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member);
+
+/// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp), for hd a multiple of 16 up to 128; returns false
+/// (computing nothing) for other head sizes. Only where the CPU has AVX-512F; attention_rows chooses it.
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                           const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                           std::int64_t ld_out_token, std::int64_t ld_out_member);
 
 /// out[r, i] = silu(gu[r, i]) * gu[r, f + i] = gu[r, i] / (1 + exp(-gu[r, i])) * gu[r, f + i] for rows [0, rows) (gu rows
 /// of 2f values, out rows of f). Element by element (exp to ~2e-7 relative), so each value is independent of the batch.

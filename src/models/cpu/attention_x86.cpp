@@ -1,0 +1,173 @@
+// detail::attention_rows with AVX-512 (16 lanes): the algorithm of linear_kernel.cpp's attention_rows_impl at twice the
+// width, for head dimensions that are multiples of 16 up to 128. Chosen at run time by attention_rows where the CPU has
+// AVX-512F. Every value a query row gets is computed by the same steps whatever the other rows of the call:
+//   1. a score is a fixed-order dot product (16 dimensions per lane step, ascending), reduced across lanes by a fixed
+//      tree (reduce16), for blocks of 16 keys (the last block repeats key total - 1);
+//   2. the softmax runs over the row's visible keys only, packed in order (context, then its ancestors and itself), in
+//      16-key steps (padding gives exactly 0);
+//   3. an output element sums p[j] * v[j] over those keys in that order.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "specdec/models/detail/cpu_kernels.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+// GCC 12's intrinsic headers start some conversions from an "undefined" register, which -Wmaybe-uninitialized reports.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace specdec::models::detail {
+
+namespace {
+
+#define SPECDEC_TARGET_AVX512F __attribute__((target("avx512f,avx512dq,fma")))
+
+// Lane c of the result = the sum of the 16 lanes of a[c] (a fixed tree: pairs within 128-bit lanes, then across them).
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 reduce16(const __m512* a) {
+  __m512 t[8], u[4], w[2];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p)
+    t[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]), _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
+  // t[p], per 128-bit lane: [a0 s02, a1 s02, a0 s13, a1 s13] with a0 = a[2p], a1 = a[2p + 1], sIJ = lanes I + J.
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p)
+    u[p] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0x44), _mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0xEE));
+  // u[p], per 128-bit lane L: the partial sums of keys 4p .. 4p + 3 over that lane's 4 elements.
+  for (int p = 0; p < 2; ++p)
+    w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0x88), _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0xDD));
+  // w[p] = [u(2p) L0+L2, u(2p) L1+L3, u(2p+1) L0+L2, u(2p+1) L1+L3] (128-bit lanes).
+  const __m512 x0 = _mm512_shuffle_f32x4(w[0], w[1], 0x88), x1 = _mm512_shuffle_f32x4(w[0], w[1], 0xDD);
+  // x0 = [w0 L0, w0 L2, w1 L0, w1 L2], x1 = [w0 L1, w0 L3, w1 L1, w1 L3]: lane q of the sum holds keys 4q .. 4q + 3.
+  return _mm512_add_ps(x0, x1);
+}
+
+// exp(x) per lane (the Cephes expf scheme of linear_kernel.cpp's exp8, relative error ~2e-7); exactly 0 below about
+// -87.3 (and for -inf).
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 exp16(__m512 x) {
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365447505531f), _CMP_LT_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365447505531f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.3762626647949f));
+  const __m512 fx = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f));
+  const __m512 fn = _mm512_roundscale_ps(fx, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_fmadd_ps(x, _mm512_set1_ps(1.9875691500e-4f), _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3333452e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(x, x), x), _mm512_set1_ps(1.f));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(fn), _mm512_set1_epi32(127)), 23);
+  y = _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), y);
+}
+
+constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
+
+template <int NV>  // hd = 16 NV
+SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                                               const float* k, const float* v, std::int64_t total, std::int64_t cached,
+                                               const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
+                                               std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
+                                               std::int64_t ld_out_member) {
+  constexpr std::int64_t hd = 16 * NV;
+  const std::int64_t padded = (total + 15) / 16 * 16;
+  // 1. scores[r, j] = q[r] . k[j] in blocks of 16 keys.
+  for (std::int64_t kb = 0; kb < padded; kb += 16) {
+    const float* kp[16];
+    for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      const float* qr = q + r * hd;
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c) acc[c] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int d = 0; d < NV; ++d) {
+        const __m512 qv = _mm512_loadu_ps(qr + 16 * d);
+#pragma GCC unroll 16
+        for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[c] + 16 * d), acc[c]);
+      }
+      _mm512_storeu_ps(scores + r * ld_scores + kb, reduce16(acc));
+    }
+  }
+  // 2. softmax per row over the keys it sees, in place.
+  const float neg_inf = -__builtin_inff();
+  for (std::int64_t r = row_begin; r < row_end; ++r) {
+    float* row = scores + r * ld_scores;
+    const std::int64_t i = r % n, seen = visible_count[i];
+    const std::int32_t* vis = visible + i * n;
+    for (std::int64_t a = 0; a < seen; ++a) row[cached + a] = row[cached + vis[a]];
+    const std::int64_t count = cached + seen, count16 = (count + 15) / 16 * 16;
+    for (std::int64_t j = count; j < count16; ++j) row[j] = neg_inf;
+    __m512 mx = _mm512_loadu_ps(row);
+    for (std::int64_t j = 16; j < count16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (std::int64_t j = 0; j < count16; j += 16) {
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
+      _mm512_storeu_ps(row + j, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
+    for (std::int64_t j = 0; j < count16; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
+  }
+  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2.
+  for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
+    for (std::int64_t r = row_begin; r < row_end; ++r) {
+      const std::int64_t i = r % n, c1 = std::min(cached + visible_count[i], c0 + kValueChunk);
+      if (c0 >= c1) continue;
+      const float* p = scores + r * ld_scores;
+      float* o = out + i * ld_out_token + (r / n) * ld_out_member;
+      __m512 acc[NV];
+      for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o + 16 * e);
+      for (std::int64_t j = c0; j < c1; ++j) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        const float* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
+#pragma GCC unroll 8
+        for (int e = 0; e < NV; ++e) acc[e] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * e), acc[e]);
+      }
+      for (int e = 0; e < NV; ++e) _mm512_storeu_ps(o + 16 * e, acc[e]);
+    }
+  }
+}
+
+}  // namespace
+
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+                           const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                           std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  switch (hd) {
+#define SPECDEC_CASE(NV)                                                                                                   \
+  case 16 * NV:                                                                                                            \
+    attention_rows_w16<NV>(q, row_begin, row_end, n, k, v, total, cached, visible, visible_count, scores, ld_scores, out,   \
+                           ld_out_token, ld_out_member);                                                                   \
+    return true;
+    SPECDEC_CASE(1)
+    SPECDEC_CASE(2)
+    SPECDEC_CASE(3)
+    SPECDEC_CASE(4)
+    SPECDEC_CASE(5)
+    SPECDEC_CASE(6)
+    SPECDEC_CASE(7)
+    SPECDEC_CASE(8)
+#undef SPECDEC_CASE
+    default: return false;
+  }
+}
+
+}  // namespace specdec::models::detail
+
+#else
+
+namespace specdec::models::detail {
+bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*, const float*,
+                           std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
+                           std::int64_t, std::int64_t) {
+  return false;
+}
+}  // namespace specdec::models::detail
+
+#endif
