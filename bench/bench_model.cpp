@@ -13,6 +13,7 @@
 //   rss_mib                resident memory after the run (model, KV cache, libtorch)
 //   cost_vs_1_token        (6-token rows) time of this forward / time of a 1-token forward at the same context
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
+// BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
 // products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni picks another that the CPU supports).
 //
@@ -35,6 +36,7 @@
 #include <thread>
 
 #include "bandwidth.hpp"
+#include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/llama.hpp"
 
 namespace sm = specdec::models;
@@ -157,6 +159,39 @@ void BM_Prefill(benchmark::State& state) {
   state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
 BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+
+// The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
+// cached keys, one thread, one layer per iteration (random data resident in cache): detail::attention_rows as the
+// forward calls it. SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
+void BM_Attention(benchmark::State& state) {
+  const std::int64_t n = state.range(0), context = state.range(1), hd = 64, group = 3, kv = 3, rows = group * n;
+  const std::int64_t total = context + n, ld = (total + 15) / 16 * 16;
+  std::vector<float> q(static_cast<std::size_t>(kv * rows * hd)), k(static_cast<std::size_t>(kv * total * hd)),
+      v(k.size()), scores(static_cast<std::size_t>(rows * ld)), out(static_cast<std::size_t>(n * kv * group * hd));
+  std::uint32_t seed = 1;
+  auto next = [&] { return static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.f - 0.5f; };
+  for (auto* buf : {&q, &k, &v})
+    for (auto& x : *buf) x = next();
+  std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+    for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
+  }
+  for (auto _ : state)
+    for (std::int64_t h = 0; h < kv; ++h)
+      sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, hd, k.data() + h * total * hd,
+                                 v.data() + h * total * hd, total, context, visible.data(), count.data(), scores.data(), ld,
+                                 out.data() + h * group * hd, kv * group * hd, hd);
+  state.counters["us_per_layer"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
+                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"new_tokens", "context"})
+    ->Args({1, 128})
+    ->Args({6, 128})
+    ->Args({1, 1024})
+    ->Args({6, 1024})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));

@@ -8,8 +8,8 @@ Driven by bench/compare-llama-cpp.sh (which creates the virtualenv and passes th
            draft_model) with prefill excluded; the time of a 1-token and of a 6-token forward at context 128 and 1024;
            prefill tokens/s of a 512-token prompt; peak RSS of a child that only loads the model and decodes the prompts.
   specdec  specdec-generate --compare --chat --json per prompt with --proposer none, --proposer ngram -g 5 and the CLI
-           defaults (peak RSS from /usr/bin/time -v), bench_model's BM_Decode rows (1-/6-token forwards), and an estimate
-           of specdec's prefill tokens/s (see specdec_prefill below).
+           defaults (peak RSS from /usr/bin/time -v), bench_model's BM_Decode rows (1-/6-token forwards) and its
+           BM_Prefill/tokens:512 row when the binary has one (otherwise an estimate from wall times, specdec_prefill).
   report   merges the two JSON files, prints the Markdown tables and writes the combined JSON.
 
 Accounting matches specdec's: a prompt of n tokens is prefilled with its first n - 1 tokens (untimed); the timed decode
@@ -418,12 +418,19 @@ def first_streamed_text(stdout):
 def parse_bench_model(path):
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    rows = {}
+    rows, prefill = {}, None
     for b in data.get("benchmarks", []):
-        m = re.match(r"BM_Decode/new_tokens:(\d+)/context:(\d+)", b.get("name", ""))
-        if not m or b.get("run_type", "iteration") != "iteration":
+        if b.get("run_type", "iteration") != "iteration":
             continue
-        rows[(int(m.group(1)), int(m.group(2)))] = b
+        if re.match(rf"BM_Prefill/tokens:{PREFILL_TOKENS}(/|$)", b.get("name", "")) and "tokens_per_second" in b:
+            prefill = {"method": f"bench_model BM_Prefill/tokens:{PREFILL_TOKENS} (one forward of the whole prompt, "
+                                 "last logits only, synthetic token ids; mean over iterations)",
+                       "tokens": PREFILL_TOKENS, "tokens_per_second": b["tokens_per_second"],
+                       "iterations": b.get("iterations"), "label": b.get("label")}
+            continue
+        m = re.match(r"BM_Decode/new_tokens:(\d+)/context:(\d+)", b.get("name", ""))
+        if m:
+            rows[(int(m.group(1)), int(m.group(2)))] = b
     forwards = {}
     for context in FORWARD_CONTEXTS:
         one, six = rows.get((1, context)), rows.get((VERIFY_TOKENS, context))
@@ -433,7 +440,7 @@ def parse_bench_model(path):
                                   "six_token": {"mean_ms": six["ms_per_forward"], "iterations": six.get("iterations")},
                                   "r": six["ms_per_forward"] / one["ms_per_forward"],
                                   "label": one.get("label")}
-    return {"forwards": forwards, "context": data.get("context", {})}
+    return {"forwards": forwards, "prefill": prefill, "context": data.get("context", {})}
 
 
 def specdec_prefill(a, gen, logdir, prefill_text, prefill_tokens):
@@ -536,12 +543,14 @@ def cmd_specdec(a):
     res["peak_rss_source"] = "/usr/bin/time -v of the --proposer none --compare runs (max over prompts)"
 
     if os.access(bench, os.X_OK):
-        log("specdec: bench_model --benchmark_filter=BM_Decode (1-/6-token forwards at context 128 and 1024)")
+        log(f"specdec: bench_model --benchmark_filter='BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}' "
+            "(1-/6-token forwards at context 128 and 1024, prefill)")
         bj = os.path.join(a.logdir, "bench_model.json")
         env = dict(os.environ, SPECDEC_MODEL=a.model, SPECDEC_BENCH_THREADS=str(a.threads))
         with open(os.path.join(a.logdir, "bench_model.stdout"), "w") as so, \
                 open(os.path.join(a.logdir, "bench_model.stderr"), "w") as se:
-            rc, _, _ = run_child([bench, "--benchmark_filter=BM_Decode", f"--benchmark_out={bj}",
+            rc, _, _ = run_child([bench, f"--benchmark_filter=BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}",
+                                  f"--benchmark_out={bj}",
                                   "--benchmark_out_format=json"], env=env, stdout=so, stderr=se)
         if rc != 0:
             raise SystemExit(f"compare: {bench} failed (exit {rc}); see {a.logdir}/bench_model.stderr")
@@ -550,10 +559,13 @@ def cmd_specdec(a):
         log(f"specdec: {bench} not found; no forward costs for specdec")
         res["bench_model"] = None
 
-    log("specdec: prefill estimate (wall-time difference, long minus short prompt)")
-    pre = llama["prefill"]
-    res["prefill"] = specdec_prefill(a, gen, a.logdir, pre["text"], pre["tokens"])
-    if a.tokenize_tool:
+    if res["bench_model"] and res["bench_model"].get("prefill"):
+        res["prefill"] = res["bench_model"]["prefill"]
+    else:
+        log("specdec: bench_model has no BM_Prefill: prefill estimate from wall times (long minus short prompt)")
+        pre = llama["prefill"]
+        res["prefill"] = specdec_prefill(a, gen, a.logdir, pre["text"], pre["tokens"])
+    if a.tokenize_tool and "wall_seconds" in res["prefill"]:
         n = len(tokenize_with_tool(a.tokenize_tool, a.model, [pre["text"]], False)[0]) + (1 if a.add_bos else 0)
         res["prefill"]["long_prompt_tokens_specdec"] = n
         res["prefill"]["long_prompt_tokens"] = n
@@ -692,7 +704,8 @@ def cmd_report(a):
     lines.append("")
     lines.append("llama.cpp forwards: median of repeated `llama_decode` calls (all rows' logits), KV rolled back each time; "
                  "specdec forwards: `bench_model --benchmark_filter=BM_Decode` (mean over iterations). specdec prefill: "
-                 "estimated from process wall times (see JSON); llama.cpp prefill: one 512-token `llama_decode`, median of 5. "
+                 + (g(spec, "prefill", "method") or "n/a") +
+                 "; llama.cpp prefill: one 512-token `llama_decode` (last logits only), median of 5. "
                  "Peak RSS: llama.cpp = fresh child that loads the model and decodes the prompts plainly (ru_maxrss); "
                  "specdec = `/usr/bin/time -v` of the `--proposer none --compare` runs.")
     shares = {side: g(d, "interference", "foreign_cpu_share") for side, d in (("llama.cpp", llama), ("specdec", spec))}

@@ -5,6 +5,13 @@ if(TARGET specdec::models)
             ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp
     LIBS specdec::models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
+  # The packed forward's batch invariance on the other instruction-set paths (each skips if the CPU lacks it: the model
+  # then runs on the best path it has, which the plain run covers already).
+  foreach(_isa avx2 portable)
+    add_test(NAME SmolLM2.PackedForwardIsBatchInvariant_${_isa}
+             COMMAND test_models_llama --gtest_filter=SmolLM2.PackedForwardIsBatchInvariant)
+    set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)
+  endforeach()
 
   # Helper for scripts/validate-model.sh: tokenizes prompts and dumps logits / greedy continuations for an independent check.
   add_executable(specdec-dump-logits ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_dump_logits.cpp)

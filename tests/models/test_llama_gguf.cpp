@@ -1,5 +1,6 @@
-// LlamaModel on the real SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised to float32 at load). Skipped when the file is absent
-// (scripts/setup.sh downloads it). The model path can be overridden with SPECDEC_MODEL.
+// LlamaModel on the real SmolLM2-135M-Instruct (Q4_1 GGUF, its matrices kept packed in their block formats). Skipped when
+// the file is absent (scripts/setup.sh downloads it). The model path can be overridden with SPECDEC_MODEL; ctest also runs
+// the batch-invariance test with SPECDEC_CPU_ISA=avx2 and =portable, so it holds on every instruction-set path.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -81,6 +82,37 @@ TEST_F(SmolLM2, GreedyAnswerNamesParis) {
   const std::string text = tokenizer_->decode(answer, /*skip_special=*/true);
   EXPECT_NE(text.find("Paris"), std::string::npos) << "greedy answer: '" << text << "'";
   model_->free_sequence(slot);
+}
+
+TEST_F(SmolLM2, PackedForwardIsBatchInvariant) {
+  // The promise speculative decoding rests on, for the packed block-format products on this process's instruction set
+  // (model_->kernel_name()): a token's logits are bit-identical decoded alone, in a 6-token verification, as a tree node,
+  // and beside another sequence in the same call.
+  sm::EncodeOptions opts;
+  const std::vector<std::int32_t> ids = tokenizer_->encode("def merge_sorted(left, right):\n    result = []\n    i = j = 0", opts);
+  ASSERT_GE(ids.size(), 10u);
+  const std::vector<std::int64_t> prefix(ids.begin(), ids.end() - 6), block(ids.end() - 6, ids.end());
+  const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence(), c = model_->allocate_sequence();
+  for (auto s : {a, b, c}) model_->forward(sm::make_chain_batch(s, prefix));
+  const std::int64_t len = model_->sequence_length(a);
+  std::vector<at::Tensor> alone;
+  for (auto t : block) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
+  // A 6-token verification.
+  at::Tensor chain = model_->forward(sm::make_chain_batch(a, block)).logits;
+  for (std::size_t i = 0; i < block.size(); ++i)
+    EXPECT_TRUE(chain[static_cast<std::int64_t>(i)].equal(alone[i])) << model_->kernel_name() << ": chain row " << i;
+  // A tree whose path 0-1-3 is block[0..2], next to sequence c's 2-token chain in the same call.
+  model_->truncate(a, len);
+  sm::ForwardBatch both;
+  both.slots = {c, a};
+  both.token_ids = {block[0], block[1], block[0], block[1], block[4], block[2], block[5]};
+  both.cu_num_tokens = {0, 2, 7};
+  both.parents = {{}, {-1, 0, 0, 1, 2}};
+  at::Tensor mixed = model_->forward(both).logits;
+  EXPECT_TRUE(mixed[0].equal(alone[0]) && mixed[1].equal(alone[1])) << model_->kernel_name() << ": the chain beside a tree";
+  EXPECT_TRUE(mixed[2].equal(alone[0]) && mixed[3].equal(alone[1]) && mixed[5].equal(alone[2]))
+      << model_->kernel_name() << ": tree nodes on the path";
+  for (auto s : {a, b, c}) model_->free_sequence(s);
 }
 
 TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {

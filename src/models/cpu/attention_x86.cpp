@@ -5,7 +5,7 @@
 //      tree (reduce16), for blocks of 16 keys (the last block repeats key total - 1);
 //   2. the softmax runs over the row's visible keys only, packed in order (context, then its ancestors and itself), in
 //      16-key steps (padding gives exactly 0);
-//   3. an output element sums p[j] * v[j] over those keys in that order.
+//   3. an output element sums p[j] * v[j] over those keys in that order (rows of one token share the value loads).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -66,6 +66,39 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 exp16(__m512 x) {
 
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 
+// out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows of token i (their outputs start at 0 when c0 == 0).
+template <int NV, int R>
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::int64_t* rows, std::int64_t c0, std::int64_t c1,
+                                                                     std::int64_t i, std::int64_t n, std::int64_t cached,
+                                                                     const std::int32_t* visible, const float* v,
+                                                                     const float* scores, std::int64_t ld_scores, float* out,
+                                                                     std::int64_t ld_out_token, std::int64_t ld_out_member) {
+  constexpr std::int64_t hd = 16 * NV;
+  const float* p[R];
+  float* o[R];
+  __m512 acc[R][NV];
+#pragma GCC unroll 4
+  for (int m = 0; m < R; ++m) {
+    p[m] = scores + rows[m] * ld_scores;
+    o[m] = out + i * ld_out_token + (rows[m] / n) * ld_out_member;
+#pragma GCC unroll 8
+    for (int e = 0; e < NV; ++e) acc[m][e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o[m] + 16 * e);
+  }
+  for (std::int64_t j = c0; j < c1; ++j) {
+    const float* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
+#pragma GCC unroll 8
+    for (int e = 0; e < NV; ++e) {
+      const __m512 ve = _mm512_loadu_ps(vj + 16 * e);
+#pragma GCC unroll 4
+      for (int m = 0; m < R; ++m) acc[m][e] = _mm512_fmadd_ps(_mm512_set1_ps(p[m][j]), ve, acc[m][e]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < R; ++m)
+#pragma GCC unroll 8
+    for (int e = 0; e < NV; ++e) _mm512_storeu_ps(o[m] + 16 * e, acc[m][e]);
+}
+
 template <int NV>  // hd = 16 NV
 SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
                                                const float* k, const float* v, std::int64_t total, std::int64_t cached,
@@ -113,22 +146,32 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
     const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
     for (std::int64_t j = 0; j < count16; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
   }
-  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2.
+  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2. Rows of the same token (the group
+  //    members of a kv head: r = g n + i) see the same keys, so up to 4 of them share each value load; each row still
+  //    sums its own products in the same order.
   for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
-    for (std::int64_t r = row_begin; r < row_end; ++r) {
-      const std::int64_t i = r % n, c1 = std::min(cached + visible_count[i], c0 + kValueChunk);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t c1 = std::min(cached + visible_count[i], c0 + kValueChunk);
       if (c0 >= c1) continue;
-      const float* p = scores + r * ld_scores;
-      float* o = out + i * ld_out_token + (r / n) * ld_out_member;
-      __m512 acc[NV];
-      for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o + 16 * e);
-      for (std::int64_t j = c0; j < c1; ++j) {
-        const __m512 pj = _mm512_set1_ps(p[j]);
-        const float* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
-#pragma GCC unroll 8
-        for (int e = 0; e < NV; ++e) acc[e] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * e), acc[e]);
+      std::int64_t members[4];
+      int count = 0;
+      auto flush = [&]() SPECDEC_TARGET_AVX512F {
+        switch (count) {
+          case 1: value_rows<NV, 1>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+          case 2: value_rows<NV, 2>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+          case 3: value_rows<NV, 3>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+          case 4: value_rows<NV, 4>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+          default: break;
+        }
+        count = 0;
+      };
+      // Rows r = g n + i of this call, in ascending g.
+      for (std::int64_t r = i; r < row_end; r += n) {
+        if (r < row_begin) continue;
+        members[count++] = r;
+        if (count == 4) flush();
       }
-      for (int e = 0; e < NV; ++e) _mm512_storeu_ps(o + 16 * e, acc[e]);
+      flush();
     }
   }
 }

@@ -7,6 +7,8 @@
 // Plain C++ with GCC/Clang vector extensions; an AVX2+FMA build of the same code is chosen at first
 // use when the CPU has both. No torch in this file.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <cstdint>
 #include <cstring>
 
@@ -406,6 +408,9 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     std::int64_t ld_out_token, std::int64_t ld_out_member) {
   static const bool avx512 = [] {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
+    // SPECDEC_CPU_ISA (as for the packed products) set to anything but avx512-vnni keeps the 8-lane kernel.
+    if (const char* isa = std::getenv("SPECDEC_CPU_ISA"); isa != nullptr && std::string_view(isa) != "avx512-vnni")
+      return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
 #else
