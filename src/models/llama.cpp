@@ -503,9 +503,12 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     if (parts == 1) {
       run_rows(0, all_rows);
     } else {
-      const std::int64_t chunk = std::max<std::int64_t>(1, all_rows / (4 * parts));  // about 4 chunks per thread
-      pool->run((all_rows + chunk - 1) / chunk,
-                [&](std::int64_t c) { run_rows(c * chunk, std::min(all_rows, (c + 1) * chunk)); });
+      // Chunks of a kv head's rows (pieces of about 8), so the rows of a chunk share every key and value block they load.
+      const std::int64_t pieces = (rows + 7) / 8, piece = (rows + pieces - 1) / pieces;
+      pool->run(nkv * pieces, [&](std::int64_t c) {
+        const std::int64_t kh = c / pieces, begin = kh * rows + (c % pieces) * piece;
+        run_rows(begin, std::min(kh * rows + rows, begin + piece));
+      });
     }
     return;
   }

@@ -1,8 +1,8 @@
 // detail::attention_rows with AVX-512 (16 lanes): the algorithm of linear_kernel.cpp's attention_rows_impl at twice the
 // width, for head dimensions that are multiples of 16 up to 128. Chosen at run time by attention_rows where the CPU has
 // AVX-512F. Every value a query row gets is computed by the same steps whatever the other rows of the call:
-//   1. a score is a fixed-order dot product (16 dimensions per lane step, ascending), reduced across lanes by a fixed
-//      tree (reduce16), for blocks of 16 keys (the last block repeats key total - 1);
+//   1. a score is a fixed-order dot product over a transposed block of 16 keys (the last block repeats key total - 1):
+//      four partial sums by dimension mod 4, ascending, then (p0 + p1) + (p2 + p3);
 //   2. the softmax runs over the row's visible keys only, packed in order (context, then its ancestors and itself), in
 //      16-key steps (padding gives exactly 0);
 //   3. an output element sums p[j] * v[j] over those keys in that order (rows of one token share the value loads).
@@ -23,25 +23,6 @@ namespace specdec::models::detail {
 namespace {
 
 #define SPECDEC_TARGET_AVX512F __attribute__((target("avx512f,avx512dq,fma")))
-
-// Lane c of the result = the sum of the 16 lanes of a[c] (a fixed tree: pairs within 128-bit lanes, then across them).
-SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 reduce16(const __m512* a) {
-  __m512 t[8], u[4], w[2];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p)
-    t[p] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]), _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]));
-  // t[p], per 128-bit lane: [a0 s02, a1 s02, a0 s13, a1 s13] with a0 = a[2p], a1 = a[2p + 1], sIJ = lanes I + J.
-#pragma GCC unroll 4
-  for (int p = 0; p < 4; ++p)
-    u[p] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0x44), _mm512_shuffle_ps(t[2 * p], t[2 * p + 1], 0xEE));
-  // u[p], per 128-bit lane L: the partial sums of keys 4p .. 4p + 3 over that lane's 4 elements.
-  for (int p = 0; p < 2; ++p)
-    w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0x88), _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], 0xDD));
-  // w[p] = [u(2p) L0+L2, u(2p) L1+L3, u(2p+1) L0+L2, u(2p+1) L1+L3] (128-bit lanes).
-  const __m512 x0 = _mm512_shuffle_f32x4(w[0], w[1], 0x88), x1 = _mm512_shuffle_f32x4(w[0], w[1], 0xDD);
-  // x0 = [w0 L0, w0 L2, w1 L0, w1 L2], x1 = [w0 L1, w0 L3, w1 L1, w1 L3]: lane q of the sum holds keys 4q .. 4q + 3.
-  return _mm512_add_ps(x0, x1);
-}
 
 // exp(x) per lane (the Cephes expf scheme of linear_kernel.cpp's exp8, relative error ~2e-7); exactly 0 below about
 // -87.3 (and for -inf).
@@ -65,6 +46,64 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 exp16(__m512 x) {
 }
 
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
+
+// Transposes the 16 x 16 block held in r (row i in r[i]) in place (column j ends in r[j]).
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void transpose16(__m512* r) {
+  __m512 t[16], u[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) SPECDEC_TARGET_AVX512F {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) SPECDEC_TARGET_AVX512F {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  // u[4k + c], per 128-bit lane L: column 4L + c of rows 4k .. 4k + 3.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    u[4 * k + 0] = lo(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = hi(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = lo(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = hi(t[4 * k + 1], t[4 * k + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(x0, y0, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+  }
+}
+
+// scores[r, kb .. kb + 15] for rows [r0, r0 + R) from the transposed key block kt ([hd][16]); `scores` points at column kb.
+template <int NV, int R>
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void score_rows(const float* q, std::int64_t r0, const float* kt,
+                                                                     float* scores, std::int64_t ld_scores) {
+  constexpr int hd = 16 * NV;
+  __m512 acc[R][4];
+#pragma GCC unroll 4
+  for (int m = 0; m < R; ++m)
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) acc[m][p] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int d = 0; d < hd; d += 4) {
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512 kv = _mm512_load_ps(kt + (d + p) * 16);
+#pragma GCC unroll 4
+      for (int m = 0; m < R; ++m) acc[m][p] = _mm512_fmadd_ps(_mm512_set1_ps(q[(r0 + m) * hd + d + p]), kv, acc[m][p]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < R; ++m)
+    _mm512_storeu_ps(scores + (r0 + m) * ld_scores,
+                     _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
+}
 
 // out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows of token i (their outputs start at 0 when c0 == 0).
 template <int NV, int R>
@@ -107,22 +146,30 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
                                                std::int64_t ld_out_member) {
   constexpr std::int64_t hd = 16 * NV;
   const std::int64_t padded = (total + 15) / 16 * 16;
-  // 1. scores[r, j] = q[r] . k[j] in blocks of 16 keys.
+  // 1. scores[r, j] = q[r] . k[j] in blocks of 16 keys: the block is transposed once ([hd][16 keys]) and every row runs
+  //    over it with its query elements broadcast (four rows at a time share each load), summing d = 0, 4, 8, ... into
+  //    partial 0, d = 1, 5, ... into partial 1 and so on, then (p0 + p1) + (p2 + p3): the same steps for every row.
+  alignas(64) float kt[hd * 16];
   for (std::int64_t kb = 0; kb < padded; kb += 16) {
     const float* kp[16];
+#pragma GCC unroll 16
     for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
-    for (std::int64_t r = row_begin; r < row_end; ++r) {
-      const float* qr = q + r * hd;
-      __m512 acc[16];
-#pragma GCC unroll 16
-      for (int c = 0; c < 16; ++c) acc[c] = _mm512_setzero_ps();
 #pragma GCC unroll 8
-      for (int d = 0; d < NV; ++d) {
-        const __m512 qv = _mm512_loadu_ps(qr + 16 * d);
+    for (int dc = 0; dc < NV; ++dc) {
+      __m512 rws[16];
 #pragma GCC unroll 16
-        for (int c = 0; c < 16; ++c) acc[c] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kp[c] + 16 * d), acc[c]);
-      }
-      _mm512_storeu_ps(scores + r * ld_scores + kb, reduce16(acc));
+      for (int c = 0; c < 16; ++c) rws[c] = _mm512_loadu_ps(kp[c] + 16 * dc);
+      transpose16(rws);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) _mm512_store_ps(kt + (16 * dc + t) * 16, rws[t]);
+    }
+    std::int64_t r = row_begin;
+    for (; r + 4 <= row_end; r += 4) score_rows<NV, 4>(q, r, kt, scores + kb, ld_scores);
+    switch (row_end - r) {
+      case 3: score_rows<NV, 3>(q, r, kt, scores + kb, ld_scores); break;
+      case 2: score_rows<NV, 2>(q, r, kt, scores + kb, ld_scores); break;
+      case 1: score_rows<NV, 1>(q, r, kt, scores + kb, ld_scores); break;
+      default: break;
     }
   }
   // 2. softmax per row over the keys it sees, in place.
