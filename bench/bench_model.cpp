@@ -5,13 +5,14 @@
 // A decode forward reads every layer matrix and the output projection once (~96 MB packed), so it is bound by memory
 // bandwidth. Counters:
 //   tokens_per_second      new tokens processed per second
-//   ms_per_forward         wall time of one forward
+//   ms_per_forward         wall time of one forward (mean); ms_per_forward_median: the median forward (robust to this
+//                          shared machine's stalls)
 //   weight_gb_per_forward  bytes of weights one forward reads
 //   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
 //   roofline_fraction_1t   the same against the single-thread read bandwidth
 //   peak_rss_mib           peak resident memory of the process so far (includes the 512 MiB bandwidth-probe buffer)
 //   rss_mib                resident memory after the run (model, KV cache, libtorch)
-//   cost_vs_1_token        (6-token rows) time of this forward / time of a 1-token forward at the same context
+//   cost_vs_1_token        (6-token rows) median time of this forward / median 1-token forward at the same context
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
@@ -25,6 +26,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -103,27 +105,33 @@ void BM_Decode(benchmark::State& state) {
   for (std::int64_t i = 0; i < n; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
   const sm::ForwardBatch step = sm::make_chain_batch(slot, block);
   std::int64_t forwards = 0;
+  std::vector<double> each;  // seconds of every forward, for the median
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
+    const auto f0 = std::chrono::steady_clock::now();
     sm::ForwardOutput out = m.forward(step);
     benchmark::DoNotOptimize(out.logits.data_ptr());
+    each.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count());
     m.truncate(slot, context);  // keep the context length fixed
     ++forwards;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
+  const double median = each.empty() ? 0.0 : each[each.size() / 2];
   m.free_sequence(slot);
   const double per_forward = seconds / static_cast<double>(std::max<std::int64_t>(forwards, 1));
   const double bytes = static_cast<double>(m.weight_bytes_per_forward());
   state.counters["tokens_per_second"] = static_cast<double>(n) / per_forward;
   state.counters["ms_per_forward"] = per_forward * 1e3;
+  state.counters["ms_per_forward_median"] = median * 1e3;
   state.counters["weight_gb_per_forward"] = bytes / 1e9;
   state.counters["roofline_fraction"] = bytes / per_forward / g_bw_mt;
   state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.counters["rss_mib"] = current_rss_mib();
-  if (n == 1) g_one_token_seconds[context] = per_forward;
+  if (n == 1) g_one_token_seconds[context] = median;
   if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
-    state.counters["cost_vs_1_token"] = per_forward / it->second;
+    state.counters["cost_vs_1_token"] = median / it->second;
   state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
 BENCHMARK(BM_Decode)
