@@ -2,7 +2,7 @@
 if(TARGET specdec::models)
   specdec_add_test(test_models_llama
     SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kv_cache.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama.cpp
-            ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp
+            ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_packed.cpp
     LIBS specdec::models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
   # The packed forward's batch invariance on the other instruction-set paths (each skips if the CPU lacks it: the model

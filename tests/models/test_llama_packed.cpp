@@ -1,0 +1,183 @@
+// LlamaModel built from block-format weights (LlamaModel::from_stored, as the GGUF loader does): its logits against the
+// same model built from the dequantised float32 weights, the GGUF q/k row un-permutation on packed rows, and load-time
+// errors for tensors the model cannot take.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama.hpp"
+
+namespace sm = specdec::models;
+
+namespace {
+
+sm::LlamaConfig packed_config() {
+  sm::LlamaConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+struct RawTensor {
+  sm::GgmlType type;
+  std::vector<std::byte> data;
+  std::vector<std::int64_t> shape;
+};
+
+// Well-formed random blocks: Q4_1 (block 32: half d in [2^-7, 2^-5), half m in (-2^-3, 0]) or Q8_0 (half d in [2^-9, 2^-7)).
+RawTensor random_tensor(sm::GgmlType type, std::int64_t rows, std::int64_t cols, std::mt19937& rng) {
+  const std::int64_t bytes = type == sm::GgmlType::kQ4_1 ? 20 : 34, blocks = rows * cols / 32;
+  RawTensor t{type, std::vector<std::byte>(static_cast<std::size_t>(blocks * bytes)), {rows, cols}};
+  std::uniform_int_distribution<int> byte(0, 255), mant(0, 1023);
+  for (auto& b : t.data) b = static_cast<std::byte>(byte(rng));
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    std::byte* blk = t.data.data() + i * bytes;
+    if (type == sm::GgmlType::kQ4_1) {
+      const auto d = static_cast<std::uint16_t>((8 << 10) | mant(rng));           // 2^-7 .. 2^-6
+      const auto m = static_cast<std::uint16_t>(0x8000 | (10 << 10) | mant(rng));  // -(2^-5 .. 2^-4)
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &m, 2);
+    } else {
+      const auto d = static_cast<std::uint16_t>((10 << 10) | mant(rng));  // 2^-5 .. 2^-4
+      std::memcpy(blk, &d, 2);
+    }
+  }
+  return t;
+}
+
+// Raw tensors under Hugging Face names (q/k stored in GGUF's permuted row order), plus float norms.
+struct Checkpoint {
+  std::map<std::string, RawTensor> raw;
+  std::map<std::string, at::Tensor> norms;
+  std::map<std::string, std::int64_t> unpermute;  // q/k: heads
+};
+
+Checkpoint make_checkpoint(const sm::LlamaConfig& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  Checkpoint ck;
+  const std::int64_t H = c.hidden_size, hd = H / c.num_heads, F = c.intermediate_size;
+  ck.raw["model.embed_tokens.weight"] = random_tensor(sm::GgmlType::kQ8_0, c.vocab_size, H, rng);
+  ck.norms["model.norm.weight"] = at::ones({H}) + 0.1 * at::randn({H}, at::TensorOptions().dtype(at::kFloat));
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    ck.norms[p + "input_layernorm.weight"] = at::ones({H});
+    ck.norms[p + "post_attention_layernorm.weight"] = at::ones({H});
+    ck.raw[p + "self_attn.q_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, c.num_heads * hd, H, rng);
+    ck.raw[p + "self_attn.k_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, c.num_kv_heads * hd, H, rng);
+    ck.raw[p + "self_attn.v_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, c.num_kv_heads * hd, H, rng);
+    ck.raw[p + "self_attn.o_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, H, c.num_heads * hd, rng);
+    ck.raw[p + "mlp.gate_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, F, H, rng);
+    ck.raw[p + "mlp.up_proj.weight"] = random_tensor(sm::GgmlType::kQ4_1, F, H, rng);
+    ck.raw[p + "mlp.down_proj.weight"] = random_tensor(sm::GgmlType::kQ8_0, H, F, rng);
+    ck.unpermute[p + "self_attn.q_proj.weight"] = c.num_heads;
+    ck.unpermute[p + "self_attn.k_proj.weight"] = c.num_kv_heads;
+  }
+  return ck;
+}
+
+sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck) {
+  sm::LlamaOptions o;
+  o.num_threads = 2;
+  return sm::LlamaModel::from_stored(c, [&](const std::string& name) {
+    sm::StoredWeight w;
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) {
+      w.dense = it->second;
+    } else if (auto r = ck.raw.find(name); r != ck.raw.end()) {
+      w.file_name = name;
+      w.type = r->second.type;
+      w.data = r->second.data;
+      w.shape = r->second.shape;
+      if (auto u = ck.unpermute.find(name); u != ck.unpermute.end()) w.unpermute_heads = u->second;
+    }
+    return w;
+  }, o);
+}
+
+// The reference: the same weights dequantised to float32 (q/k un-permuted as whole tensors).
+sm::LlamaModel dense_model(const sm::LlamaConfig& c, const Checkpoint& ck) {
+  return sm::LlamaModel(c, [&](const std::string& name) -> at::Tensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
+    auto r = ck.raw.find(name);
+    if (r == ck.raw.end()) return {};
+    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    if (auto u = ck.unpermute.find(name); u != ck.unpermute.end()) t = sm::unpermute_gguf_qk(t, u->second);
+    return t;
+  });
+}
+
+TEST(LlamaPacked, LogitsMatchTheDequantisedFloatModel) {
+  const sm::LlamaConfig c = packed_config();
+  const Checkpoint ck = make_checkpoint(c, 7);
+  sm::LlamaModel packed = packed_model(c, ck), dense = dense_model(c, ck);
+  EXPECT_NE(packed.kernel_name(), "float32");
+  EXPECT_EQ(dense.kernel_name(), "float32");
+  EXPECT_LT(packed.weight_bytes_per_forward(), dense.weight_bytes_per_forward() / 4);
+  const std::vector<std::int64_t> prompt = {3, 17, 42, 5, 88, 11, 60, 29, 1, 77, 64, 90, 33, 8, 19, 50, 2, 71, 45, 12};
+  const std::int64_t a = packed.allocate_sequence(), b = dense.allocate_sequence();
+  // A prompt (the long-prompt path), then a 6-token chain and single tokens (the few-token path).
+  at::Tensor pa = packed.forward(sm::make_chain_batch(a, prompt)).logits, pb = dense.forward(sm::make_chain_batch(b, prompt)).logits;
+  at::Tensor ca = packed.forward(sm::make_chain_batch(a, {4, 9, 16, 25, 36, 49})).logits;
+  at::Tensor cb = dense.forward(sm::make_chain_batch(b, {4, 9, 16, 25, 36, 49})).logits;
+  for (const auto& [x, y] : {std::pair{pa, pb}, std::pair{ca, cb}}) {
+    // Two activation planes: about 15-bit activations, so the logits agree to ~1e-4 of their range.
+    const double scale = y.abs().max().item<double>();
+    EXPECT_LT((x - y).abs().max().item<double>(), 2e-3 * scale);
+    EXPECT_TRUE(x.argmax(1).equal(y.argmax(1)));
+  }
+}
+
+std::string load_error(const sm::LlamaConfig& c, const Checkpoint& ck) {
+  try {
+    (void)packed_model(c, ck);
+  } catch (const specdec::error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(LlamaPacked, LoadRejectsTensorsTheModelCannotTake) {
+  const sm::LlamaConfig c = packed_config();
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  {
+    Checkpoint ck = make_checkpoint(c, 8);
+    ck.raw[q].type = sm::GgmlType::kQ5_0;  // parsed by the reader, no product for it
+    const std::string e = load_error(c, ck);
+    EXPECT_NE(e.find(q), std::string::npos) << e;
+    EXPECT_NE(e.find("Q5_0"), std::string::npos) << e;
+  }
+  {
+    Checkpoint ck = make_checkpoint(c, 9);
+    ck.raw[q].data.pop_back();  // truncated
+    const std::string e = load_error(c, ck);
+    EXPECT_NE(e.find(q), std::string::npos) << e;
+    EXPECT_NE(e.find("expected 2560 bytes of block data, got 2559"), std::string::npos) << e;
+  }
+  {
+    Checkpoint ck = make_checkpoint(c, 10);
+    ck.raw["model.layers.0.mlp.up_proj.weight"].shape = {64, 96};  // disagrees with the config
+    const std::string e = load_error(c, ck);
+    EXPECT_NE(e.find("model.layers.0.mlp.up_proj.weight"), std::string::npos) << e;
+    EXPECT_NE(e.find("expected shape [96, 64], got [64, 96]"), std::string::npos) << e;
+  }
+  {
+    Checkpoint ck = make_checkpoint(c, 11);
+    ck.raw.erase("model.layers.0.mlp.down_proj.weight");
+    EXPECT_NE(load_error(c, ck).find("model.layers.0.mlp.down_proj.weight: expected a tensor of shape [64, 96], got none"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
