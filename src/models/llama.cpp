@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_set>
@@ -61,7 +63,8 @@ constexpr std::int64_t kMinParallelAttention = 1024;
 // at most the chunk it holds, instead of by its whole share. Which thread computes a chunk changes no result: every output
 // row is computed alone. Waiting threads spin for a while (kSpin) before they block: on this project's 2-vCPU build
 // machine a futex wake-up of an idle vCPU took tens of microseconds, which over a forward's parallel steps cost a 6-token
-// forward 10-25 ms. run() is called from one thread at a time.
+// forward 10-25 ms. Models of the same thread count share one pool (a target and its draft model take turns, so neither
+// finds the other's workers spinning on its cores); run() serialises callers from different threads.
 class RowPool {
  public:
   explicit RowPool(int threads) : size_(std::max(threads, 1)) {
@@ -80,6 +83,16 @@ class RowPool {
   // Calls fn(c) for every chunk c in [0, chunks), on the calling thread and the workers, and returns when all are done.
   void run(std::int64_t chunks, const std::function<void(std::int64_t)>& fn) {
     if (size_ == 1 || chunks <= 1 || chunks >= kMaxChunks) {
+      for (std::int64_t c = 0; c < chunks; ++c) fn(c);
+      return;
+    }
+    std::lock_guard<std::mutex> caller(run_mutex_);
+    run_locked(chunks, fn);
+  }
+
+ private:
+  void run_locked(std::int64_t chunks, const std::function<void(std::int64_t)>& fn) {
+    if (chunks <= 1) {
       for (std::int64_t c = 0; c < chunks; ++c) fn(c);
       return;
     }
@@ -158,6 +171,7 @@ class RowPool {
 
   int size_;
   std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one job at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   const std::function<void(std::int64_t)>* job_ = nullptr;
@@ -166,6 +180,19 @@ class RowPool {
   int sleepers_ = 0;  // guarded by mutex_
   std::atomic<bool> stop_{false};
 };
+
+// The process's pool of `threads` threads (made on first use, kept while a model holds it).
+std::shared_ptr<RowPool> shared_pool(int threads) {
+  static std::mutex mutex;
+  static std::map<int, std::weak_ptr<RowPool>> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<RowPool> p = pools[threads].lock();
+  if (!p) {
+    p = std::make_shared<RowPool>(threads);
+    pools[threads] = p;
+  }
+  return p;
+}
 
 // out[n, out] (+)= x[n, in] @ w[out, in]^T for float32 weights; x and w contiguous, out rows with stride out.stride(0). The
 // pool shares the output rows for every token count: a single token row is memory-bound, and two cores read more than
@@ -349,7 +376,7 @@ struct LlamaModel::Impl {
   std::int64_t ws_rows = 0;
   at::Tensor x, normed, qkv, qbuf, attn, gu, act;
   std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
-  std::unique_ptr<RowPool> pool;
+  std::shared_ptr<RowPool> pool;
   Activations activations;
 
   std::int64_t planes() const { return opts.activation_bits == 8 ? 1 : 2; }
@@ -656,14 +683,36 @@ at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, 
   return to_dense(name, w);
 }
 
+// Q8_0 blocks of a float32 matrix ([rows, cols], cols a multiple of 32), as llama.cpp quantises: d = max|x| / 127 (stored
+// as half), q = round(x / d).
+std::vector<std::byte> quantize_q8_0(const at::Tensor& t) {
+  const std::int64_t n = t.numel(), blocks = n / 32;
+  std::vector<std::byte> out(static_cast<std::size_t>(blocks * 34));
+  const float* x = t.data_ptr<float>();
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * 32;
+    std::byte* dst = out.data() + b * 34;
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+    const std::uint16_t h = c10::Half(d).x;
+    std::memcpy(dst, &h, 2);
+    for (int i = 0; i < 32; ++i)
+      dst[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(std::clamp(std::round(xb[i] * id), -127.f, 127.f)));
+  }
+  return out;
+}
+
 // Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each): runs of one packable block format
-// become one packed part; float ones (F32/F16/BF16) become one float32 part.
+// become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float` (and cols a multiple
+// of 32) Q8_0 blocks packed like a file's.
 Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
-                    std::int64_t cols) {
+                    std::int64_t cols, bool quantize_float) {
   Linear lin;
   lin.cols = cols;
   std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
   std::vector<std::string> pending_names;
+  std::vector<std::vector<std::byte>> quantized;  // blocks made here, alive until packed
   std::vector<at::Tensor> dense_run;
   auto flush = [&] {
     if (!pending.empty()) {
@@ -699,6 +748,7 @@ Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<s
         if (w.release) w.release();
       pending.clear();
       pending_names.clear();
+      quantized.clear();
     }
     if (!dense_run.empty()) {
       Linear::Part part;
@@ -713,7 +763,17 @@ Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<s
   for (const auto& [name, rows] : names) {
     StoredWeight w = fetch_stored(get, name, {rows, cols});
     const bool packable = !w.dense.defined() && detail::can_pack(w.type);
-    if (packable) {
+    if (!packable && quantize_float && cols % 32 == 0) {
+      StoredWeight q;
+      q.file_name = w.file_name.empty() ? name : w.file_name;
+      const at::Tensor t = to_dense(name, w);  // float32, rows un-permuted
+      quantized.push_back(quantize_q8_0(t));
+      q.type = GgmlType::kQ8_0;
+      q.data = quantized.back();
+      q.shape = {rows, cols};
+      w = std::move(q);
+    }
+    if (!w.dense.defined() && detail::can_pack(w.type)) {
       if (!dense_run.empty() || (!pending.empty() && pending.front().type != w.type)) flush();
       pending.push_back(std::move(w));
       pending_names.push_back(name);
@@ -773,7 +833,7 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
                      c.rope_scaling.high_freq_factor));
   if (options.activation_bits != 8 && options.activation_bits != 16)
     fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16, got {}", options.activation_bits));
-  m.pool = std::make_unique<RowPool>(options.num_threads > 0 ? options.num_threads : available_cpus());
+  m.pool = shared_pool(options.num_threads > 0 ? options.num_threads : available_cpus());
 
   m.H = c.hidden_size;
   m.nh = c.num_heads;
@@ -788,9 +848,10 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   m.eps = static_cast<float>(c.rms_norm_eps);
   m.inv_freq = rope_inverse_frequencies(c, m.hd);
 
-  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H);
+  const bool q8 = options.quantize_float_weights;
+  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8);
   m.tied = c.tie_word_embeddings || !get("lm_head.weight").present();
-  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H);
+  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8);
   m.final_norm = fetch_vector(get, "model.norm.weight", m.H);
   m.layers.reserve(static_cast<std::size_t>(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -800,10 +861,10 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
     layer.ffn_norm = fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
     layer.wqkv = fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
                                     {p + "self_attn.v_proj.weight", m.kv_dim}},
-                              m.H);
-    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim);
-    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H);
-    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F);
+                              m.H, q8);
+    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim, q8);
+    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H, q8);
+    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F, q8);
     m.layers.push_back(std::move(layer));
   }
   KvCacheShape shape;

@@ -139,6 +139,32 @@ TEST(LlamaPacked, LogitsMatchTheDequantisedFloatModel) {
   }
 }
 
+TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
+  // LlamaOptions::quantize_float_weights: float matrices become Q8_0 blocks on the packed products (for draft models).
+  const sm::LlamaConfig c = packed_config();
+  const Checkpoint ck = make_checkpoint(c, 12);
+  sm::LlamaModel dense = dense_model(c, ck);
+  sm::LlamaOptions o;
+  o.quantize_float_weights = true;
+  sm::LlamaModel q8(c, [&](const std::string& name) -> at::Tensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
+    auto r = ck.raw.find(name);
+    if (r == ck.raw.end()) return {};
+    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    return t;
+  }, o);
+  EXPECT_EQ(dense.kernel_name(), "float32");
+  EXPECT_NE(q8.kernel_name(), "float32");
+  // Q8_0: 34 bytes per 32 values against float32's 128 (norms stay float).
+  EXPECT_LT(q8.weight_bytes_per_forward(), dense.weight_bytes_per_forward() * 30 / 100);
+  const std::vector<std::int64_t> prompt = {3, 17, 42, 5, 88, 11, 60, 29};
+  at::Tensor a = dense.forward(sm::make_chain_batch(dense.allocate_sequence(), prompt)).logits;
+  at::Tensor b = q8.forward(sm::make_chain_batch(q8.allocate_sequence(), prompt)).logits;
+  // 8-bit weights (a step of max|w| / 127 per block of 32): logits within a few percent of their range.
+  EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * a.abs().max().item<double>());
+}
+
 std::string load_error(const sm::LlamaConfig& c, const Checkpoint& ck) {
   try {
     (void)packed_model(c, ck);

@@ -48,6 +48,10 @@ struct LlamaOptions {
   /// of a float forward of the same weights) or 8 (one int8 plane per block, as llama.cpp's Q8 activations: half the
   /// integer work per token row, logit errors of a few units on SmolLM2). Float weights ignore it.
   int activation_bits = 16;
+  /// Quantise float matrices (F32/F16/BF16; rows a multiple of 32 values) to Q8_0 at load and run them on the packed
+  /// products: a quarter of float32's bytes per token, and no longer the checkpoint's exact weights. Meant for draft models,
+  /// whose outputs only propose tokens (the verifier keeps the target's distribution whatever the draft computes).
+  bool quantize_float_weights = false;
 };
 
 /// Returns the float32 tensor stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",
