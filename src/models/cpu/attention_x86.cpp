@@ -173,14 +173,10 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
     }
   }
   // 2. softmax per row over the keys it sees, in place.
-  const float neg_inf = -__builtin_inff();
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
-    const std::int64_t i = r % n, seen = visible_count[i];
-    const std::int32_t* vis = visible + i * n;
-    for (std::int64_t a = 0; a < seen; ++a) row[cached + a] = row[cached + vis[a]];
-    const std::int64_t count = cached + seen, count16 = (count + 15) / 16 * 16;
-    for (std::int64_t j = count; j < count16; ++j) row[j] = neg_inf;
+    const std::int64_t i = r % n;
+    const std::int64_t count16 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 16);
     __m512 mx = _mm512_loadu_ps(row);
     for (std::int64_t j = 16; j < count16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));

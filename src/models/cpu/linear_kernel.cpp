@@ -206,14 +206,10 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
   }
   // 2. softmax per row over the keys it sees, in place: the context, then its visible new keys moved down to follow it
   //    (so a tree node's keys sit where its path's keys sit in a chain), then -inf up to a multiple of 8.
-  const float neg_inf = -__builtin_inff();
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
-    const std::int64_t i = r % n, seen = visible_count[i];
-    const std::int32_t* vis = visible + i * n;
-    for (std::int64_t a = 0; a < seen; ++a) row[cached + a] = row[cached + vis[a]];
-    const std::int64_t count = cached + seen, count8 = (count + 7) / 8 * 8;
-    for (std::int64_t j = count; j < count8; ++j) row[j] = neg_inf;
+    const std::int64_t i = r % n;
+    const std::int64_t count8 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 8);
     v8 mx = load8(row);
     for (std::int64_t j = 8; j < count8; j += 8) {
       const v8 x = load8(row + j);

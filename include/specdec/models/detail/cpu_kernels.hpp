@@ -22,6 +22,17 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member);
 
+/// The softmax's row layout in attention_rows: moves a row's visible new-key scores down to follow the context
+/// (row[cached + a] = row[cached + visible[a]], a < seen) and pads with -inf up to a multiple of `width`. Returns that
+/// padded count.
+inline std::int64_t pack_visible_scores(float* row, std::int64_t cached, const std::int32_t* visible, std::int64_t seen,
+                                        std::int64_t width) {
+  for (std::int64_t a = 0; a < seen; ++a) row[cached + a] = row[cached + visible[a]];
+  const std::int64_t count = cached + seen, padded = (count + width - 1) / width * width;
+  for (std::int64_t j = count; j < padded; ++j) row[j] = -__builtin_inff();
+  return padded;
+}
+
 /// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp), for hd a multiple of 16 up to 128; returns false
 /// (computing nothing) for other head sizes. Only where the CPU has AVX-512F; attention_rows chooses it.
 bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
