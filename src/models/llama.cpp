@@ -10,7 +10,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/Half.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -683,26 +682,6 @@ at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, 
   return to_dense(name, w);
 }
 
-// Q8_0 blocks of a float32 matrix ([rows, cols], cols a multiple of 32), as llama.cpp quantises: d = max|x| / 127 (stored
-// as half), q = round(x / d).
-std::vector<std::byte> quantize_q8_0(const at::Tensor& t) {
-  const std::int64_t n = t.numel(), blocks = n / 32;
-  std::vector<std::byte> out(static_cast<std::size_t>(blocks * 34));
-  const float* x = t.data_ptr<float>();
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * 32;
-    std::byte* dst = out.data() + b * 34;
-    float amax = 0.f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-    const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
-    const std::uint16_t h = c10::Half(d).x;
-    std::memcpy(dst, &h, 2);
-    for (int i = 0; i < 32; ++i)
-      dst[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(std::clamp(std::round(xb[i] * id), -127.f, 127.f)));
-  }
-  return out;
-}
-
 // Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each): runs of one packable block format
 // become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float` (and cols a multiple
 // of 32) Q8_0 blocks packed like a file's.
@@ -767,7 +746,7 @@ Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<s
       StoredWeight q;
       q.file_name = w.file_name.empty() ? name : w.file_name;
       const at::Tensor t = to_dense(name, w);  // float32, rows un-permuted
-      quantized.push_back(quantize_q8_0(t));
+      quantized.push_back(detail::quantize_q8_0(t.data_ptr<float>(), t.numel()));
       q.type = GgmlType::kQ8_0;
       q.data = quantized.back();
       q.shape = {rows, cols};

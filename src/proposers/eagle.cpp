@@ -27,6 +27,7 @@
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/safetensors.hpp"
+#include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/status.hpp"
@@ -55,6 +56,20 @@ at::Tensor stream_linear(const at::Tensor& x0, const at::Tensor& w, const at::Te
   at::parallel_for(0, (rows + kTile - 1) / kTile, kGrainTiles, [&](std::int64_t tb, std::int64_t te) {
     sm::detail::linear_rows(xp, n, in, wp, tb * kTile, std::min(rows, te * kTile), yp, rows, accumulate);
   });
+  return y;
+}
+
+// y = x w^T for a packed block-format w (one int8 activation plane), tiles split over the intra-op threads; each output
+// is summed in a fixed order (see packed_matrix.hpp), so drafts do not depend on the batch.
+at::Tensor packed_linear(const at::Tensor& x0, const sm::detail::PackedMatrix& w) {
+  const at::Tensor x = x0.to(at::kFloat).contiguous();
+  const std::int64_t n = x.size(0);
+  at::Tensor y = at::empty({n, w.rows()}, x.options());
+  if (n == 0) return y;
+  sm::detail::QuantizedRows q;
+  sm::detail::quantize_rows(x.data_ptr<float>(), n, w.cols(), w.cols(), w.block(), q);
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, w.tiles(), 16, [&](std::int64_t tb, std::int64_t te) { w.linear(q, tb, te, yp, w.rows(), false); });
   return y;
 }
 
@@ -154,6 +169,7 @@ struct EagleHead::Impl {
   std::vector<Layer> layers;
   at::Tensor final_norm;  // EAGLE-3 [H]
   at::Tensor lm_head;     // EAGLE-1: the target's rows of the draft vocabulary [Vd, H]; EAGLE-3: its own [Vd, H]
+  sm::detail::PackedMatrix lm_head_q8;  // lm_head as Q8_0 when options.quantize_lm_head
   std::vector<std::int64_t> d2t_ids;  // draft id -> target id
   at::Tensor t2d;                     // [V] bool
   std::vector<double> inv_freq;
@@ -337,6 +353,14 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
     at::Tensor lm = target.lm_head.to(at::kFloat);
     if (m.Vd < m.V) lm = at::index_select(lm, 0, at::tensor(m.d2t_ids, kI64));
     m.lm_head = lm.contiguous();
+  }
+
+  if (options.quantize_lm_head) {
+    if (m.H % 32 != 0)
+      fail(fmt::format("EagleHead: options.quantize_lm_head: expected a hidden size that is a multiple of 32, got {}", m.H));
+    const std::vector<std::byte> blocks = sm::detail::quantize_q8_0(m.lm_head.data_ptr<float>(), m.lm_head.numel());
+    const sm::detail::PackedMatrix::Source src{"lm_head.weight", sm::GgmlType::kQ8_0, blocks, m.Vd, m.H, {}};
+    m.lm_head_q8 = sm::detail::PackedMatrix::pack(std::span(&src, 1));
   }
 
   sm::KvCacheShape shape;
@@ -617,7 +641,8 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     for (std::int64_t i = 0; i < B; ++i) last[static_cast<std::size_t>(i)] = b.cu_num_tokens[i + 1] - 1;
     rows = at::index_select(x, 0, at::tensor(last, kI64));
   }
-  result.logits = stream_linear(e3 ? rms_norm(rows, final_norm, eps) : rows, lm_head);
+  const at::Tensor scored = e3 ? rms_norm(rows, final_norm, eps) : rows;
+  result.logits = lm_head_q8.empty() ? stream_linear(scored, lm_head) : packed_linear(scored, lm_head_q8);
   return result;
 }
 

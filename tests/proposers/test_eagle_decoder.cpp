@@ -188,6 +188,35 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
   EXPECT_GT(tree_accepted, 0) << "no tree draft was ever accepted: the accepted-path bookkeeping went untested";
 }
 
+// EagleHeadOptions::quantize_lm_head: the head scores with a Q8_0 copy of its LM head on the packed products. Its drafts
+// may differ slightly from the float head's; the decoded output must not.
+TEST(EagleDecoder, QuantisedLmHeadKeepsTheTargetsGreedyOutput) {
+  const Target t = make_target(61, 4, 1);
+  sm::LlamaModel target = t.make();
+  const auto prompts = greedy_prompts();
+  const auto want = greedy_outputs(target, prompts);
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
+      for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
+        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch));
+        sp::EagleHeadOptions ho;
+        ho.quantize_lm_head = true;
+        sp::EagleProposerOptions o;
+        o.mode = mode;
+        o.tree.top_k = 4;
+        o.tree.num_nodes = 10;
+        o.target_num_layers = t.config.num_layers;
+        sp::EagleProposer proposer(sp::EagleHead::random(head_config(v, t.config.vocab_size), 77, t.shared(), ho), o);
+        sd::DecoderOptions opts;
+        opts.num_speculative_tokens = 4;
+        sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+        const auto res = dec.generate(greedy_requests(std::span(prompts).first(batch)));
+        ASSERT_EQ(res.size(), batch);
+        for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
+        EXPECT_GT(dec.metrics().total.drafted, 0);
+      }
+}
+
 // min_draft_prob ends a chain at the first unsure draft: the greedy output stays the target's, 1.0 drafts nothing, and some
 // threshold in between drafts some but fewer than g per step.
 TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {

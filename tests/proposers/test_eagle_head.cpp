@@ -330,6 +330,27 @@ std::string head_name(const ::testing::TestParamInfo<int>& info) {
 }
 INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3, 4), head_name);
 
+TEST(EagleHead, QuantisedLmHeadScoresLikeTheFloatHead) {
+  // EagleHeadOptions::quantize_lm_head: the same head scored through a Q8_0 copy of its LM head (the packed products) gives
+  // the float head's logits to within the rounding of 8-bit weights and activations, for EAGLE-1 (the target's rows, with
+  // and without a draft vocabulary) and EAGLE-3.
+  const auto t = target_weights(61, 32, 1);
+  sp::EagleHeadOptions q8;
+  q8.quantize_lm_head = true;
+  for (const auto& [config, seed] : {std::pair{eagle1_config(1), 11}, std::pair{eagle1_config(1, 40), 15}, std::pair{eagle3_config(), 13}}) {
+    sp::EagleHead exact = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t);
+    sp::EagleHead quantised = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t, q8);
+    const auto toks = random_tokens(7, 61, 4);
+    const at::Tensor feats = random_features(7, exact.feature_size(), 5);
+    const at::Tensor a = exact.forward(chain(exact.allocate_sequence(), toks, feats)).logits;
+    const at::Tensor b = quantised.forward(chain(quantised.allocate_sequence(), toks, feats)).logits;
+    ASSERT_EQ(a.sizes(), b.sizes());
+    const double range = a.abs().max().item<double>(), err = (a - b).abs().max().item<double>();
+    EXPECT_LT(err, 0.03 * range);
+    EXPECT_GT(err, 0.0) << "the quantised head should not be the float head";
+  }
+}
+
 TEST(EagleHead, Eagle3DraftVocabularyMap) {
   const auto t = target_weights(61, 32, 1);
   sp::EagleHead head = sp::EagleHead::random(eagle3_config(), 5, t);

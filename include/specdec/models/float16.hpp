@@ -32,6 +32,26 @@ inline float half_to_float(std::uint16_t h) {
   return f;
 }
 
+/// float to IEEE half, rounding to nearest even (overflow to infinity, NaN kept a NaN, subnormals exact).
+inline std::uint16_t float_to_half(float f) {
+  std::uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t mag = x & 0x7FFFFFFFu;
+  if (mag >= 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7C00u | (mag > 0x7F800000u ? 0x200u : 0u));
+  if (mag >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: infinity
+  if (mag < 0x38800000u) {  // below the smallest normal half: a subnormal (or 0), rounded to nearest even
+    if (mag < 0x33000000u) return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
+    const std::uint32_t mant = (mag & 0x7FFFFFu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(mag >> 23);  // value = mant * 2^(E - 150) = (mant >> (126 - E)) * 2^-24
+    const std::uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1u), halfway = 1u << (shift - 1);
+    return static_cast<std::uint16_t>(sign | (q + (rem > halfway || (rem == halfway && (q & 1u)) ? 1u : 0u)));
+  }
+  const std::uint32_t rebias = mag - 0x38000000u;  // exponent 127 -> 15
+  const std::uint32_t q = rebias >> 13, rem = rebias & 0x1FFFu;
+  return static_cast<std::uint16_t>(sign | (q + (rem > 0x1000u || (rem == 0x1000u && (q & 1u)) ? 1u : 0u)));
+}
+
 inline float bf16_to_float(std::uint16_t b) {
   const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
   float f;

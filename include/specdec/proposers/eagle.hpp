@@ -101,6 +101,10 @@ EagleTargetWeights eagle_target_weights_from_gguf(const std::filesystem::path& p
 struct EagleHeadOptions {
   std::int64_t initial_cache_capacity = 256;  ///< positions per cache slot before the first growth
   std::int64_t initial_cache_slots = 1;
+  /// Score with the LM head quantised to Q8_0 (the models' packed integer products, one int8 activation plane): a quarter
+  /// of its float32 bytes per draft step. The drafts may change slightly; the decoded distribution does not (the verifier
+  /// keeps the target's). Needs a hidden size that is a multiple of 32.
+  bool quantize_lm_head = false;
 };
 
 /// One head forward over a ragged batch: for each of B slots, n_b rows (feature_i, token_i) appended after what the slot

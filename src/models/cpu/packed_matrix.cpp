@@ -144,6 +144,23 @@ CpuIsa best_cpu_isa() noexcept {
   return best;
 }
 
+std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n) {
+  if (n < 0 || n % 32 != 0) fail(fmt::format("quantize_q8_0: n: expected a multiple of 32, got {}", n));
+  std::vector<std::byte> out(static_cast<std::size_t>(n / 32 * 34));
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    std::byte* dst = out.data() + b * 34;
+    float amax = 0.f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+    const std::uint16_t h = float_to_half(d);
+    std::memcpy(dst, &h, 2);
+    for (int i = 0; i < 32; ++i)
+      dst[2 + i] = static_cast<std::byte>(static_cast<std::int8_t>(std::clamp(std::round(xb[i] * id), -127.f, 127.f)));
+  }
+  return out;
+}
+
 bool can_pack(GgmlType type) noexcept { return format_info(type).source_block_elements != 0; }
 
 void PackedMatrix::Free::operator()(std::byte* p) const noexcept { std::free(p); }

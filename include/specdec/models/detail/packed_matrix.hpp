@@ -46,6 +46,10 @@ bool cpu_supports(CpuIsa isa) noexcept;
 /// The fastest instruction set this machine runs (the one packed_linear uses by default).
 CpuIsa best_cpu_isa() noexcept;
 
+/// llama.cpp's Q8_0 blocks of n floats (n a multiple of 32): per block d = max|x| / 127 stored as half, q = round(x / d).
+/// For weights a caller chooses to quantise (draft models); the result packs as a GgmlType::kQ8_0 source.
+std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n);
+
 /// True for the ggml types a PackedMatrix holds.
 bool can_pack(GgmlType type) noexcept;
 
