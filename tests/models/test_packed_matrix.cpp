@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/float16.hpp"
 #include "specdec/models/gguf.hpp"
 
 namespace specdec::models::detail {
@@ -246,6 +247,41 @@ TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
         EXPECT_EQ(sum, expect_sum);
       }
   }
+}
+
+TEST(PackedMatrix, FloatToHalfRoundsToNearestEven) {
+  for (std::uint32_t h = 0; h < 65536; ++h) {
+    const float f = half_to_float(static_cast<std::uint16_t>(h));
+    if (f != f) continue;  // NaN
+    ASSERT_EQ(float_to_half(f), h) << "half " << h;
+  }
+  EXPECT_EQ(float_to_half(1.f + std::ldexp(1.f, -11)), 0x3C00);        // halfway, to even (down)
+  EXPECT_EQ(float_to_half(1.f + 3 * std::ldexp(1.f, -11)), 0x3C02);    // halfway, to even (up)
+  EXPECT_EQ(float_to_half(1.f + std::ldexp(1.f, -11) + std::ldexp(1.f, -20)), 0x3C01);
+  EXPECT_EQ(float_to_half(65519.f), 0x7BFF);
+  EXPECT_EQ(float_to_half(65520.f), 0x7C00);  // rounds past the largest half: infinity
+  EXPECT_EQ(float_to_half(std::ldexp(1.f, -24)), 0x0001);
+  EXPECT_EQ(float_to_half(std::ldexp(1.f, -25)), 0x0000);  // halfway to the smallest subnormal, to even
+  EXPECT_EQ(float_to_half(3 * std::ldexp(1.f, -25)), 0x0002);
+  EXPECT_EQ(float_to_half(-2.f), 0xC000);
+}
+
+TEST(PackedMatrix, Q8_0QuantisationIsLlamaCpps) {
+  const auto x = random_activations(3, 64, 13);
+  const auto blocks = quantize_q8_0(x.data(), static_cast<std::int64_t>(x.size()));
+  ASSERT_EQ(blocks.size(), x.size() / 32 * 34);
+  std::vector<float> back(x.size());
+  dequantize(GgmlType::kQ8_0, blocks, back);
+  for (std::size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.f;
+    for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    std::uint16_t dh;
+    std::memcpy(&dh, blocks.data() + b * 34, 2);
+    EXPECT_EQ(dh, float_to_half(amax / 127.f));
+    const float d = half_to_float(dh);
+    for (std::size_t i = 0; i < 32; ++i) EXPECT_NEAR(back[b * 32 + i], x[b * 32 + i], 0.5f * d + amax * 1e-3f);
+  }
+  EXPECT_THROW((void)quantize_q8_0(x.data(), 33), specdec::error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, PackedFormat, ::testing::ValuesIn(kFormats),
