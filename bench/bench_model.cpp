@@ -11,7 +11,8 @@
 //   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
 //   roofline_fraction_1t   the same against the single-thread read bandwidth
 //   peak_rss_mib           peak resident memory of the process so far (includes the 512 MiB bandwidth-probe buffer)
-//   rss_mib                resident memory after the run (model, KV cache, libtorch)
+//   rss_mib                resident memory after the run (model, KV cache, libtorch); the context's rss_mib_at_start
+//                          is the process before any model is loaded (libtorch's share)
 //   cost_vs_1_token        (6-token rows) median time of this forward / median 1-token forward at the same context
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
@@ -212,6 +213,8 @@ BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1)->
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Resident memory before any model or buffer exists: the runtime's own (libtorch's libraries and their initialisers).
+  benchmark::AddCustomContext("rss_mib_at_start", std::to_string(current_rss_mib()));
   g_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (const char* env = std::getenv("SPECDEC_BENCH_THREADS")) g_threads = std::max(1, std::atoi(env));
   at::set_num_threads(g_threads);
