@@ -24,6 +24,7 @@ enum class Purpose : std::uint32_t {
   kResidual = 2,      ///< exponential race between tokens inside the chosen tile
   kBonusTile = 3,     ///< as kResidualTile, for the bonus token drawn after every draft was accepted
   kBonus = 4,         ///< as kResidual, for the bonus token
+  kBlockAccept = 5,   ///< block verification's stop uniforms eta_i (sampling/block.hpp), keyed by the block's start
 };
 
 struct Philox4x32 {
