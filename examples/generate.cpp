@@ -25,6 +25,7 @@
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
@@ -80,33 +81,9 @@ struct Options {
 
 [[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
 
-std::vector<std::string> read_prompt_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(fmt::format("--prompt-file: cannot read '{}'", path));
-  std::vector<std::string> prompts;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (line.front() == '{') {
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception& e) {
-        fail(fmt::format("--prompt-file: line {} of '{}' is not valid JSON: {}", number, path, e.what()));
-      }
-      if (!j.contains("prompt") || !j["prompt"].is_string())
-        fail(fmt::format("--prompt-file: line {} of '{}': expected an object with a string field \"prompt\"", number,
-                         path));
-      prompts.push_back(j["prompt"].get<std::string>());
-    } else {
-      prompts.push_back(line);
-    }
-  }
-  if (prompts.empty()) fail(fmt::format("--prompt-file: '{}' holds no prompt", path));
-  return prompts;
-}
+// --prompt-file: one prompt per line or JSONL objects with a "prompt" field (torch-free, shared with the fuzzer
+// tests/fuzz/fuzz_prompt_file.cpp).
+using specdec::models::read_prompt_file;
 
 std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 

@@ -1,11 +1,27 @@
 #!/usr/bin/env python3
-"""Writes the small GGUF seed files of tests/fuzz/corpus_gguf/ (run once; the outputs are committed)."""
+"""Writes the small seed files of the fuzz targets' corpora, tests/fuzz/corpus_<target>/ (run once; the outputs are committed;
+inputs that once crashed a target are added to its corpus by hand as crash_*)."""
+import json
 import os
 import struct
 import sys
 
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus_gguf")
-os.makedirs(out, exist_ok=True)
+here = os.path.dirname(os.path.abspath(__file__))
+root = sys.argv[1] if len(sys.argv) > 1 else here
+
+
+def corpus(name):
+    d = os.path.join(root, "corpus_" + name)
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def write(name, file, data):
+    with open(os.path.join(corpus(name), file), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+out = corpus("gguf")
 
 
 def s(x):
@@ -83,3 +99,74 @@ llama = [
     kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 0)),
 ]
 open(os.path.join(out, "tokenizer.gguf"), "wb").write(gguf(llama, []))
+
+
+# --- safetensors: a header and its data section --------------------------------------------------------------------------------
+def safetensors(entries, metadata=None, pad=True):
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, blob in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    h = json.dumps(header).encode()
+    if pad:
+        h += b" " * ((-(8 + len(h))) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+write("safetensors", "all_dtypes.safetensors", safetensors([
+    ("f32", "F32", [2, 3], struct.pack("<6f", 1.5, -2, 3.25, 0, 7, -0.5)), ("f16", "F16", [4], struct.pack("<4H", 0x3C00, 0xC000, 1, 0x7C00)),
+    ("bf16", "BF16", [2], struct.pack("<2H", 0x3F80, 0xC040)), ("f64", "F64", [1], struct.pack("<d", 0.25)),
+    ("i64", "I64", [1, 1], struct.pack("<q", -5)), ("i32", "I32", [2], struct.pack("<2i", 1, -1)), ("i16", "I16", [1], struct.pack("<h", 3)),
+    ("i8", "I8", [2], b"\x01\xff"), ("u8", "U8", [3], b"abc"), ("bool", "BOOL", [2], b"\x00\x01"), ("empty", "F32", [0, 4], b""),
+    ("scalar", "F32", [], struct.pack("<f", 9.0))], metadata={"format": "pt", "note": "seed"}))
+write("safetensors", "empty_header.safetensors", struct.pack("<Q", 2) + b"{}")
+write("safetensors", "metadata_only.safetensors", safetensors([], metadata={"a": "b"}, pad=False))
+write("safetensors", "unpadded_gap.safetensors", safetensors([("w", "F16", [2, 2], b"\x00\x3c" * 4)], pad=False) + b"tail")
+# A real model's header (the bundled draft's tensor names and shapes) with its data section cut off.
+write("safetensors", "draft_header_no_data.safetensors", safetensors([
+    ("model.embed_tokens.weight", "F16", [49152, 160], b""), ("model.layers.0.self_attn.q_proj.weight", "F16", [160, 160], b""),
+    ("model.norm.weight", "F16", [160], b"")], metadata={"format": "pt"}).replace(b'"data_offsets": [0, 0]', b'"data_offsets": [0, 15728640]', 1))
+
+# --- config.json ------------------------------------------------------------------------------------------------------------------
+base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "hidden_size": 576,
+        "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+        "vocab_size": 49152, "rms_norm_eps": 1e-05, "rope_theta": 100000.0, "max_position_embeddings": 8192,
+        "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+write("llama_config", "smollm2.json", json.dumps(base, indent=2))
+write("llama_config", "llama31.json", json.dumps(dict(base, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, max_position_embeddings=131072,
+      bos_token_id=128000, eos_token_id=[128001, 128008, 128009], tie_word_embeddings=False,
+      rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                    "rope_type": "llama3"})))
+write("llama_config", "mistral_linear.json", json.dumps(dict(base, model_type="mistral", head_dim=64, rope_scaling={"type": "linear",
+      "factor": 2.0}, bos_token_id=None, sliding_window=4096)))
+write("llama_config", "minimal.json", '{"vocab_size":8,"hidden_size":4,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":1}')
+
+# --- tokenizer: one flag byte (bit 0 parse_special, bit 1 add_special, bit 2 skip_special, bit 3 raw ids), then text ---------------
+write("tokenizer", "english", b"\x00Hello, world! It's 2024-11-24: 12345 apples, they're 'fine'.")
+write("tokenizer", "chatml", b"\x01<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n")
+write("tokenizer", "code", b"\x02def f(x):\n    return x**2  # square\n\n\n\tprint(f(3))\r\n")
+write("tokenizer", "unicode", "\x03Grüße, 世界! 🙂 ٣٤ \u00a0\u2003tab\t end \u0301e".encode())
+write("tokenizer", "all_bytes", b"\x08" + bytes(range(256)))
+write("tokenizer", "spaces", b"\x04   spaces   \n\n  x  \n")
+
+# --- chat template: one flag byte (bit 0 generation prompt, bits 1-2 template choice), then NUL-separated fields --------------------
+smol = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a "
+        "helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+        "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' "
+        "}}{% endif %}")
+write("chat_template", "smollm2", b"\x01" + b"\0".join([smol.encode(), b"user", b"Hi", b"assistant", b"Hello!", b"user", b"Bye"]))
+write("chat_template", "escaped_newline", b"\x00" + b"\0".join([smol.replace("\n", "\\n").encode(), b"user", b"x"]))
+write("chat_template", "model_own", b"\x03" + b"\0".join([b"", b"system", b"Be brief.", b"user", b"What is 2+2?"]))
+write("chat_template", "default", b"\x05" + b"\0".join([b"{{ not chatml }}", b"user", "Grüße <|im_end|> 🙂".encode()]))
+write("chat_template", "none", b"\x07" + b"\0".join([b"<|im_start|>system\n<|im_end|>", b"tool", b"{}\n"]))
+
+# --- prompt files (specdec-generate --prompt-file) ---------------------------------------------------------------------------------
+with open(os.path.join(here, "..", "..", "examples", "prompts", "demo.jsonl"), "rb") as f:
+    write("prompt_file", "demo.jsonl", f.read())
+write("prompt_file", "plain.txt", "first prompt\n\n   \nsecond prompt\r\n\tthird\nlast without newline")
+write("prompt_file", "mixed.jsonl", '{"prompt": "a\\nb \\u00e9 \\ud83d\\ude00"}\nplain line\n{"name": "x", "prompt": ""}\n')
+write("prompt_file", "bad_field.jsonl", '{"text": "no prompt field"}\n')
+write("prompt_file", "bad_json.jsonl", '{"prompt": "unterminated\n')

@@ -2,7 +2,7 @@
 if(TARGET specdec_model_io)
   specdec_add_test(specdec_io_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_io_gguf.cpp ${CMAKE_CURRENT_LIST_DIR}/test_io_safetensors.cpp
-            ${CMAKE_CURRENT_LIST_DIR}/test_io_tokenizer.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/test_io_tokenizer.cpp ${CMAKE_CURRENT_LIST_DIR}/test_io_prompt_file.cpp
     LIBS specdec::model_io nlohmann_json::nlohmann_json)
   target_compile_definitions(specdec_io_tests PRIVATE
     SPECDEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SPECDEC_IO_TEST_DATA="${CMAKE_CURRENT_LIST_DIR}/data")
@@ -12,12 +12,17 @@ if(TARGET specdec_model_io)
   target_link_libraries(specdec_tokenize_tool PRIVATE specdec::model_io nlohmann_json::nlohmann_json)
   specdec_warnings(specdec_tokenize_tool)
 
-  # libFuzzer target over the GGUF parser and dequantiser (clang only; scripts/fuzz-gguf.sh builds it standalone too).
+  # libFuzzer targets, one per parser (clang only; scripts/fuzz.sh builds and runs them standalone too).
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang" AND SPECDEC_BUILD_FUZZERS)
-    add_executable(specdec_fuzz_gguf ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_gguf.cpp)
-    target_link_libraries(specdec_fuzz_gguf PRIVATE specdec::model_io)
-    target_compile_options(specdec_fuzz_gguf PRIVATE -fsanitize=fuzzer)
-    target_link_options(specdec_fuzz_gguf PRIVATE -fsanitize=fuzzer)
+    file(GLOB _specdec_fuzz_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_*.cpp)
+    foreach(_src ${_specdec_fuzz_sources})
+      get_filename_component(_name ${_src} NAME_WE)
+      add_executable(specdec_${_name} ${_src})
+      target_link_libraries(specdec_${_name} PRIVATE specdec::model_io)
+      target_compile_definitions(specdec_${_name} PRIVATE SPECDEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+      target_compile_options(specdec_${_name} PRIVATE -fsanitize=fuzzer)
+      target_link_options(specdec_${_name} PRIVATE -fsanitize=fuzzer)
+    endforeach()
   endif()
 endif()
 

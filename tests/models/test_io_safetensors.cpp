@@ -211,3 +211,48 @@ TEST(LlamaConfigJson, Errors) {
   EXPECT_ERROR_HAS(error_of_call([&] { (void)sm::llama_config_from_hf_json(yarn); }), "rope_scaling type 'yarn' is not supported");
   std::filesystem::remove(yarn);
 }
+
+// Found by tests/fuzz/fuzz_safetensors.cpp: a rejected shape entry nested 100k arrays deep was quoted with nlohmann's dump(),
+// which recurses once per level and overflowed the stack. The error now describes the value instead.
+TEST(Safetensors, DeeplyNestedRejectedValueIsAnError) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string header = R"({"x":{"dtype":"F32","shape":[)" + deep + R"(],"data_offsets":[0,0]}})";
+  EXPECT_ERROR_HAS(error_of(make_file(header, {})), "shape entries must be non-negative integers, got an array of 1 values");
+  // Entries after an overflowing one are not quoted either.
+  const std::string overflow = R"({"x":{"dtype":"U8","shape":[4294967296,4294967296,)" + deep + R"(],"data_offsets":[0,0]}})";
+  EXPECT_ERROR_HAS(error_of(make_file(overflow, {})), "shape entry 1 (4294967296) overflows the element count");
+}
+
+// Found by tests/fuzz/fuzz_llama_config.cpp: a non-string model_type escaped as nlohmann::json's type_error instead of a
+// specdec::error, and a rejected value nested deeply overflowed the stack when quoted.
+TEST(LlamaConfigJson, FuzzFindingsAreErrors) {
+  const auto error_of_text = [](const std::string& text) {
+    return error_of_call([&] { (void)sm::llama_config_from_hf_json_text(text, "fuzz.json"); });
+  };
+  EXPECT_ERROR_HAS(error_of_text(R"({"model_type":8,"hidden_size":4})"), "'fuzz.json' key 'model_type' must be a string, got 8");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_ERROR_HAS(error_of_text(R"({"vocab_size":)" + deep + "}"), "key 'vocab_size' must be an integer, got an array of 1 values");
+}
+
+// Values that do not fit were converted without a check: original_max_position_embeddings = 1e300 (a double outside int64:
+// undefined behaviour), and token ids past int32 were truncated into valid-looking ids (4294967298 became 2).
+TEST(LlamaConfigJson, OutOfRangeNumbersAreErrors) {
+  const std::string base = R"({"vocab_size":10,"hidden_size":64,"intermediate_size":128,"num_hidden_layers":1,"num_attention_heads":4)";
+  const auto error_of_text = [](const std::string& text) {
+    return error_of_call([&] { (void)sm::llama_config_from_hf_json_text(text); });
+  };
+  EXPECT_EQ(error_of_text(base + "}"), "(no error)");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"rope_scaling":{"rope_type":"linear","factor":2,"original_max_position_embeddings":1e300}})"),
+                   "original_max_position_embeddings must be a non-negative whole number, got 1e+300");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"rope_scaling":{"rope_type":"linear","factor":2,"original_max_position_embeddings":-4}})"),
+                   "must be a non-negative whole number");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"eos_token_id":4294967298})"), "eos_token_id 4294967298 is not a valid token id");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"eos_token_id":[1,4294967298]})"), "eos_token_id 4294967298 is not a valid token id");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"bos_token_id":-4294967295})"), "bos_token_id -4294967295 is not a valid token id");
+  EXPECT_ERROR_HAS(error_of_text(base + R"(,"max_position_embeddings":18446744073709551615})"),
+                   "key 'max_position_embeddings' is 18446744073709551615, larger than any integer it can hold");
+  const auto c = sm::llama_config_from_hf_json_text(
+      base + R"(,"rope_scaling":{"rope_type":"linear","factor":2,"original_max_position_embeddings":4096.0},"eos_token_id":[2,3]})");
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{2, 3}));
+}

@@ -33,6 +33,8 @@ class ChatTemplate {
   /// is taken from it ("<|im_start|>system\n...<|im_end|>" inside a string literal), none when it has no such literal.
   /// Throws specdec::error when the key is missing or the template is not ChatML.
   static ChatTemplate from_gguf(const GgufFile& file);
+  /// The same from the template's source text (what tokenizer.chat_template holds).
+  static ChatTemplate from_template_text(std::string_view jinja_source);
 
   const std::string& default_system_prompt() const noexcept { return default_system_prompt_; }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace specdec::models {
@@ -55,6 +56,8 @@ LlamaConfig llama_config_from_gguf(const GgufFile& file);
 
 /// Parses a Hugging Face config.json (model_type "llama" or "mistral"-like). Throws specdec::error on a missing/invalid file or key.
 LlamaConfig llama_config_from_hf_json(const std::filesystem::path& config_json);
+/// The same from the text of a config.json; `source` names it in errors.
+LlamaConfig llama_config_from_hf_json_text(std::string_view json_text, std::string_view source = "config.json");
 
 /// RoPE inverse frequencies theta^(-2j/head_dim), j < head_dim / 2, with the config's scaling (linear, or Llama 3.1's
 /// smooth low-frequency division) applied; rotate_half convention. Shared by every model that applies RoPE.

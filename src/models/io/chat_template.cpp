@@ -8,8 +8,11 @@
 namespace specdec::models {
 
 ChatTemplate ChatTemplate::from_gguf(const GgufFile& file) {
-  const std::string& t = file.get_string("tokenizer.chat_template");
-  if (t.find("<|im_start|>") == std::string::npos || t.find("<|im_end|>") == std::string::npos)
+  return from_template_text(file.get_string("tokenizer.chat_template"));
+}
+
+ChatTemplate ChatTemplate::from_template_text(std::string_view t) {
+  if (t.find("<|im_start|>") == std::string_view::npos || t.find("<|im_end|>") == std::string_view::npos)
     throw specdec::error(fmt::format("chat template: tokenizer.chat_template is not ChatML (expected <|im_start|> and "
                                      "<|im_end|>), got '{}'",
                                      t.substr(0, 120)));
@@ -18,9 +21,9 @@ ChatTemplate ChatTemplate::from_gguf(const GgufFile& file) {
   std::string prompt;
   for (const std::string_view open : {std::string_view("<|im_start|>system\n"), std::string_view("<|im_start|>system\\n")}) {
     const auto b = t.find(open);
-    if (b == std::string::npos) continue;
+    if (b == std::string_view::npos) continue;
     const auto e = t.find("<|im_end|>", b + open.size());
-    if (e == std::string::npos) continue;
+    if (e == std::string_view::npos) continue;
     prompt = t.substr(b + open.size(), e - b - open.size());
     break;
   }

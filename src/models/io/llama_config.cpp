@@ -2,7 +2,10 @@
 #include "specdec/models/llama_config.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <iterator>
 #include <numbers>
 #include <sstream>
 
@@ -11,11 +14,20 @@
 
 #include "specdec/models/gguf.hpp"
 #include "specdec/sampling/status.hpp"
+#include "json_excerpt.hpp"
 
 namespace specdec::models {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw specdec::error(msg); }
+
+/// A token id read as a wider integer: outside int32 it cannot be an id (and must not be truncated into one).
+std::int32_t token_id_of(std::int64_t v, std::string_view what) {
+  if (v < 0 || v > std::numeric_limits<std::int32_t>::max())
+    fail(fmt::format("llama config: {} {} is not a valid token id (expected 0 to {})", what, v,
+                     std::numeric_limits<std::int32_t>::max()));
+  return static_cast<std::int32_t>(v);
+}
 }  // namespace
 
 const char* to_string(RopeScalingType type) noexcept {
@@ -103,10 +115,11 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   if (auto o = f.get_integer_optional(p + "rope.scaling.original_context_length"))
     c.rope_scaling.original_max_position_embeddings = *o;
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
-  if (auto b = f.get_integer_optional("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<std::int32_t>(*b);
-  if (auto e = f.get_integer_optional("tokenizer.ggml.eos_token_id")) c.eos_token_ids.push_back(static_cast<std::int32_t>(*e));
+  if (auto b = f.get_integer_optional("tokenizer.ggml.bos_token_id")) c.bos_token_id = token_id_of(*b, "tokenizer.ggml.bos_token_id");
+  if (auto e = f.get_integer_optional("tokenizer.ggml.eos_token_id"))
+    c.eos_token_ids.push_back(token_id_of(*e, "tokenizer.ggml.eos_token_id"));
   if (auto e = f.get_integer_optional("tokenizer.ggml.eot_token_id")) {
-    const auto id = static_cast<std::int32_t>(*e);
+    const auto id = token_id_of(*e, "tokenizer.ggml.eot_token_id");
     if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end()) c.eos_token_ids.push_back(id);
   }
   c.validate();
@@ -114,37 +127,54 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
 }
 
 LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) fail(fmt::format("llama config: cannot open '{}'", path.string()));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail(fmt::format("llama config: reading '{}' failed", path.string()));
+  return llama_config_from_hf_json_text(text, path.string());
+}
+
+LlamaConfig llama_config_from_hf_json_text(std::string_view text, std::string_view source) {
+  const std::string where(source);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(fmt::format("llama config: '{}' is not valid JSON: {}", path.string(), e.what()));
+    fail(fmt::format("llama config: '{}' is not valid JSON: {}", where, e.what()));
   }
-  if (!j.is_object()) fail(fmt::format("llama config: '{}' must hold a JSON object", path.string()));
-  const std::string where = path.string();
+  if (!j.is_object()) fail(fmt::format("llama config: '{}' must hold a JSON object", where));
+  // An integer key: a JSON integer that fits int64 (a larger unsigned one must not wrap around to a negative value).
+  const auto int_of = [&](const nlohmann::json& v, const char* key) -> std::int64_t {
+    if (!v.is_number_integer())
+      fail(fmt::format("llama config: '{}' key '{}' must be an integer, got {}", where, key, detail::json_excerpt(v)));
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+      fail(fmt::format("llama config: '{}' key '{}' is {}, larger than any integer it can hold", where, key, v.get<std::uint64_t>()));
+    return v.get<std::int64_t>();
+  };
   const auto req_int = [&](const char* key) -> std::int64_t {
     const auto it = j.find(key);
     if (it == j.end()) fail(fmt::format("llama config: '{}' is missing key '{}'", where, key));
-    if (!it->is_number_integer()) fail(fmt::format("llama config: '{}' key '{}' must be an integer, got {}", where, key, it->dump()));
-    return it->get<std::int64_t>();
+    return int_of(*it, key);
   };
   const auto opt_int = [&](const char* key) -> std::optional<std::int64_t> {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number_integer()) fail(fmt::format("llama config: '{}' key '{}' must be an integer, got {}", where, key, it->dump()));
-    return it->get<std::int64_t>();
+    return int_of(*it, key);
   };
   const auto opt_num = [&](const nlohmann::json& obj, const char* key) -> std::optional<double> {
     const auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number()) fail(fmt::format("llama config: '{}' key '{}' must be a number, got {}", where, key, it->dump()));
+    if (!it->is_number()) fail(fmt::format("llama config: '{}' key '{}' must be a number, got {}", where, key, detail::json_excerpt(*it)));
     return it->get<double>();
   };
 
   LlamaConfig c;
-  const std::string model_type = j.value("model_type", std::string("llama"));
+  std::string model_type = "llama";
+  if (const auto it = j.find("model_type"); it != j.end()) {
+    if (!it->is_string())
+      fail(fmt::format("llama config: '{}' key 'model_type' must be a string, got {}", where, detail::json_excerpt(*it)));
+    model_type = it->get<std::string>();
+  }
   if (model_type != "llama" && model_type != "mistral")
     fail(fmt::format("llama config: '{}' has model_type '{}', expected 'llama' or 'mistral'", where, model_type));
   c.vocab_size = req_int("vocab_size");
@@ -174,7 +204,14 @@ LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
     else if (auto t2 = it->find("type"); t2 != it->end() && t2->is_string()) type = t2->get<std::string>();
     auto& rs = c.rope_scaling;
     rs.factor = opt_num(*it, "factor").value_or(1.0);
-    if (auto o = opt_num(*it, "original_max_position_embeddings")) rs.original_max_position_embeddings = static_cast<std::int64_t>(*o);
+    if (auto o = opt_num(*it, "original_max_position_embeddings")) {
+      // Written as an integer, but any number is accepted as long as it is a whole one that fits (converting a double
+      // outside int64 is undefined behaviour).
+      if (!(*o >= 0.0 && *o <= 9.0e18 && std::floor(*o) == *o))
+        fail(fmt::format("llama config: '{}' rope_scaling.original_max_position_embeddings must be a non-negative whole number, "
+                         "got {}", where, *o));
+      rs.original_max_position_embeddings = static_cast<std::int64_t>(*o);
+    }
     if (type == "llama3") {
       rs.type = RopeScalingType::kLlama3;
       rs.low_freq_factor = opt_num(*it, "low_freq_factor").value_or(1.0);
@@ -187,17 +224,17 @@ LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
       fail(fmt::format("llama config: '{}' rope_scaling type '{}' is not supported (expected linear or llama3)", where, type));
     }
   }
-  if (auto b = opt_int("bos_token_id")) c.bos_token_id = static_cast<std::int32_t>(*b);
+  if (auto b = opt_int("bos_token_id")) c.bos_token_id = token_id_of(*b, "bos_token_id");
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
     if (it->is_number_integer()) {
-      c.eos_token_ids.push_back(it->get<std::int32_t>());
+      c.eos_token_ids.push_back(token_id_of(int_of(*it, "eos_token_id"), "eos_token_id"));
     } else if (it->is_array()) {
       for (const auto& e : *it) {
         if (!e.is_number_integer()) fail(fmt::format("llama config: '{}' eos_token_id entries must be integers", where));
-        c.eos_token_ids.push_back(e.get<std::int32_t>());
+        c.eos_token_ids.push_back(token_id_of(int_of(e, "eos_token_id"), "eos_token_id"));
       }
     } else {
-      fail(fmt::format("llama config: '{}' key 'eos_token_id' must be an integer or a list, got {}", where, it->dump()));
+      fail(fmt::format("llama config: '{}' key 'eos_token_id' must be an integer or a list, got {}", where, detail::json_excerpt(*it)));
     }
   }
   c.validate();

@@ -13,9 +13,11 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "specdec/models/float16.hpp"
+#include "json_excerpt.hpp"
 
 namespace specdec::models {
 
@@ -168,10 +170,11 @@ void SafetensorsFile::parse() {
     std::uint64_t count = 1;
     for (const auto& d : *sh) {
       if (!d.is_number_unsigned())
-        fail(fmt::format("safetensors: tensor '{}' shape entries must be non-negative integers, got {}", key, d.dump()));
+        fail(fmt::format("safetensors: tensor '{}' shape entries must be non-negative integers, got {}", key,
+                         detail::json_excerpt(d)));
       const auto dim = d.get<std::uint64_t>();
       if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) || __builtin_mul_overflow(count, dim, &count))
-        fail(fmt::format("safetensors: tensor '{}' shape {} overflows the element count", key, sh->dump()));
+        fail(fmt::format("safetensors: tensor '{}' shape entry {} ({}) overflows the element count", key, t.shape.size(), dim));
       t.shape.push_back(static_cast<std::int64_t>(dim));
     }
     const auto off = v.find("data_offsets");
@@ -184,7 +187,8 @@ void SafetensorsFile::parse() {
     std::uint64_t bytes = 0;
     if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(element_size(t.dtype)), &bytes) || bytes != t.end - t.begin)
       fail(fmt::format("safetensors: tensor '{}' of dtype {} and shape {} needs {} bytes, but data_offsets [{}, {}] span {}", key,
-                       ds, sh->dump(), count * element_size(t.dtype), t.begin, t.end, t.end - t.begin));
+                       ds, fmt::format("[{}]", fmt::join(t.shape, ",")), count * element_size(t.dtype), t.begin, t.end,
+                       t.end - t.begin));
     if (t.end > data_size)
       fail(fmt::format("safetensors: tensor '{}' data [{}, {}] lies past the end of the data section ({} bytes)", key, t.begin,
                        t.end, data_size));
