@@ -359,6 +359,7 @@ struct LlamaModel::Impl {
 
   LlamaConfig cfg;
   LlamaOptions opts;
+  std::int64_t max_len = 0;  // most tokens a sequence may hold
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, group = 0;
   float eps = 1e-5f;
   Linear embed;           // [V, H] (rows looked up)
@@ -447,6 +448,10 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
     s.start = b.cu_num_tokens[i];
     s.n = b.cu_num_tokens[i + 1] - s.start;
     s.cached = cache.length(s.slot);
+    if (s.cached + s.n > max_len)
+      fail(fmt::format("forward: slots[{}]: {} cached + {} new tokens exceed the model's context length {} "
+                       "(LlamaOptions::context_length; the config's max_position_embeddings by default)",
+                       i, s.cached, s.n, max_len));
     const std::vector<std::int32_t>* parents =
         b.parents.empty() || b.parents[i].empty() ? nullptr : &b.parents[static_cast<std::size_t>(i)];
     if (parents) {
@@ -810,6 +815,9 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
                      "high_freq_factor > low_freq_factor, got {}, {}, {}",
                      c.rope_scaling.original_max_position_embeddings, c.rope_scaling.low_freq_factor,
                      c.rope_scaling.high_freq_factor));
+  if (options.context_length < 0)
+    fail(fmt::format("LlamaModel: options.context_length: expected >= 0 (0 = the config's), got {}", options.context_length));
+  m.max_len = options.context_length > 0 ? options.context_length : c.max_position_embeddings;
   if (options.activation_bits != 8 && options.activation_bits != 16)
     fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16, got {}", options.activation_bits));
   m.pool = shared_pool(options.num_threads > 0 ? options.num_threads : available_cpus());
@@ -905,6 +913,7 @@ LlamaModel::~LlamaModel() = default;
 const LlamaConfig& LlamaModel::config() const noexcept { return impl_->cfg; }
 std::int64_t LlamaModel::vocab_size() const noexcept { return impl_->V; }
 std::int64_t LlamaModel::hidden_size() const noexcept { return impl_->H; }
+std::int64_t LlamaModel::max_sequence_length() const noexcept { return impl_->max_len; }
 ForwardOutput LlamaModel::forward(const ForwardBatch& batch) { return impl_->forward(batch); }
 std::int64_t LlamaModel::allocate_sequence() { return impl_->cache.allocate(); }
 void LlamaModel::free_sequence(std::int64_t slot) { impl_->cache.free(slot); }

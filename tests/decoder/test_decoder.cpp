@@ -366,4 +366,44 @@ TEST(Decoder, ProposerReturningTooManyDraftsIsAnError) {
   }
 }
 
+TEST(Decoder, StopsAtTheTargetsContextLength) {
+  static_assert(sm::HasMaxSequenceLength<sm::LlamaModel>);
+  auto c = tiny_config();
+  c.max_position_embeddings = 24;
+  sm::LlamaOptions lo;
+  lo.initial_cache_capacity = 8;
+  auto target = sm::LlamaModel::random(c, 21, lo);
+  ASSERT_EQ(target.max_sequence_length(), 24);
+  const auto prompt = make_prompt(7, 64, 5);
+  const auto want = reference_greedy(target, prompt, 24 - 7);  // every position the window holds
+  for (int g : {0, 3, 8}) {  // drafts are cut so a verification never writes past the window
+    sp::NgramOptions no;
+    no.min_n = 1;
+    no.max_n = 2;
+    sp::NgramProposer ngram(no);
+    sd::DecoderOptions o;
+    o.num_speculative_tokens = g;
+    sd::SpeculativeDecoder dec(ngram, target, o);
+    const auto res = dec.generate(std::vector{make_request(prompt, 100)});
+    EXPECT_EQ(res[0].finish_reason, sd::FinishReason::kLength) << g;
+    EXPECT_EQ(res[0].tokens, want) << g;  // prompt + generated == the context length, greedy tokens unchanged
+  }
+  // A prompt that leaves no room for a token is refused, naming the limit; a forward past the window is an error too.
+  sp::NoProposer none;
+  Decoder dec(none, target);
+  try {
+    dec.add_request(make_request(make_prompt(24, 64, 5), 4));
+    ADD_FAILURE() << "no error";
+  } catch (const specdec::error& e) {
+    EXPECT_NE(std::string(e.what()).find("context length 24"), std::string::npos) << e.what();
+  }
+  const auto slot = target.allocate_sequence();
+  EXPECT_THROW(target.forward(sm::make_chain_batch(slot, make_prompt(25, 64, 5))), specdec::error);
+  EXPECT_EQ(target.sequence_length(slot), 0);
+  target.free_sequence(slot);
+  // LlamaOptions::context_length overrides the config's window.
+  lo.context_length = 40;
+  EXPECT_EQ(sm::LlamaModel::random(c, 21, lo).max_sequence_length(), 40);
+}
+
 }  // namespace

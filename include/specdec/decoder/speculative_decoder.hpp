@@ -5,7 +5,8 @@
 // (or tree_rejection_sample) keeps the accepted drafts and draws one recovered/bonus token per request (seed = the request's
 // seed, position = sequence index of its first draft token, greedy rows at temperature 0); the target cache is rolled back to
 // the accepted prefix (trees: keep_path); the tokens are streamed; the proposer learns what was accepted. A request that
-// finishes (stop token, stop string, max_new_tokens) leaves at once and frees its slots; the others continue.
+// finishes (stop token, stop string, max_new_tokens, or the target's context length when it has one) leaves at once and
+// frees its slots; the others continue.
 //
 // With NoProposer (or g = 0) every step is a plain autoregressive step through the same code: the token is the verifier's
 // bonus token with 0 drafts (argmax at temperature 0, otherwise the race over p at the token's position), so a speculative
@@ -15,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <limits>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -61,6 +63,8 @@ class SpeculativeDecoder {
                         "; a draft model must share the target's vocabulary (tokenizer)");
     }
     if constexpr (proposers::wants_target_features<Draft>) feature_spec_ = proposer_->target_feature_spec();
+    if constexpr (models::HasMaxSequenceLength<Target>)
+      max_sequence_length_ = static_cast<std::int64_t>(target_->max_sequence_length());
   }
 
   ~SpeculativeDecoder() {
@@ -73,6 +77,11 @@ class SpeculativeDecoder {
   /// is left behind (no slot, no proposer state). Returns the request's id.
   RequestId add_request(GenerationRequest request) {
     detail::check_request(request, vocab_size_, options_);
+    if (static_cast<std::int64_t>(request.prompt.size()) >= max_sequence_length_)
+      throw error(Status::kInvalidArgument,
+                  "add_request: prompt: expected fewer tokens than the target's context length " +
+                      std::to_string(max_sequence_length_) + " (room for at least one new token), got " +
+                      std::to_string(request.prompt.size()));
     const auto t0 = Clock::now();
     Request r;
     r.id = next_id_;
@@ -174,7 +183,7 @@ class SpeculativeDecoder {
     std::vector<std::int64_t> roots(static_cast<std::size_t>(B)), slots(static_cast<std::size_t>(B)),
         positions(static_cast<std::size_t>(B)), base(static_cast<std::size_t>(B));
     std::vector<std::uint64_t> seeds(static_cast<std::size_t>(B));
-    std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B));
+    std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B)), block(static_cast<std::size_t>(B));
     std::vector<const SamplingParams*> row_params;
     row_params.reserve(static_cast<std::size_t>(N + B));
     for (std::int64_t b = 0; b < B; ++b) {
@@ -185,6 +194,7 @@ class SpeculativeDecoder {
       base[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(r.context.size()) - 1;
       seeds[static_cast<std::size_t>(b)] = r.req.params.seed;
       greedy[static_cast<std::size_t>(b)] = r.req.params.greedy() ? 1 : 0;
+      block[static_cast<std::size_t>(b)] = r.req.verify_method == VerifyMethod::kBlock ? 1 : 0;
       row_params.insert(row_params.end(), static_cast<std::size_t>(drafts.num_drafts(b) + 1), &r.req.params);
     }
     const models::ForwardBatch fb = detail::build_forward(drafts, roots, slots, feature_spec_ ? &*feature_spec_ : nullptr);
@@ -205,7 +215,7 @@ class SpeculativeDecoder {
 
     // 3. processed target rows and verification
     const at::Tensor probs = proposers::process_logits(out.logits, row_params);
-    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy);
+    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy, block);
 
     // 4. emit, stop, roll caches back, tell the proposer
     std::vector<proposers::StepFeedback> feedback;
@@ -363,7 +373,9 @@ class SpeculativeDecoder {
       if (best == 0 && ++r.steps_without_drafts % 16 == 0) best = 1;  // probe now and then to refresh the estimate
       g = best;
     }
-    const std::int64_t room = r.req.max_new_tokens - generated(r) - 1;
+    const std::int64_t room = std::min<std::int64_t>(r.req.max_new_tokens - generated(r),
+                                                     max_sequence_length_ - static_cast<std::int64_t>(r.context.size())) -
+                              1;
     return static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min<std::int64_t>(g, room)));
   }
 
@@ -413,7 +425,8 @@ class SpeculativeDecoder {
         return finish(r, FinishReason::kStopString);
       }
     }
-    if (generated(r) >= r.req.max_new_tokens) finish(r, FinishReason::kLength);
+    if (generated(r) >= r.req.max_new_tokens || static_cast<std::int64_t>(r.context.size()) >= max_sequence_length_)
+      finish(r, FinishReason::kLength);
   }
 
   static void finish(Request& r, FinishReason why) { r.finish = why; }
@@ -464,6 +477,8 @@ class SpeculativeDecoder {
   Target* target_;
   DecoderOptions options_;
   std::int64_t vocab_size_ = 0;
+  /// The target's context length (models::HasMaxSequenceLength), or unbounded.
+  std::int64_t max_sequence_length_ = std::numeric_limits<std::int64_t>::max();
   std::optional<proposers::TargetFeatureSpec> feature_spec_;
   std::map<RequestId, Request> running_;
   std::map<RequestId, GenerationResult> results_;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "specdec/proposers/proposer.hpp"
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/params.hpp"
 
 namespace specdec::models {
@@ -26,11 +27,15 @@ struct GenerationRequest {
   std::vector<std::int64_t> stop_token_ids;     ///< e.g. EOS; the stop token is emitted and ends the request
   std::vector<std::string> stop_strings;        ///< needs DecoderOptions::detokenize; the token completing one is emitted last
   std::int32_t num_speculative_tokens = -1;     ///< g for this request; -1 = DecoderOptions::num_speculative_tokens
+  /// How the request's drafts are verified: token by token (default) or jointly (block verification, Sun et al. 2024;
+  /// lossless, never fewer accepted drafts in expectation). Applies to chains; a step whose batch holds a draft tree is
+  /// verified token by token (tree verification).
+  VerifyMethod verify_method = VerifyMethod::kToken;
 };
 
 enum class FinishReason : std::uint8_t {
   kNone,        ///< still running
-  kLength,      ///< max_new_tokens reached
+  kLength,      ///< max_new_tokens reached, or the target's context length (prompt + generated tokens)
   kStopToken,   ///< a stop token id was emitted
   kStopString,  ///< a stop string appeared in the generated text
   kCancelled,   ///< cancel() was called

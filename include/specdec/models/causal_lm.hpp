@@ -75,6 +75,14 @@ concept CausalLM = requires(M& m, const M& cm, const ForwardBatch& batch, std::i
   { m.keep_path(slot, length, path) };
 };
 
+/// Optional capability: the most tokens a sequence may hold (the model's trained context window). A model that has it lets the
+/// decoder stop a request there (FinishReason::kLength) instead of running past the positions it was trained on; a forward
+/// that would write past it is an error.
+template <class M>
+concept HasMaxSequenceLength = requires(const M& cm) {
+  { cm.max_sequence_length() } -> std::convertible_to<std::int64_t>;
+};
+
 namespace detail {
 /// Checks a ragged batch's layout for `who` ("forward", "EagleHead::forward"): at least one sequence, cu_num_tokens
 /// with num_sequences + 1 entries starting at 0 and strictly increasing (>= 1 `unit` per sequence), token_ids of

@@ -52,6 +52,10 @@ struct LlamaOptions {
   /// products: a quarter of float32's bytes per token, and no longer the checkpoint's exact weights. Meant for draft models,
   /// whose outputs only propose tokens (the verifier keeps the target's distribution whatever the draft computes).
   bool quantize_float_weights = false;
+  /// Most tokens a sequence may hold (max_sequence_length()). 0: the config's max_position_embeddings (GGUF
+  /// llama.context_length), the window the model was trained on. A forward that would write past it throws; a larger value
+  /// runs the rotary embedding past the trained positions (quality is then the caller's risk).
+  std::int64_t context_length = 0;
 };
 
 /// Returns the float32 tensor stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",
@@ -93,6 +97,8 @@ class LlamaModel {
   const LlamaConfig& config() const noexcept;
   std::int64_t vocab_size() const noexcept;
   std::int64_t hidden_size() const noexcept;
+  /// Most tokens a sequence may hold: LlamaOptions::context_length, or the config's max_position_embeddings.
+  std::int64_t max_sequence_length() const noexcept;
 
   /// See ForwardBatch / ForwardOutput (causal_lm.hpp). Runs without autograd (results are ordinary tensors); validates the whole batch before
   /// touching the cache.
