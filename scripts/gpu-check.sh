@@ -42,7 +42,7 @@ note "device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2
 b1="$root/build-gpu-check"
 cmake -S "$root" -B "$b1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$prefix_path" >"$out/build-kernels.log" 2>&1 &&
-  cmake --build "$b1" -j "$jobs" --target test_cuda_verify test_cuda_emulation bench_verify_cuda >>"$out/build-kernels.log" 2>&1
+  cmake --build "$b1" -j "$jobs" --target test_cuda_verify test_cuda_emulation test_block_emulation bench_verify_cuda >>"$out/build-kernels.log" 2>&1
 note "build (kernels): rc=$?"
 (cd "$b1" && ctest -R cuda --output-on-failure) >"$out/ctest.log" 2>&1
 note "ctest -R cuda: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1))"
@@ -53,6 +53,9 @@ if command -v "$san" >/dev/null 2>&1; then
   filter='cuda_verify*:-*ChainMatchesCpu*:*TreeMatchesCpu*'
   "$san" --tool memcheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter="$filter" >"$out/memcheck-verify.log" 2>&1
   note "memcheck: rc=$?"
+  "$san" --tool memcheck --error-exitcode 1 "$b1/bin/test_block_emulation" --gtest_filter='cuda_block_device*' \
+    >"$out/memcheck-block.log" 2>&1
+  note "memcheck (block verification): rc=$?"
   if [[ $quick == 0 ]]; then
     "$san" --tool racecheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter='cuda_verify*BadInput*:cuda_verify_graph*' \
       >"$out/racecheck-verify.log" 2>&1
