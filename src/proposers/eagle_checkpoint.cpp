@@ -1,0 +1,281 @@
+// EAGLE head checkpoints: named weights, save / load of config.json + model.safetensors, and the target weights a head
+// borrows (embedding, LM head) from a GGUF file or a safetensors checkpoint (see eagle.hpp).
+#include "eagle_internal.hpp"
+
+namespace specdec::proposers {
+
+using namespace eagle_internal;
+
+std::vector<std::pair<std::string, at::Tensor>> EagleHead::named_weights() const {
+  const Impl& m = *impl_;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const bool e3 = m.cfg.version == EagleVersion::kEagle3;
+  if (m.own_embed) out.emplace_back("embed_tokens.weight", m.embed);
+  out.emplace_back("fc.weight", m.fc_w);
+  if (m.fc_b.defined()) out.emplace_back("fc.bias", m.fc_b);
+  for (std::size_t i = 0; i < m.layers.size(); ++i) {
+    const Impl::Layer& L = m.layers[i];
+    const std::string p = e3 ? "midlayer." : fmt::format("layers.{}.", i);
+    if (L.hidden_norm.defined()) out.emplace_back(p + "hidden_norm.weight", L.hidden_norm);
+    if (L.input_norm.defined()) out.emplace_back(p + "input_layernorm.weight", L.input_norm);
+    out.emplace_back(p + "post_attention_layernorm.weight", L.post_norm);
+    out.emplace_back(p + "self_attn.q_proj.weight", L.wq);
+    out.emplace_back(p + "self_attn.k_proj.weight", L.wk);
+    out.emplace_back(p + "self_attn.v_proj.weight", L.wv);
+    out.emplace_back(p + "self_attn.o_proj.weight", L.wo);
+    out.emplace_back(p + "mlp.gate_proj.weight", L.gate);
+    out.emplace_back(p + "mlp.up_proj.weight", L.up);
+    out.emplace_back(p + "mlp.down_proj.weight", L.down);
+  }
+  if (e3) {
+    out.emplace_back("norm.weight", m.final_norm);
+    out.emplace_back("lm_head.weight", m.lm_head);
+  }
+  if (e3 || m.Vd < m.V) {
+    at::Tensor d2t = at::empty({m.Vd}, kI64);
+    std::int64_t* dp = d2t.data_ptr<std::int64_t>();
+    for (std::int64_t d = 0; d < m.Vd; ++d) dp[d] = m.d2t_ids[static_cast<std::size_t>(d)] - d;
+    out.emplace_back("d2t", d2t);
+    out.emplace_back("t2d", m.t2d);
+  }
+  return out;
+}
+
+namespace {
+
+// The head's tensors as float32 (I64 / BOOL kept); errors name EagleHead::save.
+void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  try {
+    sm::write_tensors_safetensors(path, tensors, at::kFloat);
+  } catch (const specdec::error& e) {
+    throw specdec::error(e.status(), std::string("EagleHead::save: ") + e.what());
+  }
+}
+
+}  // namespace
+
+void EagleHead::save(const std::filesystem::path& dir) const {
+  const Impl& m = *impl_;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(fmt::format("EagleHead::save: cannot create directory '{}': {}", dir.string(), ec.message()));
+  const sm::LlamaConfig& l = m.cfg.layer;
+  const bool e3 = m.cfg.version == EagleVersion::kEagle3;
+  nlohmann::ordered_json j;
+  j["architectures"] = {e3 ? "LlamaForCausalLMEagle3" : "LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = l.hidden_size;
+  j["intermediate_size"] = l.intermediate_size;
+  j["num_hidden_layers"] = l.num_layers;
+  j["num_attention_heads"] = l.num_heads;
+  j["num_key_value_heads"] = l.num_kv_heads;
+  j["head_dim"] = l.head_dim;
+  j["vocab_size"] = l.vocab_size;
+  j["rms_norm_eps"] = l.rms_norm_eps;
+  j["rope_theta"] = l.rope_theta;
+  j["max_position_embeddings"] = l.max_position_embeddings;
+  j["tie_word_embeddings"] = false;
+  if (l.rope_scaling.type == sm::RopeScalingType::kNone) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    nlohmann::ordered_json rs;
+    rs["rope_type"] = sm::to_string(l.rope_scaling.type);
+    rs["factor"] = l.rope_scaling.factor;
+    if (l.rope_scaling.type == sm::RopeScalingType::kLlama3) {
+      rs["low_freq_factor"] = l.rope_scaling.low_freq_factor;
+      rs["high_freq_factor"] = l.rope_scaling.high_freq_factor;
+    }
+    if (l.rope_scaling.original_max_position_embeddings > 0)
+      rs["original_max_position_embeddings"] = l.rope_scaling.original_max_position_embeddings;
+    j["rope_scaling"] = rs;
+  }
+  if (l.bos_token_id) j["bos_token_id"] = *l.bos_token_id;
+  if (!l.eos_token_ids.empty()) j["eos_token_id"] = l.eos_token_ids.size() == 1 ? nlohmann::ordered_json(l.eos_token_ids[0])
+                                                                                : nlohmann::ordered_json(l.eos_token_ids);
+  if (e3) {
+    j["draft_vocab_size"] = m.Vd;
+    j["target_hidden_size"] = m.Ht;
+    if (!m.cfg.feature_layers.empty()) {
+      std::vector<std::int64_t> ids;
+      for (auto f : m.cfg.feature_layers) ids.push_back(f + 1);  // vLLM numbers the layer whose input is read
+      j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", ids}};
+    }
+  } else {
+    j["bias"] = m.fc_b.defined();
+    if (m.Vd < m.V) j["draft_vocab_size"] = m.Vd;
+    if (m.cfg.feature == EagleFeature::kPreNorm) j["specdec_feature"] = "pre_norm";
+  }
+  {
+    std::ofstream out(dir / "config.json", std::ios::trunc);
+    if (!out) fail(fmt::format("EagleHead::save: cannot open '{}' for writing", (dir / "config.json").string()));
+    out << j.dump(2) << "\n";
+    if (!out) fail(fmt::format("EagleHead::save: writing '{}' failed", (dir / "config.json").string()));
+  }
+  write_safetensors(dir / "model.safetensors", named_weights());
+}
+
+namespace {
+
+struct CheckpointIndex {
+  std::vector<sm::SafetensorsFile> files;
+  std::map<std::string, std::pair<std::size_t, const sm::SafetensorsTensor*>, std::less<>> index;
+};
+
+CheckpointIndex open_checkpoint(const std::filesystem::path& dir, const char* who) {
+  if (!std::filesystem::is_directory(dir)) fail(fmt::format("{}: dir: expected a checkpoint directory, got '{}'", who, dir.string()));
+  std::vector<std::filesystem::path> paths;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
+  std::sort(paths.begin(), paths.end());
+  if (paths.empty()) {
+    const bool bin = std::filesystem::exists(dir / "pytorch_model.bin");
+    fail(fmt::format("{}: dir: expected *.safetensors files in '{}', got none{}", who, dir.string(),
+                     bin ? " (pytorch_model.bin is not read: convert it to safetensors)" : ""));
+  }
+  CheckpointIndex ci;
+  ci.files.reserve(paths.size());
+  for (const auto& p : paths) ci.files.emplace_back(p);
+  for (std::size_t f = 0; f < ci.files.size(); ++f)
+    for (const auto& t : ci.files[f].tensors()) ci.index[t.name] = {f, &t};
+  return ci;
+}
+
+at::Tensor read_tensor(const CheckpointIndex& ci, const std::string& name) {
+  auto it = ci.index.find(name);
+  if (it == ci.index.end()) return {};
+  const auto& [f, t] = it->second;
+  switch (t->dtype) {
+    case sm::SafetensorsDtype::kF32:
+    case sm::SafetensorsDtype::kF16:
+    case sm::SafetensorsDtype::kBF16: {
+      at::Tensor out = at::empty(t->shape, kF32);
+      ci.files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+      return out;
+    }
+    case sm::SafetensorsDtype::kBool: {
+      const auto v = to_int64_vector(ci.files[f], *t, name);
+      return at::tensor(v, kI64).view(t->shape).to(at::kBool);
+    }
+    default: {
+      const auto v = to_int64_vector(ci.files[f], *t, name);
+      return at::tensor(v, kI64).view(t->shape);
+    }
+  }
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+EagleHeadConfig load_eagle_head_config(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir))
+    fail(fmt::format("load_eagle_head: dir: expected a checkpoint directory, got '{}'", dir.string()));
+  const std::filesystem::path cfg_path = dir / "config.json";
+  if (!std::filesystem::is_regular_file(cfg_path))
+    fail(fmt::format("load_eagle_head: expected a config.json in '{}', got none", dir.string()));
+  EagleHeadConfig c;
+  c.layer = sm::llama_config_from_hf_json(cfg_path);
+  std::ifstream in(cfg_path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  bool has_midlayer = false;
+  {
+    const CheckpointIndex ci = open_checkpoint(dir, "load_eagle_head_config");
+    for (const auto& [name, _] : ci.index)
+      if (name.rfind("midlayer.", 0) == 0) has_midlayer = true;
+  }
+  c.version = has_midlayer ? EagleVersion::kEagle3 : EagleVersion::kEagle1;
+  const std::string where = cfg_path.string();
+  auto opt_int = [&](const nlohmann::json& obj, const char* key) -> std::optional<std::int64_t> {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number_integer()) fail(fmt::format("load_eagle_head: '{}' key '{}': expected an integer, got {}", where, key, it->dump()));
+    return it->get<std::int64_t>();
+  };
+  if (c.version == EagleVersion::kEagle1) {
+    if (auto it = j.find("bias"); it != j.end() && !it->is_null()) {
+      if (!it->is_boolean()) fail(fmt::format("load_eagle_head: '{}' key 'bias': expected a bool, got {}", where, it->dump()));
+      c.fc_bias = it->get<bool>();
+    }
+    if (auto it = j.find("specdec_feature"); it != j.end() && it->is_string()) {
+      const std::string f = it->get<std::string>();
+      if (f == "pre_norm") c.feature = EagleFeature::kPreNorm;
+      else if (f == "post_norm") c.feature = EagleFeature::kPostNorm;
+      else fail(fmt::format("load_eagle_head: '{}' key 'specdec_feature': expected \"pre_norm\" or \"post_norm\", got {}", where, it->dump()));
+    }
+    c.draft_vocab_size = opt_int(j, "draft_vocab_size").value_or(0);
+  } else {
+    c.draft_vocab_size = opt_int(j, "draft_vocab_size").value_or(0);
+    c.target_hidden_size = opt_int(j, "target_hidden_size").value_or(0);
+    const nlohmann::json* ids = nullptr;
+    if (auto e = j.find("eagle_config"); e != j.end() && e->is_object())
+      if (auto it = e->find("eagle_aux_hidden_state_layer_ids"); it != e->end() && !it->is_null()) ids = &*it;
+    if (auto it = j.find("eagle_aux_hidden_state_layer_ids"); !ids && it != j.end() && !it->is_null()) ids = &*it;
+    if (ids) {
+      if (!ids->is_array() || ids->size() != 3)
+        fail(fmt::format("load_eagle_head: '{}' key 'eagle_aux_hidden_state_layer_ids': expected 3 integers, got {}", where, ids->dump()));
+      for (const auto& e : *ids) {
+        if (!e.is_number_integer() || e.get<std::int64_t>() < 1)
+          fail(fmt::format("load_eagle_head: '{}' key 'eagle_aux_hidden_state_layer_ids': expected integers >= 1, got {}", where, ids->dump()));
+        c.feature_layers.push_back(e.get<std::int64_t>() - 1);
+      }
+    }
+  }
+  return c;
+}
+
+EagleHead load_eagle_head(const std::filesystem::path& dir, const EagleTargetWeights& target, const EagleHeadOptions& options) {
+  const EagleHeadConfig config = load_eagle_head_config(dir);
+  const CheckpointIndex ci = open_checkpoint(dir, "load_eagle_head");
+  std::set<std::string, std::less<>> used;
+  auto get = [&](const std::string& name) {
+    used.insert(name);
+    return read_tensor(ci, name);
+  };
+  try {
+    EagleHead head(config, get, target, options);
+    for (const auto& [name, _] : ci.index) {
+      if (used.count(name) || ends_with(name, "rotary_emb.inv_freq")) continue;
+      fail(fmt::format("load_eagle_head: tensor '{}' in '{}': not part of an {} head with {} layer(s)", name, dir.string(),
+                       config.version == EagleVersion::kEagle1 ? "EAGLE-1" : "EAGLE-3", config.layer.num_layers));
+    }
+    return head;
+  } catch (const specdec::error& e) {
+    const std::string what = e.what();
+    if (what.rfind("load_eagle_head", 0) == 0) throw;
+    throw specdec::error(e.status(), fmt::format("load_eagle_head: '{}': {}", dir.string(), what));
+  }
+}
+
+EagleTargetWeights eagle_target_weights_from_safetensors(const std::filesystem::path& dir) {
+  const CheckpointIndex ci = open_checkpoint(dir, "eagle_target_weights_from_safetensors");
+  EagleTargetWeights w;
+  w.embed_tokens = read_tensor(ci, "model.embed_tokens.weight");
+  if (!w.embed_tokens.defined())
+    fail(fmt::format("eagle_target_weights_from_safetensors: tensor 'model.embed_tokens.weight' is missing in '{}'", dir.string()));
+  w.lm_head = read_tensor(ci, "lm_head.weight");
+  if (!w.lm_head.defined()) w.lm_head = w.embed_tokens;
+  return w;
+}
+
+EagleTargetWeights eagle_target_weights_from_gguf(const std::filesystem::path& path) {
+  sm::GgufFile file(path);
+  auto read = [&](const char* name) -> at::Tensor {
+    const sm::TensorInfo* info = file.find_tensor(name);
+    if (!info) return {};
+    at::Tensor t = at::empty(info->shape, kF32);
+    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    return t;
+  };
+  EagleTargetWeights w;
+  w.embed_tokens = read("token_embd.weight");
+  if (!w.embed_tokens.defined())
+    fail(fmt::format("eagle_target_weights_from_gguf: tensor 'token_embd.weight' is missing in '{}'", path.string()));
+  w.lm_head = read("output.weight");
+  if (!w.lm_head.defined()) w.lm_head = w.embed_tokens;
+  return w;
+}
+
+}  // namespace specdec::proposers

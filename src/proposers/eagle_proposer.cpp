@@ -1,0 +1,397 @@
+// EagleProposer: drafting chains and EAGLE-2 trees with an EAGLE head from the target's features (see eagle.hpp).
+#include "eagle_internal.hpp"
+
+namespace specdec::proposers {
+
+using namespace eagle_internal;
+
+struct EagleProposer::Impl {
+  struct Request {
+    std::int64_t slot = -1;
+    const SamplingParams* params = nullptr;
+    std::vector<at::Tensor> pending_features;     // target feature rows not yet run through the head
+    std::vector<std::int64_t> pending_tokens;     // the token following each pending row
+    at::Tensor last_hidden;                       // [H] head output of the last committed row
+    at::Tensor last_logits;                       // [Vd] its logits
+  };
+
+  EagleHead head;
+  EagleProposerOptions opts;
+  std::vector<std::int64_t> feature_layers;  // EAGLE-3, resolved
+  std::unordered_map<RequestId, Request> requests;
+
+  Impl(EagleHead h, const EagleProposerOptions& o) : head(std::move(h)), opts(o) {}
+
+  Request& find(RequestId id, const char* who) {
+    auto it = requests.find(id);
+    if (it == requests.end()) fail(fmt::format("EagleProposer::{}: id: expected an active request, got {}", who, id));
+    return it->second;
+  }
+
+  // [rows, feature_size] from the decoder's target features.
+  at::Tensor features_of(const TargetFeatures& f, const char* who) const {
+    const std::int64_t H = head.hidden_size();
+    auto check = [&](const at::Tensor& t, const char* what, std::int64_t width) {
+      if (!t.defined() || t.dim() != 2 || t.size(0) != f.rows || t.size(1) != width)
+        fail(fmt::format("EagleProposer::{}: features.{}: expected [{}, {}], got {}", who, what, f.rows, width,
+                         t.defined() ? shape_str(t.sizes()) : std::string("none")));
+    };
+    if (head.version() == EagleVersion::kEagle1) {
+      const bool pre = head.config().feature == EagleFeature::kPreNorm;
+      const at::Tensor& t = pre ? f.hidden_pre_norm : f.hidden_post_norm;
+      check(t, pre ? "hidden_pre_norm" : "hidden_post_norm", H);
+      return t;
+    }
+    const std::int64_t Ht = head.config().target_hidden_size;
+    if (f.layer_hidden.size() != 3)
+      fail(fmt::format("EagleProposer::{}: features.layer_hidden: expected 3 tensors (low, mid, high), got {}", who, f.layer_hidden.size()));
+    for (const auto& t : f.layer_hidden) check(t, "layer_hidden[i]", Ht);
+    return at::cat({f.layer_hidden[0], f.layer_hidden[1], f.layer_hidden[2]}, 1);
+  }
+
+  void add_pending(Request& r, const TargetFeatures& f, std::span<const std::int64_t> context, const char* who) {
+    if (f.rows == 0) return;
+    if (f.start < 0 || f.start + f.rows >= static_cast<std::int64_t>(context.size()))
+      fail(fmt::format("EagleProposer::{}: features: rows [{}, {}) need the following tokens up to index {}, but the context has {}",
+                       who, f.start, f.start + f.rows, f.start + f.rows, context.size()));
+    at::Tensor t = features_of(f, who).to(at::kFloat);
+    r.pending_features.push_back(t);
+    for (std::int64_t i = 0; i < f.rows; ++i) r.pending_tokens.push_back(context[static_cast<std::size_t>(f.start + i + 1)]);
+  }
+
+  DraftBatch propose(std::span<const ProposeRequest> reqs);
+};
+
+EagleProposer::EagleProposer(EagleHead head, const EagleProposerOptions& options)
+    : impl_(std::make_unique<Impl>(std::move(head), options)) {
+  Impl& m = *impl_;
+  if (m.head.version() == EagleVersion::kEagle3) {
+    m.feature_layers = m.head.config().feature_layers;
+    if (m.feature_layers.empty()) {
+      if (options.target_num_layers < 1)
+        fail("EagleProposer: options.target_num_layers: the EAGLE-3 head names no feature layers, expected the target's "
+             "layer count (>= 1) to pick the defaults, got 0");
+      m.feature_layers = eagle3_default_feature_layers(options.target_num_layers);
+    }
+    for (auto l : m.feature_layers)
+      if (options.target_num_layers > 0 && l >= options.target_num_layers)
+        fail(fmt::format("EagleProposer: feature layer {}: expected < target_num_layers = {}", l, options.target_num_layers));
+  }
+  if (!(options.min_draft_prob >= 0.0 && options.min_draft_prob <= 1.0))
+    fail(fmt::format("EagleProposer: options.min_draft_prob: expected in [0, 1], got {}", options.min_draft_prob));
+  if (options.tree.top_k < 1 || options.tree.num_nodes < 1 || options.tree.depth < 0)
+    fail(fmt::format("EagleProposer: options.tree: expected top_k >= 1, num_nodes >= 1, depth >= 0, got {}, {}, {}",
+                     options.tree.top_k, options.tree.num_nodes, options.tree.depth));
+}
+EagleProposer::EagleProposer(EagleProposer&&) noexcept = default;
+EagleProposer& EagleProposer::operator=(EagleProposer&&) noexcept = default;
+EagleProposer::~EagleProposer() = default;
+
+TargetFeatureSpec EagleProposer::target_feature_spec() const {
+  TargetFeatureSpec s;
+  if (impl_->head.version() == EagleVersion::kEagle1) s.final_hidden = true;
+  else s.layers = impl_->feature_layers;
+  return s;
+}
+std::int64_t EagleProposer::vocab_size() const { return impl_->head.vocab_size(); }
+EagleHead& EagleProposer::head() noexcept { return impl_->head; }
+const EagleHead& EagleProposer::head() const noexcept { return impl_->head; }
+const EagleProposerOptions& EagleProposer::options() const noexcept { return impl_->opts; }
+void EagleProposer::set_mode(EagleDraftMode mode) noexcept { impl_->opts.mode = mode; }
+std::int64_t EagleProposer::pending_rows(RequestId id) const {
+  auto it = impl_->requests.find(id);
+  if (it == impl_->requests.end()) fail(fmt::format("EagleProposer::pending_rows: id: expected an active request, got {}", id));
+  return static_cast<std::int64_t>(it->second.pending_tokens.size());
+}
+
+void EagleProposer::begin_request(const RequestContext& ctx) {
+  Impl& m = *impl_;
+  if (m.requests.count(ctx.id)) fail(fmt::format("EagleProposer::begin_request: id: request {} is already active", ctx.id));
+  if (!ctx.params) fail("EagleProposer::begin_request: params: expected the request's SamplingParams, got null");
+  check(*ctx.params);
+  if (ctx.context.empty()) fail("EagleProposer::begin_request: context: expected at least one token, got none");
+  const auto n = static_cast<std::int64_t>(ctx.context.size());
+  if (!ctx.features && n > 1)
+    fail("EagleProposer::begin_request: features: expected the target features of context[0 .. n-1) (the proposer wants "
+         "target features), got null");
+  Impl::Request r;
+  r.params = ctx.params;
+  if (ctx.features) {
+    if (ctx.features->rows != n - 1 || ctx.features->start != 0)
+      fail(fmt::format("EagleProposer::begin_request: features: expected rows [0, {}) of the prompt, got [{}, {})", n - 1,
+                       ctx.features->start, ctx.features->start + ctx.features->rows));
+    m.add_pending(r, *ctx.features, ctx.context, "begin_request");
+  }
+  r.slot = m.head.allocate_sequence();
+  m.requests.emplace(ctx.id, std::move(r));
+}
+
+void EagleProposer::end_request(RequestId id) {
+  Impl& m = *impl_;
+  Impl::Request& r = m.find(id, "end_request");
+  m.head.free_sequence(r.slot);
+  m.requests.erase(id);
+}
+
+void EagleProposer::observe(std::span<const StepFeedback> feedback) {
+  Impl& m = *impl_;
+  // Validate everything first so a bad entry leaves every request unchanged.
+  for (const auto& f : feedback) {
+    m.find(f.id, "observe");
+    if (!f.features) fail(fmt::format("EagleProposer::observe: request {}: features: expected the rows of [root, accepted drafts], got null", f.id));
+    if (f.features->rows != f.num_accepted + 1)
+      fail(fmt::format("EagleProposer::observe: request {}: features.rows: expected num_accepted + 1 = {}, got {}", f.id,
+                       f.num_accepted + 1, f.features->rows));
+    if (f.features->start + f.features->rows != static_cast<std::int64_t>(f.context.size()) - 1)
+      fail(fmt::format("EagleProposer::observe: request {}: features: expected rows ending at the emitted token (index {}), got [{}, {})",
+                       f.id, f.context.size() - 1, f.features->start, f.features->start + f.features->rows));
+    (void)m.features_of(*f.features, "observe");
+  }
+  for (const auto& f : feedback) m.add_pending(m.find(f.id, "observe"), *f.features, f.context, "observe");
+}
+
+DraftBatch EagleProposer::propose(std::span<const ProposeRequest> requests) { return impl_->propose(requests); }
+
+DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
+  at::NoGradGuard guard;
+  const auto B = static_cast<std::int64_t>(reqs.size());
+  std::vector<Request*> rs(static_cast<std::size_t>(B));
+  for (std::int64_t i = 0; i < B; ++i) {
+    const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
+    rs[static_cast<std::size_t>(i)] = &find(q.id, "propose");
+    if (q.max_drafts < 0) fail(fmt::format("EagleProposer::propose: requests[{}].max_drafts: expected >= 0, got {}", i, q.max_drafts));
+    const SamplingParams* p = q.params ? q.params : rs[static_cast<std::size_t>(i)]->params;
+    check(*p);
+  }
+  const std::int64_t V = head.vocab_size(), Vd = head.draft_vocab_size();
+  const auto& d2t = head.draft_to_target();
+
+  // 1. Run pending target-feature rows through the head (committed) for every request that drafts this step.
+  {
+    EagleHeadBatch batch;
+    std::vector<at::Tensor> feats;
+    std::vector<Request*> order;
+    batch.cu_num_tokens.push_back(0);
+    for (std::int64_t i = 0; i < B; ++i) {
+      Request& r = *rs[static_cast<std::size_t>(i)];
+      head.truncate(r.slot, head.committed_length(r.slot));
+      if (reqs[static_cast<std::size_t>(i)].max_drafts == 0 || r.pending_tokens.empty()) continue;
+      if (std::find(order.begin(), order.end(), &r) != order.end())
+        fail(fmt::format("EagleProposer::propose: requests[{}].id: request {} appears twice", i, reqs[static_cast<std::size_t>(i)].id));
+      batch.slots.push_back(r.slot);
+      batch.token_ids.insert(batch.token_ids.end(), r.pending_tokens.begin(), r.pending_tokens.end());
+      batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
+      feats.insert(feats.end(), r.pending_features.begin(), r.pending_features.end());
+      order.push_back(&r);
+    }
+    if (!order.empty()) {
+      batch.features = at::cat(feats, 0);
+      batch.commit = true;
+      batch.last_logits_only = true;
+      EagleHeadOutput out = head.forward(batch);
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        Request& r = *order[k];
+        r.last_hidden = out.hidden[batch.cu_num_tokens[k + 1] - 1].clone();
+        r.last_logits = out.logits[static_cast<std::int64_t>(k)].clone();
+        r.pending_features.clear();
+        r.pending_tokens.clear();
+      }
+    }
+  }
+
+  // Requests that draft this step.
+  std::vector<std::int64_t> active;
+  for (std::int64_t i = 0; i < B; ++i)
+    if (reqs[static_cast<std::size_t>(i)].max_drafts > 0 && rs[static_cast<std::size_t>(i)]->last_hidden.defined()) active.push_back(i);
+
+  std::vector<std::vector<std::int64_t>> drafts(static_cast<std::size_t>(B));
+  std::vector<std::vector<std::int64_t>> tree_parents(static_cast<std::size_t>(B));
+  std::vector<std::vector<float>> probs_rows(static_cast<std::size_t>(B));  // chain sampling: [g * V] per request
+  bool any_probs = false;
+
+  if (opts.mode == EagleDraftMode::kChain) {
+    // Current head state per active request.
+    std::vector<at::Tensor> hidden(active.size()), logits(active.size());
+    for (std::size_t a = 0; a < active.size(); ++a) {
+      hidden[a] = rs[static_cast<std::size_t>(active[a])]->last_hidden;
+      logits[a] = rs[static_cast<std::size_t>(active[a])]->last_logits;
+    }
+    std::vector<bool> sampled(active.size()), stopped(active.size(), false);
+    for (std::size_t a = 0; a < active.size(); ++a) {
+      const ProposeRequest& q = reqs[static_cast<std::size_t>(active[a])];
+      const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(active[a])]->params;
+      sampled[a] = opts.chain_sampling == EagleChainSampling::kSample && !p.greedy();
+      any_probs = any_probs || sampled[a];
+    }
+    std::int32_t max_g = 0;
+    for (auto i : active) max_g = std::max(max_g, reqs[static_cast<std::size_t>(i)].max_drafts);
+    std::vector<float> target_logits(static_cast<std::size_t>(V)), probs(static_cast<std::size_t>(V));
+    for (std::int32_t s = 0; s < max_g; ++s) {
+      EagleHeadBatch step;
+      std::vector<at::Tensor> feats;
+      std::vector<std::size_t> stepping;
+      step.cu_num_tokens.push_back(0);
+      for (std::size_t a = 0; a < active.size(); ++a) {
+        const std::int64_t i = active[a];
+        const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
+        if (s >= q.max_drafts || stopped[a]) continue;
+        const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(i)]->params;
+        at::Tensor lg = logits[a].contiguous();
+        const float* lp = lg.data_ptr<float>();
+        std::int64_t token = -1;
+        double confidence = 1.0;  // the head's probability of this draft (min_draft_prob)
+        if (!any_probs || !sampled[a]) {
+          std::int64_t best = 0;
+          for (std::int64_t d = 1; d < Vd; ++d)
+            if (lp[d] > lp[best]) best = d;
+          token = d2t[static_cast<std::size_t>(best)];
+          if (opts.min_draft_prob > 0) {
+            double z = 0.0;
+            for (std::int64_t d = 0; d < Vd; ++d) z += std::exp(static_cast<double>(lp[d]) - static_cast<double>(lp[best]));
+            confidence = 1.0 / z;
+          }
+        }
+        if (any_probs) {
+          // The draft distribution over the target vocabulary, processed with the request's params.
+          std::fill(target_logits.begin(), target_logits.end(), -std::numeric_limits<float>::infinity());
+          for (std::int64_t d = 0; d < Vd; ++d) target_logits[static_cast<std::size_t>(d2t[static_cast<std::size_t>(d)])] = lp[d];
+          const Status st = logits_to_probs(target_logits, p, probs);
+          if (st != Status::kSuccess)
+            throw specdec::error(st, fmt::format("EagleProposer::propose: request {}: head logits: {}", q.id, to_string(st)));
+          if (sampled[a]) {
+            const float u = uniform(draft_key(p.seed), q.position + s, Purpose::kAccept, 0);
+            double cum = 0.0;
+            std::int64_t last_nonzero = -1;
+            for (std::int64_t t = 0; t < V; ++t) {
+              if (probs[static_cast<std::size_t>(t)] <= 0.f) continue;
+              last_nonzero = t;
+              cum += probs[static_cast<std::size_t>(t)];
+              if (static_cast<double>(u) < cum) {
+                token = t;
+                break;
+              }
+            }
+            if (token < 0) token = last_nonzero;
+            // The distribution's largest probability, not the drawn token's: a stop that looked at the draft itself would
+            // keep drafts distributed as q restricted to confident tokens while the verifier divides by q.
+            confidence = *std::max_element(probs.begin(), probs.end());
+          } else {
+            // A deterministic row inside a sampled batch: the verifier treats greedy rows by argmax; give its one-hot.
+            std::fill(probs.begin(), probs.end(), 0.f);
+            probs[static_cast<std::size_t>(token)] = 1.f;
+          }
+        }
+        if (confidence < opts.min_draft_prob) {  // this chain ends here, without this draft
+          stopped[a] = true;
+          continue;
+        }
+        if (any_probs)
+          probs_rows[static_cast<std::size_t>(i)].insert(probs_rows[static_cast<std::size_t>(i)].end(), probs.begin(), probs.end());
+        drafts[static_cast<std::size_t>(i)].push_back(token);
+        if (s + 1 < q.max_drafts) {
+          step.slots.push_back(rs[static_cast<std::size_t>(i)]->slot);
+          step.token_ids.push_back(token);
+          step.cu_num_tokens.push_back(static_cast<std::int64_t>(step.token_ids.size()));
+          feats.push_back(hidden[a].view({1, -1}));
+          stepping.push_back(a);
+        }
+      }
+      if (stepping.empty()) continue;
+      step.features = at::cat(feats, 0);
+      step.features_are_head_hidden = true;
+      EagleHeadOutput out = head.forward(step);
+      for (std::size_t k = 0; k < stepping.size(); ++k) {
+        hidden[stepping[k]] = out.hidden[static_cast<std::int64_t>(k)];
+        logits[stepping[k]] = out.logits[static_cast<std::int64_t>(k)];
+      }
+    }
+  } else {
+    // EAGLE-2 dynamic trees, grown level by level for all requests at once.
+    struct TreeState {
+      std::int64_t req = 0;
+      std::unique_ptr<DynamicTreeBuilder> builder;
+      std::unordered_map<std::int64_t, std::int64_t> position;  // candidate -> head cache position
+      std::unordered_map<std::int64_t, at::Tensor> hidden;     // candidate -> head output row
+    };
+    std::vector<TreeState> trees;
+    for (const auto i : active) {
+      const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
+      const std::int32_t max_depth = opts.tree.depth > 0 ? std::min<std::int32_t>(q.max_drafts, opts.tree.depth + 1) : q.max_drafts;
+      at::Tensor lp = at::log_softmax(rs[static_cast<std::size_t>(i)]->last_logits, -1).contiguous();
+      TreeState t;
+      t.req = i;
+      t.builder = std::make_unique<DynamicTreeBuilder>(
+          opts.tree, max_depth, std::span<const float>(lp.data_ptr<float>(), static_cast<std::size_t>(Vd)));
+      trees.push_back(std::move(t));
+    }
+    for (;;) {
+      EagleHeadBatch step;
+      std::vector<at::Tensor> feats;
+      std::vector<std::size_t> stepping;
+      step.cu_num_tokens.push_back(0);
+      for (std::size_t k = 0; k < trees.size(); ++k) {
+        TreeState& t = trees[k];
+        const auto& front = t.builder->frontier();
+        if (front.empty()) continue;
+        Request& r = *rs[static_cast<std::size_t>(t.req)];
+        const std::int64_t L = head.sequence_length(r.slot);
+        std::vector<std::int64_t> par;
+        for (std::size_t f = 0; f < front.size(); ++f) {
+          const auto& c = t.builder->candidates()[static_cast<std::size_t>(front[f])];
+          step.token_ids.push_back(d2t[static_cast<std::size_t>(c.token)]);
+          par.push_back(c.parent < 0 ? -1 : t.position.at(c.parent));
+          feats.push_back((c.parent < 0 ? r.last_hidden : t.hidden.at(c.parent)).view({1, -1}));
+          t.position[front[f]] = L + static_cast<std::int64_t>(f);
+        }
+        step.slots.push_back(r.slot);
+        step.parents.push_back(std::move(par));
+        step.cu_num_tokens.push_back(static_cast<std::int64_t>(step.token_ids.size()));
+        stepping.push_back(k);
+      }
+      if (stepping.empty()) break;
+      step.features = at::cat(feats, 0);
+      step.features_are_head_hidden = true;
+      EagleHeadOutput out = head.forward(step);
+      at::Tensor lp = at::log_softmax(out.logits, -1).contiguous();
+      for (std::size_t s = 0; s < stepping.size(); ++s) {
+        TreeState& t = trees[stepping[s]];
+        const std::int64_t begin = step.cu_num_tokens[s], n = step.cu_num_tokens[s + 1] - begin;
+        const auto front = t.builder->frontier();  // copy: expand() replaces it
+        for (std::int64_t f = 0; f < n; ++f) t.hidden[front[static_cast<std::size_t>(f)]] = out.hidden[begin + f];
+        t.builder->expand(std::span<const float>(lp.data_ptr<float>() + begin * Vd, static_cast<std::size_t>(n * Vd)));
+      }
+    }
+    for (auto& t : trees) {
+      const auto selected = t.builder->select();
+      for (const auto c : selected)
+        drafts[static_cast<std::size_t>(t.req)].push_back(d2t[static_cast<std::size_t>(t.builder->candidates()[static_cast<std::size_t>(c)].token)]);
+      tree_parents[static_cast<std::size_t>(t.req)] = t.builder->tree_parents(selected);
+    }
+  }
+
+  // Drop every drafting row: the head keeps only rows built from real target features.
+  for (std::int64_t i = 0; i < B; ++i) {
+    Request& r = *rs[static_cast<std::size_t>(i)];
+    head.truncate(r.slot, head.committed_length(r.slot));
+  }
+
+  DraftBatch out;
+  out.cu_num_drafts.push_back(0);
+  for (std::int64_t i = 0; i < B; ++i) {
+    if (opts.mode == EagleDraftMode::kTree) out.append(drafts[static_cast<std::size_t>(i)], tree_parents[static_cast<std::size_t>(i)]);
+    else out.append(drafts[static_cast<std::size_t>(i)]);
+  }
+  if (opts.mode == EagleDraftMode::kTree && out.parents.empty()) out.parents.assign(static_cast<std::size_t>(B), {});
+  if (any_probs) {
+    const std::int64_t N = out.cu_num_drafts.back();
+    out.probs = at::empty({N, V}, kF32);
+    float* dst = out.probs.data_ptr<float>();
+    for (std::int64_t i = 0; i < B; ++i) {
+      const auto& rows = probs_rows[static_cast<std::size_t>(i)];
+      std::copy(rows.begin(), rows.end(), dst + out.cu_num_drafts[i] * V);
+    }
+  }
+  return out;
+}
+
+}  // namespace specdec::proposers
