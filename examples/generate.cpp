@@ -77,6 +77,7 @@ struct Options {
   std::string draft_weights = "q8_0";
   int aten_threads = 1;
   int ngram_min_n = 1, ngram_max_n = 4;
+  std::string verify = "token";  // token | block
 };
 
 [[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
@@ -306,6 +307,7 @@ int run_cli(const Options& o) {
   const bool stream = prompts.size() == 1;
 
   DecoderOptions spec_options;
+    r.verify_method = o.verify == "block" ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
   spec_options.dynamic_speculation = o.adaptive;
   spec_options.detokenize = specdec::decoder::make_detokenizer(tokenizer);
@@ -313,9 +315,9 @@ int run_cli(const Options& o) {
   base_options.num_speculative_tokens = 0;
   base_options.dynamic_speculation = false;
 
-  fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}\n",
+  fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}, verify {}\n",
              fs::path(o.model).filename().string(), target.vocab_size(), prompts.size(), proposer,
-             o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature);
+             o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature, o.verify);
 
   std::optional<RunOutcome> base;
   if (o.compare) {
@@ -370,6 +372,7 @@ int run_cli(const Options& o) {
     j["one_token_forward_seconds"] = t1;
     if (base) {
       j["baseline"] = {{"tokens_per_second", base->metrics.tokens_per_second()},
+    j["verify"] = o.verify;
                        {"tokens", base->metrics.total.emitted}};
       j["speedup"] = spec.metrics.tokens_per_second() / base->metrics.tokens_per_second();
       bool same = true;
@@ -412,6 +415,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--draft-min-prob", o.draft_min_prob,
                  "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
+  app.add_option("--verify", o.verify,
+                 "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
+                 "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
+      ->check(CLI::IsMember({"token", "block"}))
+      ->capture_default_str();
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "specdec/decoder/detail.hpp"
 #include "specdec/decoder/types.hpp"
 #include "specdec/models/tokenizer.hpp"
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/theory.hpp"
 #include "specdec/torch/rejection_sample.hpp"
@@ -232,8 +233,71 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int6
   return depth;
 }
 
+namespace {
+
+/// A chain batch with some block-verified requests, on the CPU core: block[b] picks verify_block_one or
+/// verify_chain_one for request b after one check of the whole batch (sampling/chain.hpp, block.hpp).
+Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor& target_probs,
+                               std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
+                               std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block) {
+  const auto B = static_cast<std::int64_t>(seeds.size());
+  if (target_probs.dim() != 2 || target_probs.scalar_type() != at::kFloat)
+    throw error(Status::kInvalidArgument, "verify: target_probs: expected a float32 [N + B, V] tensor");
+  const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
+  at::Tensor q;
+  if (d.probs.defined()) q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  const std::int64_t N = static_cast<std::int64_t>(d.token_ids.size()), V = p.size(1);
+  ChainVerifyArgs<std::int64_t, std::int64_t> a;
+  a.batch_size = B;
+  a.vocab_size = V;
+  a.cu_num_draft_tokens = d.cu_num_drafts.data();
+  a.draft_token_ids = d.token_ids.data();
+  a.draft_probs = q.defined() ? q.data_ptr<float>() : nullptr;
+  a.target_probs = p.data_ptr<float>();
+  a.seeds = seeds.data();
+  a.positions = positions.data();
+  a.greedy = greedy.data();
+  a.draft_token_ids_size = N;
+  a.draft_probs_size = q.defined() ? q.numel() : -1;
+  a.target_probs_size = p.numel();
+  std::int64_t max_k = 0;
+  for (std::int64_t b = 0; b < B; ++b) max_k = std::max(max_k, d.num_drafts(b));
+  const std::int64_t stride = max_k + 1;
+  std::vector<std::int64_t> tokens(static_cast<std::size_t>(B * stride), -1);
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(B));
+  const ChainVerifyOutputs<std::int64_t> out{tokens.data(), stride, counts.data(), nullptr};
+  VerifyResult r = ::specdec::detail::check_chain(a, out, max_k);
+  std::vector<float> tile_masses(static_cast<std::size_t>(num_tiles(V)));
+  for (std::int64_t b = 0; b < B && r.ok(); ++b)
+    r = block[static_cast<std::size_t>(b)]
+            ? verify_block_one(a, b, tokens.data() + b * stride, &counts[static_cast<std::size_t>(b)], nullptr,
+                               tile_masses.data())
+            : verify_chain_one(a, b, tokens.data() + b * stride, &counts[static_cast<std::size_t>(b)], nullptr,
+                               tile_masses.data());
+  if (!r.ok()) throw error(r.status, "verify: " + to_string(r));
+  Verified v;
+  v.tokens.resize(static_cast<std::size_t>(B));
+  v.nodes.resize(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t n = counts[static_cast<std::size_t>(b)];
+    v.tokens[static_cast<std::size_t>(b)].assign(tokens.begin() + b * stride, tokens.begin() + b * stride + n + 1);
+    auto& nd = v.nodes[static_cast<std::size_t>(b)];
+    for (std::int64_t i = 0; i < n; ++i) nd.push_back(i + 1);
+  }
+  return v;
+}
+
+}  // namespace
+
 Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
-                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy) {
+                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
+                std::span<const std::uint8_t> block) {
+  if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
+    if (block.size() != seeds.size())
+      throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(seeds.size()) +
+                                                " per-request flags, got " + std::to_string(block.size()));
+    return verify_chains_on_core(d, target_probs, seeds, positions, greedy, block);
+  }
   const auto B = static_cast<std::int64_t>(seeds.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const auto i64 = at::TensorOptions().dtype(at::kLong);

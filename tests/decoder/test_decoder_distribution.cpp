@@ -1,5 +1,6 @@
-// The joint distribution of the first two generated tokens under speculation (draft model proposer) and under plain
-// decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound per category.
+// The joint distribution of the first two generated tokens under speculation (draft model proposer, token-level and block
+// verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound
+// per category.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,7 +31,8 @@ std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<st
 
 template <class Proposer>
 void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::SamplingParams& params, int g, std::int64_t n,
-                 const std::vector<std::int64_t>& prompt = {1, 5, 2, 7}) {
+                 const std::vector<std::int64_t>& prompt = {1, 5, 2, 7},
+                 specdec::VerifyMethod method = specdec::VerifyMethod::kToken) {
   const std::int64_t V = target.vocab_size();
   const auto pi = joint_reference(target, prompt, params);
   std::vector<std::int64_t> count(pi.size(), 0);
@@ -45,6 +47,7 @@ void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::Samp
       auto r = make_request(prompt, 2);
       r.params = params;
       r.params.seed = 0xABCDEF00ull + static_cast<std::uint64_t>(i);
+      r.verify_method = method;
       rs.push_back(r);
     }
     for (const auto& r : dec.generate(rs)) {
@@ -89,6 +92,22 @@ TEST(DecoderDistribution, DraftModelTruncatedParams) {
   auto draft_model = tiny_model(24, kVocab);
   sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
   check_joint(draft, target, params(0.7f, 6, 0.9f), 2, kDraws);
+}
+
+TEST(DecoderDistribution, DraftModelBlockVerificationFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  auto draft_model = tiny_model(22, kVocab);
+  for (int g : {2, 3}) {
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    check_joint(draft, target, params(1.0f), g, kDraws, {1, 5, 2, 7}, specdec::VerifyMethod::kBlock);
+  }
+}
+
+TEST(DecoderDistribution, DraftModelBlockVerificationTruncatedParams) {
+  auto truncated_target = tiny_model(23, kVocab);
+  auto truncated_draft = tiny_model(24, kVocab);
+  sp::DraftModelProposer<sm::LlamaModel> draft(truncated_draft);
+  check_joint(draft, truncated_target, params(0.7f, 6, 0.9f), 2, kDraws, {1, 5, 2, 7}, specdec::VerifyMethod::kBlock);
 }
 
 TEST(DecoderDistribution, AutoregressiveFirstTwoTokensMatchTarget) {
