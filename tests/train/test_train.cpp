@@ -1,7 +1,10 @@
 // specdec-train: data records mirror the target's features, both trainers reduce their loss, the saved checkpoints load with
 // the library's loaders and compute what the trainer computed, and the committed SmolLM2 drafts are lossless at temperature 0.
-#define SPECDEC_TRAIN_NO_MAIN
-#include "specdec-train.cpp"
+#include "specdec/train/corpus.hpp"
+#include "specdec/train/data.hpp"
+#include "specdec/train/modules.hpp"
+#include "specdec/train/records.hpp"
+#include "specdec/train/trainer.hpp"
 
 #include <gtest/gtest.h>
 

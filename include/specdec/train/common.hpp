@@ -1,0 +1,47 @@
+// specdec::train — what every part of the trainer library shares: includes, the error helper and timing.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "specdec/models/chat_template.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/models/tokenizer.hpp"
+#include "specdec/proposers/eagle.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::train {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] inline void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+inline std::string hms(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long>(s + 0.5);
+  return fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60);
+}
+
+}  // namespace specdec::train

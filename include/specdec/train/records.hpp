@@ -1,0 +1,62 @@
+// specdec::train — Training records: the binary file of token ids, stored features and top-k target distributions that `specdec-train data` writes and the trainers read.
+#pragma once
+
+#include "specdec/train/common.hpp"
+
+namespace specdec::train {
+
+// --- training records ------------------------------------------------------------------------------------------------------
+
+/// One conversation: the tokens fed to the target and, per token, the target's post-norm final hidden state (float16) and
+/// the top-k of its next-token distribution (ids, probabilities at temperature 1 as float16).
+struct Record {
+  std::vector<std::int32_t> tokens;  // [T]
+  std::int32_t prompt_length = 0;
+  at::Tensor features;               // [T, H] half
+  at::Tensor topk_ids;               // [T, K] int32
+  at::Tensor topk_probs;             // [T, K] half
+};
+
+constexpr char kRecordMagic[8] = {'S', 'D', 'T', 'R', 'A', 'I', 'N', '1'};
+
+void write_tensor(std::ofstream& out, const at::Tensor& t);
+
+/// File layout: magic, int32 hidden, int32 k, then records: int32 T, int32 prompt_length, tokens int32[T],
+/// features half[T, H], topk_ids int32[T, K], topk_probs half[T, K].
+class RecordWriter {
+ public:
+  RecordWriter(const fs::path& path, std::int64_t hidden, std::int64_t k, bool append) : hidden_(hidden), k_(k) {
+    const bool exists = append && fs::exists(path) && fs::file_size(path) > 0;
+    out_.open(path, std::ios::binary | (exists ? std::ios::app : std::ios::trunc));
+    if (!out_) fail(fmt::format("RecordWriter: cannot open '{}' for writing", path.string()));
+    if (!exists) {
+      out_.write(kRecordMagic, 8);
+      const std::int32_t h = static_cast<std::int32_t>(hidden), kk = static_cast<std::int32_t>(k);
+      out_.write(reinterpret_cast<const char*>(&h), 4);
+      out_.write(reinterpret_cast<const char*>(&kk), 4);
+    }
+  }
+  void write(const Record& r) {
+    const auto T = static_cast<std::int32_t>(r.tokens.size());
+    if (r.features.size(0) != T || r.features.size(1) != hidden_ || r.topk_ids.size(1) != k_)
+      fail("RecordWriter::write: record shapes do not match the file");
+    out_.write(reinterpret_cast<const char*>(&T), 4);
+    out_.write(reinterpret_cast<const char*>(&r.prompt_length), 4);
+    out_.write(reinterpret_cast<const char*>(r.tokens.data()), static_cast<std::streamsize>(T) * 4);
+    write_tensor(out_, r.features.to(at::kHalf));
+    write_tensor(out_, r.topk_ids.to(at::kInt));
+    write_tensor(out_, r.topk_probs.to(at::kHalf));
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+  std::int64_t hidden_, k_;
+};
+
+std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out = nullptr);
+
+/// Several training-set files read in order (all with the same feature width).
+std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out = nullptr);
+
+}  // namespace specdec::train

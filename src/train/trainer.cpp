@@ -1,0 +1,82 @@
+// specdec::train — The training loop (AdamW, warm-up, clipping, resumable checkpoints) and the EAGLE / draft trainers on top of it. (see specdec/train/trainer.hpp)
+#include "specdec/train/trainer.hpp"
+
+namespace specdec::train {
+
+torch::Tensor feature_rms(const std::vector<Record>& data, std::int64_t block) {
+  if (data.empty()) return torch::ones({block});
+  const std::int64_t W = data.front().features.size(1);
+  torch::Tensor ss = torch::zeros({W}, torch::kDouble);
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < data.size() && i < 64; ++i) {
+    ss += data[i].features.to(at::kDouble).pow(2).sum(0);
+    n += data[i].features.size(0);
+  }
+  auto per_block = (ss.view({W / block, block}).sum(1) / static_cast<double>(std::max<std::int64_t>(n, 1) * block)).sqrt();
+  return per_block.repeat_interleave(block).to(torch::kFloat);
+}
+
+std::pair<std::vector<std::int64_t>, double> frequent_argmax_tokens(const std::vector<Record>& data, std::int64_t vocab,
+                                                                           std::int64_t size) {
+  std::vector<std::int64_t> count(static_cast<std::size_t>(vocab), 0);
+  std::int64_t rows = 0;
+  for (const auto& r : data) {
+    auto top = r.topk_ids.select(1, 0).contiguous();
+    const std::int32_t* p = top.data_ptr<std::int32_t>();
+    for (std::int64_t i = 0; i < top.numel(); ++i)
+      if (p[i] >= 0 && p[i] < vocab) ++count[static_cast<std::size_t>(p[i])], ++rows;
+  }
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](auto a, auto b) { return count[static_cast<std::size_t>(a)] > count[static_cast<std::size_t>(b)]; });
+  ids.resize(static_cast<std::size_t>(std::min(size, vocab)));
+  std::int64_t covered = 0;
+  for (auto i : ids) covered += count[static_cast<std::size_t>(i)];
+  return {ids, rows ? static_cast<double>(covered) / static_cast<double>(rows) : 0.0};
+}
+
+TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
+  m.set_requires_grad();
+  const torch::Tensor noise = o.noise * feature_rms(data, m.shape.H);
+  return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64& rng) {
+    auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng, o.ttt_steps, o.ttt_weight);
+    return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
+  }, "eagle");
+}
+
+std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
+                                               bool answers_only) {
+  torch::NoGradGuard ng;
+  std::vector<double> hit(static_cast<std::size_t>(steps), 0.0), rows(static_cast<std::size_t>(steps), 0.0);
+  for (const auto& r : data) {
+    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
+    const std::int64_t n = T - 1;
+    if (n < steps) continue;
+    auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
+    auto feats = r.features.narrow(0, 0, n).to(torch::kFloat);
+    auto outs = m.forward_steps(tokens.narrow(0, 1, n), feats, steps);
+    auto want = r.topk_ids.narrow(0, 1, n).select(1, 0).to(torch::kLong);
+    // row i predicts token i+2; an answer token has index >= prompt_length
+    const std::int64_t first_answer_row = std::max<std::int64_t>(0, r.prompt_length - 2);
+    for (int k = 1; k <= steps; ++k) {
+      const std::int64_t b = std::max<std::int64_t>(k - 1, answers_only ? first_answer_row : 0);
+      if (b >= n) continue;
+      auto am = m.logits(outs[static_cast<std::size_t>(k - 1)].narrow(0, b, n - b)).argmax(-1);
+      if (m.draft_ids.defined()) am = m.draft_ids.index({am});
+      hit[static_cast<std::size_t>(k - 1)] += am.eq(want.narrow(0, b, n - b)).sum().item<double>();
+      rows[static_cast<std::size_t>(k - 1)] += static_cast<double>(n - b);
+    }
+  }
+  for (std::size_t k = 0; k < hit.size(); ++k) hit[k] = rows[k] > 0 ? hit[k] / rows[k] : 0.0;
+  return hit;
+}
+
+TrainResult train_draft(DraftTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
+  m.set_requires_grad();
+  return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64&) {
+    auto L = draft_loss(m, r, o.max_len);
+    return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
+  }, "draft");
+}
+
+}  // namespace specdec::train
