@@ -83,8 +83,8 @@ if [[ -n "$torch_prefix" ]]; then
     -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix_path" >"$out/build-torch.log" 2>&1 &&
     cmake --build "$b2" -j "$jobs" >>"$out/build-torch.log" 2>&1
   note "build (torch ON): rc=$?"
-  (cd "$b2" && ctest -R 'torch|cuda' --output-on-failure) >"$out/ctest-torch.log" 2>&1
-  note "ctest torch|cuda: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
+  (cd "$b2" && ctest -R 'torch|cuda|CustomTarget' --output-on-failure) >"$out/ctest-torch.log" 2>&1
+  note "ctest torch|cuda|CustomTarget: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
   if [[ -x "$b2/bin/bench_verify_cuda_torch" ]]; then
     "$b2/bin/bench_verify_cuda_torch" --benchmark_filter="${bench_filter/cuda_chain/cuda_chain(_torch_ops)?}" \
       --benchmark_counters_tabular=true --benchmark_out="$out/bench-torch.json" --benchmark_out_format=json \
