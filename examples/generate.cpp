@@ -78,6 +78,7 @@ struct Options {
   int aten_threads = 1;
   int ngram_min_n = 1, ngram_max_n = 4;
   std::string verify = "token";  // token | block
+  bool expected_acceptance = false;
 };
 
 [[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
@@ -208,7 +209,14 @@ nlohmann::json speculative_json(const DecoderMetrics& m, double t1) {
           {"per_position_acceptance", m.total.acceptance_by_position()},
           {"target_forwards", m.total.target_forwards},
           {"tokens", m.total.emitted},
-          {"overhead_fraction", m.overhead_fraction()}};
+          {"overhead_fraction", m.overhead_fraction()},
+          {"expected_steps", m.total.expected_steps},
+          {"expected_accepted_token", m.total.expected_steps
+                                          ? m.total.expected_accepted_token / static_cast<double>(m.total.expected_steps)
+                                          : 0.0},
+          {"expected_accepted_block", m.total.expected_steps
+                                          ? m.total.expected_accepted_block / static_cast<double>(m.total.expected_steps)
+                                          : 0.0}};
 }
 
 /// The 1-token forward time c and r are measured against: the baseline's mean over all its steps when it ran (the
@@ -244,6 +252,11 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
 int run_cli(const Options& o) {
   if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
   if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
+  if (m.total.expected_steps > 0) {
+    const double steps = static_cast<double>(m.total.expected_steps);
+    fmt::print("expected accepted drafts per step on these drafts ({} steps): token-level {:.4f}, block {:.4f}\n",
+               m.total.expected_steps, m.total.expected_accepted_token / steps, m.total.expected_accepted_block / steps);
+  }
   specdec::SamplingParams params;
   params.temperature = o.temperature;
   params.top_k = o.top_k;
@@ -317,6 +330,7 @@ int run_cli(const Options& o) {
 
   fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}, verify {}\n",
              fs::path(o.model).filename().string(), target.vocab_size(), prompts.size(), proposer,
+  spec_options.measure_expected_acceptance = o.expected_acceptance;
              o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature, o.verify);
 
   std::optional<RunOutcome> base;
@@ -415,6 +429,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--draft-min-prob", o.draft_min_prob,
                  "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
+  app.add_option("--verify", o.verify,
+                 "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
+                 "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
+      ->check(CLI::IsMember({"token", "block"}))
+      ->capture_default_str();
+  app.add_flag("--expected-acceptance", o.expected_acceptance,
+               "also report, per step of sampled chains with draft probabilities, the expected accepted drafts given "
+               "the drafted block under token-level and under block verification (a paired comparison on the same drafts)");
   app.add_option("--verify", o.verify,
                  "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
                  "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")

@@ -90,6 +90,9 @@ void RequestMetrics::add(const RequestMetrics& o) {
     proposed_at[i] += o.proposed_at[i];
     accepted_at[i] += o.accepted_at[i];
   }
+  expected_accepted_token += o.expected_accepted_token;
+  expected_accepted_block += o.expected_accepted_block;
+  expected_steps += o.expected_steps;
 }
 
 double DecoderMetrics::tokens_per_second() const {
@@ -291,7 +294,34 @@ Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor&
 
 Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
                 std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
-                std::span<const std::uint8_t> block) {
+/// verify() without the expected-acceptance figures.
+static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor& target_probs,
+                                std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
+                                std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block);
+
+                std::span<const std::uint8_t> block, bool expected_acceptance) {
+  Verified v = verify_dispatch(d, target_probs, seeds, positions, greedy, block);
+  if (!expected_acceptance || !d.parents.empty() || !d.probs.defined()) return v;
+  const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
+  const at::Tensor q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  const std::int64_t V = p.size(1);
+  const auto B = static_cast<std::int64_t>(seeds.size());
+  const double nan = std::nan("");
+  v.expected.assign(static_cast<std::size_t>(B), ExpectedAccepted{nan, nan});
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
+    if (k == 0 || greedy[static_cast<std::size_t>(b)]) continue;
+    ExpectedAccepted e;
+    if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q.data_ptr<float>() + s * V,
+                                               p.data_ptr<float>() + (s + b) * V, e) == Status::kSuccess)
+      v.expected[static_cast<std::size_t>(b)] = e;
+  }
+  return v;
+}
+
+static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor& target_probs,
+                                std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
+                                std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block) {
   if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
     if (block.size() != seeds.size())
       throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(seeds.size()) +

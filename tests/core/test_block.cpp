@@ -544,6 +544,49 @@ TEST(BlockStats, AcceptsAtLeastAsManyAsTokenLevel) {
   }
 }
 
+// expected_accepted_drafts, averaged over the drafted blocks with their draft probabilities, gives both methods' exact
+// expectations (the figures the decoder's paired measurement reports).
+TEST(BlockExact, ExpectedAcceptedDraftsAveragesToTheExactMeans) {
+  for (std::uint64_t salt : {41u, 42u, 43u, 44u}) {
+    Model m;
+    m.salt = salt;
+    m.V = 3 + static_cast<std::int64_t>(salt % 2);
+    m.kind = salt == 43 ? DraftKind::kZerosWherePositive : DraftKind::kRandom;
+    const int K = 3;
+    double token = 0.0, block = 0.0;
+    for_each_sequence(m.V, K, [&](const Prefix& X) {
+      Step st;
+      double qx = 1.0;
+      Prefix pre;
+      for (int i = 0; i < K; ++i) {
+        const auto& q = m.q(pre);
+        const auto& p = m.p(pre);
+        qx *= q[X[i]];
+        st.q.insert(st.q.end(), q.begin(), q.end());
+        st.p.insert(st.p.end(), p.begin(), p.end());
+        st.drafts.push_back(X[i]);
+        pre.push_back(X[i]);
+      }
+      const auto& p = m.p(pre);
+      st.p.insert(st.p.end(), p.begin(), p.end());
+      if (qx == 0.0) return;
+      ExpectedAccepted e;
+      ASSERT_EQ(expected_accepted_drafts<std::int32_t>(m.V, K, st.drafts.data(), st.q.data(), st.p.data(), e),
+                Status::kSuccess);
+      token += qx * e.token;
+      block += qx * e.block;
+    });
+    EXPECT_NEAR(token, exact_token_mean(m, {}, K), 1e-5) << salt;
+    EXPECT_NEAR(block, exact_block(m, {}, K).mean_tau, 1e-5) << salt;
+    EXPECT_GE(block, token - 1e-6) << salt;
+  }
+  ExpectedAccepted e;
+  const std::int32_t bad_id = 7;
+  const float row[4] = {0.25f, 0.25f, 0.25f, 0.25f};
+  EXPECT_EQ(expected_accepted_drafts<std::int32_t>(4, 1, &bad_id, row, row, e), Status::kInvalidTokenId);
+  EXPECT_EQ(expected_accepted_drafts<std::int32_t>(0, 1, &bad_id, row, row, e), Status::kInvalidArgument);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Rows that keep token-level's rule, batches and determinism.
 

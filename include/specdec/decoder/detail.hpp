@@ -31,15 +31,18 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& drafts, std:
 struct Verified {
   std::vector<std::vector<std::int64_t>> tokens;  ///< per request: accepted drafts then the recovered/bonus token
   std::vector<std::vector<std::int64_t>> nodes;   ///< per request: node indices (1-based) of the accepted drafts
+  /// per request, when asked for: expected accepted drafts given the block (token-level, block); empty or NaN otherwise
+  std::vector<ExpectedAccepted> expected;
 };
 
 /// Verifies every request's drafts against the processed target rows ([N + B, V]) with specdec::torch::rejection_sample
 /// (chains) or tree_rejection_sample (any tree in the batch). seeds/positions/greedy per request; block[b] = 1 verifies
 /// request b's chain by block verification (sampling/block.hpp; on the CPU core, the rest of a chain batch token by
-/// token); a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none).
+/// token); a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none). With
+/// `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft probs.
 Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
                 std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
-                std::span<const std::uint8_t> block = {});
+                std::span<const std::uint8_t> block = {}, bool expected_acceptance = false);
 
 /// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,

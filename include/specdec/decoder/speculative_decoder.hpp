@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <cstdint>
 #include <map>
@@ -215,7 +216,8 @@ class SpeculativeDecoder {
 
     // 3. processed target rows and verification
     const at::Tensor probs = proposers::process_logits(out.logits, row_params);
-    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy, block);
+    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy, block,
+                                                options_.measure_expected_acceptance);
 
     // 4. emit, stop, roll caches back, tell the proposer
     std::vector<proposers::StepFeedback> feedback;
@@ -231,6 +233,11 @@ class SpeculativeDecoder {
       const auto n_acc = static_cast<std::int64_t>(nodes.size());
       record(r, drafts, b, k, nodes);
       const std::size_t before = r.context.size();
+      if (!v.expected.empty() && !std::isnan(v.expected[static_cast<std::size_t>(b)].token)) {
+        r.metrics.expected_accepted_token += v.expected[static_cast<std::size_t>(b)].token;
+        r.metrics.expected_accepted_block += v.expected[static_cast<std::size_t>(b)].block;
+        ++r.metrics.expected_steps;
+      }
       for (std::size_t i = 0; i < toks.size() && r.finish == FinishReason::kNone; ++i) emit(r, toks[i]);
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;

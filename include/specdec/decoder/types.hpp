@@ -51,6 +51,12 @@ struct RequestMetrics {
   std::int64_t steps_with_drafts = 0;    ///< steps where at least one draft was proposed
   /// proposed_at[i] / accepted_at[i]: drafts proposed / accepted at depth i of a step (chains: draft position i).
   std::vector<std::int64_t> proposed_at, accepted_at;
+  /// With DecoderOptions::measure_expected_acceptance: over the steps of sampled chains with draft probabilities, the sums
+  /// of the expected number of accepted drafts given the drafted block under token-level and under block verification
+  /// (specdec::expected_accepted_drafts), whichever method the request used: a paired comparison of the two methods on
+  /// the same drafts, free of the accept draws' noise.
+  double expected_accepted_token = 0, expected_accepted_block = 0;
+  std::int64_t expected_steps = 0;  ///< steps in those sums
 
   /// accepted / drafted (0 when nothing was drafted).
   double acceptance_rate() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }
@@ -130,6 +136,8 @@ struct DecoderOptions {
   bool calibrate = true;
   /// Timed forwards of the calibration (after one untimed warm-up forward); their mean is the reference.
   std::int32_t calibration_forwards = 3;
+  /// Fill RequestMetrics::expected_accepted_token/_block (reads every draft and target row of each chain step once more).
+  bool measure_expected_acceptance = false;
 };
 
 }  // namespace specdec::decoder

@@ -200,6 +200,55 @@ inline VerifyResult check_block_lenience(float lenience) {
 
 }  // namespace detail
 
+/// The expected number of accepted drafts given the drafted block, under block verification (this file's rule, from
+/// the same float w_i and h_i the verifier computes: P(tau = i) = h_i prod_{j > i} (1 - h_j)) and under token-level
+/// verification (chain.hpp, lenience 1: sum_k prod_{j <= k} min(1, P_{j-1}(x_j) / Q_{j-1}(x_j))).
+struct ExpectedAccepted {
+  double token = 0.0;
+  double block = 0.0;
+};
+
+/// ExpectedAccepted for one request with draft probabilities (arrays as verify_block_request's). Averaged over steps
+/// whose drafts were drawn from Q, each figure estimates its method's mean number of accepted drafts without the noise
+/// of the accept draws, and both come from the same drafts: a paired comparison of the two methods on real drafts.
+/// Reads every row 0..K-1 in full; kInvalidProbability on a value that is not a probability, kInvalidArgument on a
+/// size or pointer out of its domain, kInvalidTokenId on an id out of range.
+template <class IdT>
+inline Status expected_accepted_drafts(std::int64_t vocab_size, std::int64_t num_drafts, const IdT* draft_token_ids,
+                                       const float* draft_probs, const float* target_probs, ExpectedAccepted& out) {
+  const std::int64_t V = vocab_size, K = num_drafts;
+  if (V <= 0 || K < 0 || (K > 0 && (!draft_token_ids || !draft_probs || !target_probs))) return Status::kInvalidArgument;
+  std::vector<float> w(static_cast<std::size_t>(K + 1), 1.0f);
+  std::vector<double> h(static_cast<std::size_t>(K + 1), 0.0);
+  double token = 0.0, prefix = 1.0;
+  for (std::int64_t j = 0; j < K; ++j) {
+    const auto x = static_cast<std::int64_t>(draft_token_ids[j]);
+    if (x < 0 || x >= V) return Status::kInvalidTokenId;
+    const float px = target_probs[j * V + x], qx = draft_probs[j * V + x];
+    if (!valid_probability(px) || !valid_probability(qx)) return Status::kInvalidProbability;
+    w[static_cast<std::size_t>(j + 1)] = detail::block_weight_step(w[static_cast<std::size_t>(j)], px, qx);
+    prefix *= qx > 0.0f ? std::min(1.0, static_cast<double>(px) / qx) : (px > 0.0f ? 1.0 : 0.0);
+    token += prefix;
+  }
+  const std::int64_t tiles = num_tiles(V);
+  for (std::int64_t i = 1; i < K; ++i) {
+    const detail::BlockResidualWeight r{target_probs + i * V, draft_probs + i * V, w[static_cast<std::size_t>(i)]};
+    float mass = 0.0f;
+    for (std::int64_t t = 0; t < tiles; ++t) mass += tile_mass(r, t, V);
+    if (!valid_probability(mass)) return Status::kInvalidProbability;
+    h[static_cast<std::size_t>(i)] = detail::block_stop_probability(mass, r.w);
+  }
+  if (K > 0) h[static_cast<std::size_t>(K)] = w[static_cast<std::size_t>(K)];
+  double block = 0.0, above = 1.0;  // above = prod_{j > i} (1 - h_j)
+  for (std::int64_t i = K; i >= 1; --i) {
+    block += static_cast<double>(i) * h[static_cast<std::size_t>(i)] * above;
+    above *= 1.0 - h[static_cast<std::size_t>(i)];
+  }
+  out.token = token;
+  out.block = block;
+  return Status::kSuccess;
+}
+
 /// Verifies one request's chain of drafts by block verification: the checked single-request entry, with the
 /// arguments of verify_chain_request less `lenience`. `draft_probs` is [K, V] or nullptr (deterministic drafts:
 /// token-level, see above), `target_probs` is [K + 1, V]. Writes K_accepted + 1 tokens to `out_tokens` (capacity
