@@ -149,7 +149,9 @@ void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int3
   if (static_cast<std::int64_t>(d.token_ids.size()) != N)
     fail(who + std::to_string(d.token_ids.size()) + " token ids; expected cu_num_drafts[B] = " + std::to_string(N));
   if (!d.parents.empty()) {
-    if (!trees_allowed) fail(who + "a tree (parents), but the proposer does not declare supports_trees");
+    if (!trees_allowed)
+      fail(who + "a tree (parents), but the proposer does not declare supports_trees or the target has no keep_path "
+                 "(models::TreeCausalLM)");
     if (static_cast<std::int64_t>(d.parents.size()) != B)
       fail(who + std::to_string(d.parents.size()) + " parent arrays; expected B = " + std::to_string(B));
   }

@@ -71,6 +71,45 @@ TEST(CustomTarget, GreedySpeculativeEqualsPlainOnCuda) {
   greedy_equals_plain(at::Device(at::kCUDA, 0));
 }
 
+// A target with only the members every target needs: no keep_path, no sequence_length, no hidden_size.
+struct ChainOnly {
+  custom::TinyTransformer* m;
+  std::int64_t vocab_size() const { return m->vocab_size(); }
+  specdec::models::ForwardOutput forward(const specdec::models::ForwardBatch& b) { return m->forward(b); }
+  std::int64_t allocate_sequence() { return m->allocate_sequence(); }
+  void free_sequence(std::int64_t slot) { m->free_sequence(slot); }
+  void truncate(std::int64_t slot, std::int64_t length) { m->truncate(slot, length); }
+};
+static_assert(specdec::models::CausalLM<ChainOnly> && !specdec::models::TreeCausalLM<ChainOnly>);
+static_assert(specdec::models::TreeCausalLM<custom::TinyTransformer>);
+
+TEST(CustomTarget, ChainOnlyTargetRunsChainsAndRefusesTrees) {
+  custom::TinyTransformer model(256, 32, 3);
+  ChainOnly target{&model};
+  const auto rs = requests(0.0f);
+  sp::NoProposer none;
+  sd::SpeculativeDecoder plain_dec(none, target);
+  std::vector<std::vector<std::int64_t>> plain;
+  for (auto& r : plain_dec.generate(rs)) plain.push_back(r.tokens);
+  sp::NgramProposer chains;
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 4;
+  sd::SpeculativeDecoder dec(chains, target, o);
+  std::vector<std::vector<std::int64_t>> spec;
+  for (auto& r : dec.generate(rs)) spec.push_back(r.tokens);
+  EXPECT_EQ(spec, plain);
+  sp::NgramOptions no;
+  no.num_candidates = 3;  // sibling branches: a tree the target cannot take back
+  sp::NgramProposer trees(no);
+  sd::SpeculativeDecoder tree_dec(trees, target, o);
+  try {
+    (void)tree_dec.generate(rs);
+    ADD_FAILURE() << "no error";
+  } catch (const specdec::error& e) {
+    EXPECT_NE(std::string(e.what()).find("TreeCausalLM"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CustomTarget, BadSlotIsAnError) {
   custom::TinyTransformer target(64, 16, 1);
   EXPECT_THROW(target.sequence_length(0), std::invalid_argument);

@@ -174,7 +174,8 @@ class SpeculativeDecoder {
       const auto t = Clock::now();
       drafts = proposer_->propose(std::span<const proposers::ProposeRequest>(pr));
       draft_s += seconds_since(t);
-      detail::check_draft_batch(drafts, g, vocab_size_, proposers::supports_trees<Draft>, kMaxTreeNodes);
+      detail::check_draft_batch(drafts, g, vocab_size_, proposers::supports_trees<Draft> && models::TreeCausalLM<Target>,
+                                kMaxTreeNodes);
     } else {
       drafts = proposers::DraftBatch::empty(B);
     }
@@ -256,7 +257,7 @@ class SpeculativeDecoder {
         path.reserve(nodes.size() + 1);
         path.push_back(0);
         path.insert(path.end(), nodes.begin(), nodes.end());
-        target_->keep_path(r.slot, L, path);
+        if constexpr (models::TreeCausalLM<Target>) target_->keep_path(r.slot, L, path);  // else refused above
       } else {
         target_->truncate(r.slot, L + 1 + n_acc);
       }

@@ -4,7 +4,7 @@
 // follow what its slot already caches (a chain, or a tree given as a parent-index array), writes their keys/values into the
 // slot, and returns the logits of every new token (optionally hidden states, e.g. the features EAGLE-1/EAGLE-3 heads read).
 // After verification the decoder rolls each slot back to the accepted prefix (truncate, O(1)) or, after a tree forward,
-// keeps only the accepted root-to-leaf path (keep_path).
+// keeps only the accepted root-to-leaf path (keep_path, of models with the TreeCausalLM capability).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -51,28 +51,45 @@ struct ForwardOutput {
   std::vector<at::Tensor> layer_hidden;
 };
 
-/// The model interface the speculative decoder drives. Every operation throws specdec::error (or c10::Error) on bad
-/// input without changing the model's state.
+/// The model interface the speculative decoder drives: what every target needs. Every operation throws specdec::error (or
+/// c10::Error) on bad input without changing the model's state. Trees, hidden states and a context window are optional
+/// capabilities below, detected at compile time.
 template <class M>
-concept CausalLM = requires(M& m, const M& cm, const ForwardBatch& batch, std::int64_t slot, std::int64_t length,
-                            std::span<const std::int64_t> path) {
+concept CausalLM = requires(M& m, const M& cm, const ForwardBatch& batch, std::int64_t slot, std::int64_t length) {
   /// Number of logits per token (V).
   { cm.vocab_size() } -> std::convertible_to<std::int64_t>;
-  /// Hidden width (the size of hidden-state rows).
-  { cm.hidden_size() } -> std::convertible_to<std::int64_t>;
-  /// Runs the new tokens of every sequence in the batch through the model, appending them to the slots' caches.
+  /// Runs the new tokens of every sequence in the batch through the model, appending them to the slots' caches. A model
+  /// without TreeCausalLM receives chains only (ForwardBatch::parents empty).
   { m.forward(batch) } -> std::same_as<ForwardOutput>;
   /// Takes a fresh cache slot (length 0).
   { m.allocate_sequence() } -> std::convertible_to<std::int64_t>;
   /// Releases a slot.
   { m.free_sequence(slot) };
-  /// Number of cached tokens of a slot.
-  { cm.sequence_length(slot) } -> std::convertible_to<std::int64_t>;
   /// Rolls a slot back to `length` cached tokens, O(1).
   { m.truncate(slot, length) };
-  /// After a tree forward at prefix length `length`: keeps nodes `path` (strictly increasing node indices of one
-  /// root-to-leaf path prefix) at positions length, length + 1, ...; the slot's length becomes length + path.size().
+};
+
+/// Optional capability: tree forwards. After a tree forward at prefix length `length`, keep_path keeps nodes `path`
+/// (strictly increasing node indices of one root-to-leaf path prefix) at positions length, length + 1, ...; the slot's
+/// length becomes length + path.size(). Without it the decoder refuses tree drafts with an error.
+template <class M>
+concept TreeCausalLM = CausalLM<M> && requires(M& m, std::int64_t slot, std::int64_t length,
+                                               std::span<const std::int64_t> path) {
   { m.keep_path(slot, length, path) };
+};
+
+/// Optional capability: the number of cached tokens of a slot (DraftModelProposer, which keeps a draft's cache in step
+/// with the context, needs it).
+template <class M>
+concept HasSequenceLength = requires(const M& cm, std::int64_t slot) {
+  { cm.sequence_length(slot) } -> std::convertible_to<std::int64_t>;
+};
+
+/// Optional capability: the hidden width (the size of the hidden-state rows a forward returns when asked for them, which
+/// EAGLE proposers read).
+template <class M>
+concept HasHiddenStates = requires(const M& cm) {
+  { cm.hidden_size() } -> std::convertible_to<std::int64_t>;
 };
 
 /// Optional capability: the most tokens a sequence may hold (the model's trained context window). A model that has it lets the

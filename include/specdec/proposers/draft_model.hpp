@@ -63,7 +63,7 @@ struct DraftModelOptions {
 };
 
 template <class Model>
-  requires models::CausalLM<Model>
+  requires models::CausalLM<Model> && models::HasSequenceLength<Model>
 class DraftModelProposer {
  public:
   explicit DraftModelProposer(Model& model, DraftModelOptions options = {}) : model_(&model), options_(options) {}
