@@ -1,6 +1,7 @@
 // specdec — the torch-free sampling core in one include.
 #pragma once
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/config.hpp"
 #include "specdec/sampling/logits.hpp"
