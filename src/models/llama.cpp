@@ -864,7 +864,7 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   m.ensure_rope(std::min<std::int64_t>(std::max<std::int64_t>(c.max_position_embeddings, 1), 4096));
 }
 
-LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, const LlamaOptions& options) {
+WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto make = [&](std::vector<std::int64_t> shape, float mean, float std) {
@@ -880,7 +880,8 @@ LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, con
   const float in_h = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(H, 1)));
   const float in_q = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(nh * hd, 1)));
   const float in_f = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(F, 1)));
-  std::unordered_map<std::string, at::Tensor> w;
+  auto weights = std::make_shared<std::unordered_map<std::string, at::Tensor>>();
+  auto& w = *weights;
   {
     at::NoGradGuard guard;
     w["model.embed_tokens.weight"] = make({V, H}, 0.f, 1.f);
@@ -900,10 +901,14 @@ LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, con
       w[p + "mlp.down_proj.weight"] = make({H, F}, 0.f, in_f);
     }
   }
-  return LlamaModel(config, [&](const std::string& name) {
-    auto it = w.find(name);
-    return it == w.end() ? at::Tensor() : it->second;
-  }, options);
+  return [weights](const std::string& name) {
+    auto it = weights->find(name);
+    return it == weights->end() ? at::Tensor() : it->second;
+  };
+}
+
+LlamaModel LlamaModel::random(const LlamaConfig& config, std::uint64_t seed, const LlamaOptions& options) {
+  return LlamaModel(config, random_llama_weights(config, seed), options);
 }
 
 LlamaModel::LlamaModel(LlamaModel&&) noexcept = default;

@@ -7,6 +7,7 @@
 #include <map>
 #include <regex>
 
+#include "specdec/models/aten_llama.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/safetensors.hpp"
@@ -74,30 +75,73 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
   }, options);
 }
 
-LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
-  if (!std::filesystem::is_directory(dir))
-    fail(fmt::format("load_llama_safetensors: dir: expected a checkpoint directory, got '{}'", dir.string()));
-  LlamaConfig config = llama_config_from_hf_json(dir / "config.json");
-  config.validate();
+namespace {
+
+// A Hugging Face checkpoint directory: its config and every tensor of its *.safetensors files by name.
+struct Checkpoint {
+  LlamaConfig config;
   std::vector<SafetensorsFile> files;
   std::map<std::string, std::pair<std::size_t, const SafetensorsTensor*>, std::less<>> index;
-  std::vector<std::filesystem::path> paths;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
-  std::sort(paths.begin(), paths.end());
-  if (paths.empty()) fail(fmt::format("load_llama_safetensors: dir: expected *.safetensors files in '{}', got none", dir.string()));
-  files.reserve(paths.size());
-  for (const auto& p : paths) files.emplace_back(p);
-  for (std::size_t f = 0; f < files.size(); ++f)
-    for (const auto& t : files[f].tensors()) index[t.name] = {f, &t};
+
+  explicit Checkpoint(const std::filesystem::path& dir, const char* who) {
+    if (!std::filesystem::is_directory(dir))
+      fail(fmt::format("{}: dir: expected a checkpoint directory, got '{}'", who, dir.string()));
+    config = llama_config_from_hf_json(dir / "config.json");
+    config.validate();
+    std::vector<std::filesystem::path> paths;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") paths.push_back(e.path());
+    std::sort(paths.begin(), paths.end());
+    if (paths.empty()) fail(fmt::format("{}: dir: expected *.safetensors files in '{}', got none", who, dir.string()));
+    files.reserve(paths.size());
+    for (const auto& p : paths) files.emplace_back(p);
+    for (std::size_t f = 0; f < files.size(); ++f)
+      for (const auto& t : files[f].tensors()) index[t.name] = {f, &t};
+  }
+
+  // Float32 tensors by Hugging Face name (undefined when absent).
+  WeightGetter getter() const {
+    return [this](const std::string& name) -> at::Tensor {
+      auto it = index.find(name);
+      if (it == index.end()) return {};
+      const auto& [f, t] = it->second;
+      at::Tensor out = at::empty(t->shape, at::TensorOptions().dtype(at::kFloat));
+      files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+      return out;
+    };
+  }
+};
+
+}  // namespace
+
+LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
+  const Checkpoint ck(dir, "load_llama_safetensors");
   at::NoGradGuard guard;
-  return LlamaModel(config, [&](const std::string& name) -> at::Tensor {
-    auto it = index.find(name);
-    if (it == index.end()) return {};
-    const auto& [f, t] = it->second;
-    at::Tensor out = at::empty(t->shape, at::TensorOptions().dtype(at::kFloat));
-    files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
-    return out;
+  return LlamaModel(ck.config, ck.getter(), options);
+}
+
+AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options) {
+  const Checkpoint ck(dir, "load_aten_llama_safetensors");
+  at::NoGradGuard guard;
+  return AtenLlamaModel(ck.config, ck.getter(), options);
+}
+
+AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const AtenLlamaOptions& options) {
+  GgufFile file(path);
+  LlamaConfig config = llama_config_from_gguf(file);
+  config.validate();
+  at::NoGradGuard guard;
+  return AtenLlamaModel(config, [&](const std::string& hf) -> at::Tensor {
+    const GgufName g = gguf_name(hf, config);
+    const TensorInfo* info = g.name.empty() ? nullptr : file.find_tensor(g.name);
+    if (!info) return {};
+    if (!can_dequantize(info->type))
+      fail(fmt::format("load_aten_llama_gguf: tensor {}: type {} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, "
+                       "Q8_0, Q4_K, Q6_K)", info->name, to_string(info->type)));
+    at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(at::kFloat));
+    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; the model uses the rotate_half order.
+    return g.unpermute_heads > 0 ? unpermute_gguf_qk(t, g.unpermute_heads) : t;
   }, options);
 }
 

@@ -13,6 +13,12 @@ if(TARGET specdec::models)
     set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)
   endforeach()
 
+  # The Llama block on ATen ops (any device), against LlamaModel and through the decoder.
+  if(TARGET specdec::decoder)
+    specdec_add_test(test_aten_llama SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_aten_llama.cpp LIBS specdec::decoder)
+    target_compile_definitions(test_aten_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
+  endif()
+
   # Helper for scripts/validate-model.sh: tokenizes prompts and dumps logits / greedy continuations for an independent check.
   add_executable(specdec-dump-logits ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_dump_logits.cpp)
   target_link_libraries(specdec-dump-logits PRIVATE specdec::models)

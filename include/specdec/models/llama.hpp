@@ -77,6 +77,10 @@ struct StoredWeight {
   std::function<void()> release;      ///< called once the model holds its own copy (e.g. drops the file's pages)
   bool present() const noexcept { return dense.defined() || !shape.empty(); }
 };
+/// Seeded random float32 weights for `config` under their Hugging Face names (what LlamaModel::random builds from; also
+/// for other implementations of the same block in tests and benchmarks).
+WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed);
+
 /// Returns the stored weight under a Hugging Face parameter name (as WeightGetter), or one that is not present().
 using StoredWeightGetter = std::function<StoredWeight(const std::string& name)>;
 

@@ -1,0 +1,165 @@
+// AtenLlamaModel, the Llama block on ATen ops: against LlamaModel on the same weights (float32 CPU: the same function to
+// float rounding), its own chain / tree / cache consistency, hidden states, bad input, the bundled SmolLM2 GGUF (logits
+// against the packed CPU forward, greedy speculative output equal to plain decoding) and, where a GPU is present, CUDA.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/aten_llama.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/proposers/ngram.hpp"
+
+namespace {
+
+namespace sm = specdec::models;
+
+sm::LlamaConfig tiny_config() {
+  sm::LlamaConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 3;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.max_position_embeddings = 256;
+  c.rope_theta = 10000.0;
+  return c;
+}
+
+sm::ForwardOutput run(auto& m, std::int64_t slot, std::vector<std::int64_t> tokens, std::vector<std::int32_t> parents = {},
+                      std::vector<std::int64_t> hidden_layers = {}) {
+  sm::ForwardBatch b = sm::make_chain_batch(slot, std::move(tokens));
+  if (!parents.empty()) b.parents = {std::move(parents)};
+  b.hidden_layers = std::move(hidden_layers);
+  b.return_final_hidden = !b.hidden_layers.empty();
+  return m.forward(b);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a.cpu() - b.cpu()).abs().max().item<double>(); }
+
+TEST(AtenLlama, MatchesLlamaModelOnTheSameWeights) {
+  const auto c = tiny_config();
+  const auto weights = sm::random_llama_weights(c, 11);
+  sm::LlamaModel ref(c, weights);
+  sm::AtenLlamaModel m(c, weights);
+  const auto rs = ref.allocate_sequence(), ms = m.allocate_sequence();
+  const std::vector<std::int64_t> prompt = {5, 17, 3, 88, 42, 42, 7, 1, 60, 2, 9};
+  auto a = run(ref, rs, prompt, {}, {0, 2}), b = run(m, ms, prompt, {}, {0, 2});
+  EXPECT_LT(max_diff(a.logits, b.logits), 2e-4);
+  for (int i = 0; i < 2; ++i) EXPECT_LT(max_diff(a.layer_hidden[i], b.layer_hidden[i]), 2e-4) << i;
+  EXPECT_LT(max_diff(a.hidden_pre_norm, b.hidden_pre_norm), 2e-4);
+  EXPECT_LT(max_diff(a.hidden_post_norm, b.hidden_post_norm), 2e-4);
+  // Incremental: a tree over the cached prompt, then keep one path and continue.
+  const std::vector<std::int64_t> tree = {4, 30, 31, 32, 50};
+  const std::vector<std::int32_t> parents = {-1, 0, 0, 1, 3};
+  EXPECT_LT(max_diff(run(ref, rs, tree, parents).logits, run(m, ms, tree, parents).logits), 2e-4);
+  const std::vector<std::int64_t> path = {0, 1, 3};
+  ref.keep_path(rs, 11, path);
+  m.keep_path(ms, 11, path);
+  EXPECT_EQ(m.sequence_length(ms), 14);
+  EXPECT_LT(max_diff(run(ref, rs, {12, 13}).logits, run(m, ms, {12, 13}).logits), 2e-4);
+}
+
+TEST(AtenLlama, TreeRowsEqualTheirChainsAndTruncateRollsBack) {
+  const auto c = tiny_config();
+  sm::AtenLlamaModel m(c, sm::random_llama_weights(c, 12));
+  const std::vector<std::int64_t> prompt = {1, 2, 3, 4, 5, 6};
+  const auto s = m.allocate_sequence();
+  run(m, s, prompt);
+  // Tree: root 10 with children 20 (-> 40) and 30: the rows of path (10, 30) equal the chain forward of [10, 30].
+  const auto tree = run(m, s, {10, 20, 30, 40}, {-1, 0, 0, 1}).logits;
+  m.truncate(s, 6);
+  const auto chain = run(m, s, {10, 30}).logits;
+  EXPECT_LT(max_diff(tree[0], chain[0]), 1e-5);
+  EXPECT_LT(max_diff(tree[2], chain[1]), 1e-5);
+  m.truncate(s, 6);
+  const auto chain2 = run(m, s, {10, 20, 40}).logits;
+  EXPECT_LT(max_diff(tree[3], chain2[2]), 1e-5);
+  // A fresh prefill of the whole sequence gives the cached forward's last row.
+  const auto t = m.allocate_sequence();
+  const auto full = run(m, t, {1, 2, 3, 4, 5, 6, 10, 20, 40}).logits;
+  EXPECT_LT(max_diff(full[8], chain2[2]), 1e-4);
+}
+
+TEST(AtenLlama, BadInputIsRefusedWithoutChangingTheCache) {
+  auto c = tiny_config();
+  c.max_position_embeddings = 8;
+  sm::AtenLlamaModel m(c, sm::random_llama_weights(c, 13));
+  const auto s = m.allocate_sequence();
+  EXPECT_THROW(run(m, s, {1, 2, 96}), specdec::error);                       // id out of range
+  EXPECT_THROW(run(m, s, {1, 2, 3}, {-1, 0, 2}), specdec::error);            // parent not earlier
+  EXPECT_THROW(run(m, s, {1, 2, 3, 4, 5, 6, 7, 8, 9}), specdec::error);      // past the context window
+  EXPECT_THROW(m.forward(sm::make_chain_batch(s + 1, {1})), specdec::error);  // unallocated slot
+  EXPECT_EQ(m.sequence_length(s), 0);
+  EXPECT_THROW(m.truncate(s, 1), specdec::error);
+  sm::AtenLlamaOptions o;
+  o.dtype = at::kInt;
+  EXPECT_THROW(sm::AtenLlamaModel(c, sm::random_llama_weights(c, 13), o), specdec::error);
+  EXPECT_THROW(sm::AtenLlamaModel(tiny_config(), [](const std::string&) { return at::Tensor(); }), specdec::error);
+}
+
+TEST(AtenLlama, GreedySpeculativeEqualsPlainDecoding) {
+  const auto c = tiny_config();
+  sm::AtenLlamaModel m(c, sm::random_llama_weights(c, 14));
+  std::vector<specdec::decoder::GenerationRequest> rs(3);
+  for (int b = 0; b < 3; ++b) {
+    for (int i = 0; i < 12 + 5 * b; ++i) rs[b].prompt.push_back((i * (3 + b)) % 9 + 1);
+    rs[b].max_new_tokens = 24;
+    rs[b].params.temperature = 0.0f;
+  }
+  auto generate = [&](auto& proposer, int g) {
+    specdec::decoder::DecoderOptions o;
+    o.num_speculative_tokens = g;
+    specdec::decoder::SpeculativeDecoder dec(proposer, m, o);
+    std::vector<std::vector<std::int64_t>> out;
+    for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+    return out;
+  };
+  specdec::proposers::NoProposer none;
+  const auto plain = generate(none, 0);
+  for (int candidates : {1, 3}) {
+    specdec::proposers::NgramOptions no;
+    no.num_candidates = candidates;
+    specdec::proposers::NgramProposer ngram(no);
+    EXPECT_EQ(generate(ngram, 4), plain) << candidates;
+  }
+}
+
+std::filesystem::path smollm2() { return std::filesystem::path(SPECDEC_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+// Teacher-forced logits of the GGUF on `m` against the packed CPU forward: the same weights (dequantised here, in their
+// blocks there with 16-bit activations), so the same top-1 and logits within the activation quantisation's ~1e-2.
+void check_against_packed(sm::AtenLlamaModel& m, double tolerance) {
+  auto ref = sm::load_llama_gguf(smollm2());
+  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042, 30,
+                                          378, 3458, 282, 4649, 314, 1345, 30, 378, 3458, 282, 2896, 314};
+  const auto a = run(ref, ref.allocate_sequence(), text).logits;
+  const auto b = run(m, m.allocate_sequence(), text).logits.cpu();
+  EXPECT_LT(max_diff(a, b), tolerance);
+  EXPECT_TRUE(at::equal(a.argmax(-1), b.argmax(-1)));
+}
+
+TEST(AtenLlama, SmolLM2MatchesThePackedForward) {
+  if (!std::filesystem::exists(smollm2())) GTEST_SKIP() << "model not downloaded (scripts/setup.sh)";
+  auto m = sm::load_aten_llama_gguf(smollm2());
+  EXPECT_EQ(m.max_sequence_length(), 8192);
+  check_against_packed(m, 0.05);
+}
+
+TEST(AtenLlama, SmolLM2OnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  if (!std::filesystem::exists(smollm2())) GTEST_SKIP() << "model not downloaded";
+  sm::AtenLlamaOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  auto m = sm::load_aten_llama_gguf(smollm2(), o);
+  check_against_packed(m, 0.05);
+  o.dtype = at::kBFloat16;
+  auto half = sm::load_aten_llama_gguf(smollm2(), o);
+  check_against_packed(half, 1.0);  // bfloat16 weights and activations: logits within about one unit
+}
+
+}  // namespace
