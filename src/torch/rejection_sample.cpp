@@ -56,7 +56,7 @@ struct Batch {
 Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Tensor& cu,
                   const std::optional<at::Tensor>& draft_probs, const at::Tensor& target, const at::Tensor& seeds,
                   const at::Tensor& positions, const std::optional<at::Tensor>& greedy,
-                  const RejectionSampleOptions& options) {
+                  const RejectionSampleOptions& options, const std::optional<at::Tensor>& has_draft_probs) {
   TORCH_CHECK(target.defined(), "target_probs: expected a tensor, got an undefined tensor");
   TORCH_CHECK(target.dim() == 2, "target_probs: expected a 2-D tensor [N + B, V], got shape ", shape_of(target));
   Batch b;
@@ -108,9 +108,17 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
     TORCH_CHECK(greedy->numel() == b.B, "greedy: expected ", b.B, " entries (one per request), got ",
                 greedy->numel());
   }
+  if (has_draft_probs) {
+    check_layout(*has_draft_probs, "has_draft_probs", target, 1, "[B]");
+    check_dtype(*has_draft_probs, "has_draft_probs", {at::kBool, at::kByte}, "bool or uint8");
+    TORCH_CHECK(has_draft_probs->numel() == b.B, "has_draft_probs: expected ", b.B,
+                " entries (one per request), got ", has_draft_probs->numel());
+  }
   TORCH_CHECK(options.lenience > 0.0 && options.lenience <= 1.0, "lenience: expected a value in (0, 1], got ",
               options.lenience);
-  if (cuda) return b;  // the values are checked on the device
+  // On CUDA the values (cu monotone with cu[B] == N, ids, positions, parents, draft kinds, probabilities) are
+  // checked on the device, per request, and reported after the launch.
+  if (cuda) return b;
 
   TORCH_CHECK(as_i64(cu, 0) == 0, "cu_num_draft_tokens: expected cu[0] == 0, got ", as_i64(cu, 0));
   for (std::int64_t r = 0; r < b.B; ++r) {
@@ -121,6 +129,19 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
   }
   TORCH_CHECK(as_i64(cu, b.B) == b.N, "cu_num_draft_tokens: expected cu[B] == N = ", b.N,
               " (the length of draft_token_ids), got ", as_i64(cu, b.B));
+  // Rows of draft_probs the verifier reads: every row, or those of the requests flagged in has_draft_probs.
+  std::vector<std::uint8_t> q_rows_read;
+  if (has_draft_probs) {
+    const auto* flags = static_cast<const std::uint8_t*>(has_draft_probs->data_ptr());
+    q_rows_read.assign(static_cast<std::size_t>(b.N), 0);
+    for (std::int64_t r = 0; r < b.B; ++r) {
+      const std::int64_t k = as_i64(cu, r + 1) - as_i64(cu, r);
+      TORCH_CHECK(!(flags[r] && k > 0 && !draft_probs), "has_draft_probs: expected 0 for a request with drafts when "
+                  "draft_probs is absent, got ", static_cast<int>(flags[r]), " for request ", r);
+      if (flags[r])
+        for (std::int64_t j = as_i64(cu, r); j < as_i64(cu, r + 1); ++j) q_rows_read[j] = 1;
+    }
+  }
   for (std::int64_t j = 0; j < b.N; ++j) {
     const std::int64_t x = as_i64(ids, j);
     TORCH_CHECK(x >= 0 && x < b.V, "draft_token_ids: expected ids in [0, ", b.V, ") (V of target_probs), got ", x,
@@ -138,12 +159,13 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
       }
   }
   if (options.validate_probs) {
-    auto scan = [&](const at::Tensor& t, const char* name) {
+    auto scan = [&](const at::Tensor& t, const char* name, const std::vector<std::uint8_t>& only_rows) {
       const float* data = t.data_ptr<float>();
       const std::int64_t rows = t.size(0), V = b.V;
       std::atomic<std::int64_t> bad_row{rows};
       at::parallel_for(0, rows, 16, [&](std::int64_t begin, std::int64_t end) {
         for (std::int64_t r = begin; r < end; ++r) {
+          if (!only_rows.empty() && !only_rows[r]) continue;  // a row of a request without draft probs: never read
           const float* row = data + r * V;
           bool ok = true;
           float mass = 0.0f;
@@ -166,8 +188,8 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
                     " at [", r, ", ", x, "]");
       TORCH_CHECK(false, name, ": expected every row to have positive mass, row ", r, " is all zeros");
     };
-    scan(target, "target_probs");
-    if (draft_probs) scan(*draft_probs, "draft_probs");
+    scan(target, "target_probs", {});
+    if (draft_probs) scan(*draft_probs, "draft_probs", q_rows_read);
   }
   return b;
 }
@@ -177,12 +199,12 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
   switch (r.status) {
     case Status::kInvalidProbability:
       TORCH_CHECK(false, op, ": target_probs/draft_probs: expected finite, non-negative probabilities in the rows of "
-                  "request ", r.request, where, ", got a NaN, infinite or negative value");
+                  "request ", r.request, where, ", got a NaN, infinite or negative value (", to_string(r), ")");
     case Status::kZeroMass:
       TORCH_CHECK(false, op, ": target_probs: expected positive mass in the rows of request ", r.request, where,
                   ", got a row that is all zeros");
     default:
-      TORCH_CHECK(false, op, ": request ", r.request, where, ": ", to_string(r.status));
+      TORCH_CHECK(false, op, ": ", to_string(r));
   }
 }
 
@@ -199,11 +221,16 @@ VerifyResult for_each_request(std::int64_t B, std::int64_t V, const One& one) {
   return {};
 }
 
+const std::uint8_t* flags_of(const std::optional<at::Tensor>& t) {
+  return t ? static_cast<const std::uint8_t*>(t->data_ptr()) : nullptr;
+}
+
 template <class IdT, class OffT>
 RejectionSampleResult chain_cpu(const Batch& b, const at::Tensor& ids, const at::Tensor& cu,
                                 const std::optional<at::Tensor>& draft_probs, const at::Tensor& target,
                                 const at::Tensor& seeds, const at::Tensor& positions,
-                                const std::optional<at::Tensor>& greedy, double lenience) {
+                                const std::optional<at::Tensor>& greedy, double lenience,
+                                const std::optional<at::Tensor>& has_draft_probs) {
   const std::int64_t stride = b.max_k + 1;
   RejectionSampleResult out{at::full({b.B, stride}, -1, ids.options()),
                             at::empty({b.B}, ids.options().dtype(at::kInt)),
@@ -217,11 +244,19 @@ RejectionSampleResult chain_cpu(const Batch& b, const at::Tensor& ids, const at:
   a.target_probs = target.data_ptr<float>();
   a.seeds = reinterpret_cast<const std::uint64_t*>(seeds.data_ptr<std::int64_t>());
   a.positions = positions.data_ptr<std::int64_t>();
-  a.greedy = greedy ? static_cast<const std::uint8_t*>(greedy->data_ptr()) : nullptr;
+  a.greedy = flags_of(greedy);
   a.lenience = static_cast<float>(lenience);
+  a.has_draft_probs = flags_of(has_draft_probs);
+  a.draft_token_ids_size = ids.numel();
+  a.draft_probs_size = draft_probs ? draft_probs->numel() : -1;
+  a.target_probs_size = target.numel();
   IdT* tokens = out.output_token_ids.data_ptr<IdT>();
   std::int32_t* counts = out.num_accepted.data_ptr<std::int32_t>();
   auto* flags = static_cast<std::uint8_t*>(out.accepted.data_ptr());
+  std::int64_t max_k = 0;  // the core's own checks, once (the tensor checks above already passed them)
+  if (const VerifyResult c = detail::check_chain(a, ChainVerifyOutputs<IdT>{tokens, stride, counts, flags}, max_k);
+      !c.ok())
+    raise(c, "rejection_sample");
   const VerifyResult r = for_each_request(b.B, b.V, [&](std::int64_t i, float* scratch) {
     return verify_chain_one(a, i, tokens + i * stride, counts + i, flags, scratch);
   });
@@ -233,31 +268,40 @@ template <class IdT, class OffT>
 TreeRejectionSampleResult tree_cpu(const Batch& b, const at::Tensor& ids, const at::Tensor& parents,
                                    const at::Tensor& cu, const std::optional<at::Tensor>& draft_probs,
                                    const at::Tensor& target, const at::Tensor& seeds, const at::Tensor& positions,
-                                   const std::optional<at::Tensor>& greedy) {
+                                   const std::optional<at::Tensor>& greedy,
+                                   const std::optional<at::Tensor>& has_draft_probs) {
   const std::int64_t stride = b.max_k + 1, V = b.V;
   TreeRejectionSampleResult out{at::full({b.B, stride}, -1, ids.options()),
                                 at::empty({b.B}, ids.options().dtype(at::kInt)),
                                 at::full({b.B, stride}, -1, ids.options())};
-  const OffT* off = cu.data_ptr<OffT>();
-  const IdT* id = ids.data_ptr<IdT>();
-  const IdT* par = parents.data_ptr<IdT>();
-  const float* q = draft_probs ? draft_probs->data_ptr<float>() : nullptr;
-  const float* p = target.data_ptr<float>();
-  const auto* seed = reinterpret_cast<const std::uint64_t*>(seeds.data_ptr<std::int64_t>());
-  const std::int64_t* pos = positions.data_ptr<std::int64_t>();
-  const auto* g = greedy ? static_cast<const std::uint8_t*>(greedy->data_ptr()) : nullptr;
+  TreeVerifyArgs<IdT, OffT> a;
+  a.batch_size = b.B;
+  a.vocab_size = V;
+  a.cu_num_draft_tokens = cu.data_ptr<OffT>();
+  a.draft_token_ids = ids.data_ptr<IdT>();
+  a.parents = parents.data_ptr<IdT>();
+  a.draft_probs = draft_probs ? draft_probs->data_ptr<float>() : nullptr;
+  a.target_probs = target.data_ptr<float>();
+  a.seeds = reinterpret_cast<const std::uint64_t*>(seeds.data_ptr<std::int64_t>());
+  a.positions = positions.data_ptr<std::int64_t>();
+  a.greedy = flags_of(greedy);
+  a.has_draft_probs = flags_of(has_draft_probs);
+  a.draft_token_ids_size = ids.numel();
+  a.parents_size = parents.numel();
+  a.draft_probs_size = draft_probs ? draft_probs->numel() : -1;
+  a.target_probs_size = target.numel();
   IdT* tokens = out.output_token_ids.data_ptr<IdT>();
   IdT* nodes = out.accepted_nodes.data_ptr<IdT>();
   std::int32_t* counts = out.num_accepted.data_ptr<std::int32_t>();
-  const VerifyResult r = for_each_request(b.B, V, [&](std::int64_t i, float* scratch) -> VerifyResult {
-    const auto start = static_cast<std::int64_t>(off[i]);
-    const auto k = static_cast<std::int64_t>(off[i + 1]) - start;
-    std::int64_t where = -1;
-    const Status s = verify_tree_request<IdT>(V, k, id + start, par + start, q ? q + start * V : nullptr,
-                                              p + (start + i) * V, seed[i], pos[i], g && g[i],
-                                              tokens + i * stride, nodes + i * stride, counts + i, scratch, &where);
-    if (s != Status::kSuccess) return {s, i, where};
-    return {};
+  std::int64_t max_k = 0;  // the core's own checks, once (the tensor checks above already passed them)
+  if (const VerifyResult c = detail::check_batch<IdT, OffT>(
+          b.B, V, a.cu_num_draft_tokens, a.draft_token_ids, a.parents, true, a.draft_probs, a.has_draft_probs,
+          a.target_probs, a.seeds, a.positions, stride,
+          detail::BatchSizes{a.draft_token_ids_size, a.parents_size, a.draft_probs_size, a.target_probs_size}, max_k);
+      !c.ok())
+    raise(c, "tree_rejection_sample");
+  const VerifyResult r = for_each_request(b.B, V, [&](std::int64_t i, float* scratch) {
+    return verify_tree_one(a, i, tokens + i * stride, nodes + i * stride, counts + i, scratch);
   });
   if (!r.ok()) raise(r, "tree_rejection_sample");
   return out;
@@ -281,20 +325,21 @@ RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const 
                                        const std::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs,
                                        const at::Tensor& seeds, const at::Tensor& positions,
                                        const std::optional<at::Tensor>& greedy,
-                                       const RejectionSampleOptions& options) {
+                                       const RejectionSampleOptions& options,
+                                       const std::optional<at::Tensor>& has_draft_probs) {
   const Batch b = check_batch(draft_token_ids, nullptr, cu_num_draft_tokens, draft_probs, target_probs, seeds,
-                              positions, greedy, options);
+                              positions, greedy, options, has_draft_probs);
   if (target_probs.is_cuda()) {
 #if defined(SPECDEC_TORCH_HAS_CUDA)
     return rejection_sample_cuda(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, seeds, positions,
-                                 greedy, options);
+                                 greedy, options, has_draft_probs);
 #else
     no_cuda(target_probs);
 #endif
   }
   return dispatch_ids(draft_token_ids, cu_num_draft_tokens, [&](auto id, auto off) {
     return chain_cpu<decltype(id), decltype(off)>(b, draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
-                                                  seeds, positions, greedy, options.lenience);
+                                                  seeds, positions, greedy, options.lenience, has_draft_probs);
   });
 }
 
@@ -303,22 +348,23 @@ TreeRejectionSampleResult tree_rejection_sample(const at::Tensor& draft_token_id
                                                 const std::optional<at::Tensor>& draft_probs,
                                                 const at::Tensor& target_probs, const at::Tensor& seeds,
                                                 const at::Tensor& positions, const std::optional<at::Tensor>& greedy,
-                                                const RejectionSampleOptions& options) {
+                                                const RejectionSampleOptions& options,
+                                                const std::optional<at::Tensor>& has_draft_probs) {
   TORCH_CHECK(options.lenience == 1.0, "lenience: expected 1 for tree verification (lenience applies to chains), got ",
               options.lenience);
   const Batch b = check_batch(draft_token_ids, &parents, cu_num_draft_tokens, draft_probs, target_probs, seeds,
-                              positions, greedy, options);
+                              positions, greedy, options, has_draft_probs);
   if (target_probs.is_cuda()) {
 #if defined(SPECDEC_TORCH_HAS_CUDA)
     return tree_rejection_sample_cuda(draft_token_ids, parents, cu_num_draft_tokens, draft_probs, target_probs, seeds,
-                                      positions, greedy, options);
+                                      positions, greedy, options, has_draft_probs);
 #else
     no_cuda(target_probs);
 #endif
   }
   return dispatch_ids(draft_token_ids, cu_num_draft_tokens, [&](auto id, auto off) {
     return tree_cpu<decltype(id), decltype(off)>(b, draft_token_ids, parents, cu_num_draft_tokens, draft_probs,
-                                                 target_probs, seeds, positions, greedy);
+                                                 target_probs, seeds, positions, greedy, has_draft_probs);
   });
 }
 

@@ -1,8 +1,10 @@
 // Chain verification: distributions of emitted tokens and of the number accepted, under DESIGN.md's 6-sigma bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits.hpp"
@@ -349,6 +351,445 @@ TEST(ChainErrors, BadRaggedLayout) {
     EXPECT_EQ(r.status, Status::kInvalidArgument);
     EXPECT_EQ(r.request, 1);
   }
+}
+
+
+TEST(ChainErrors, GreedyZeroMassRowInBatch) {
+  // A greedy request whose row sums to zero has no argmax to emit: kZeroMass, as for the same row sampled.
+  for (int greedy : {1, 0}) {
+    BatchFixture f;
+    for (int x = 0; x < 4; ++x) f.p[3 * 4 + x] = 0.0f;  // request 1's first target row (row cu[1] + 1 = 3)
+    std::vector<std::uint8_t> g = {0, static_cast<std::uint8_t>(greedy)};
+    ChainVerifyArgs<std::int64_t, std::int64_t> a;
+    a.batch_size = 2;
+    a.vocab_size = f.V;
+    a.cu_num_draft_tokens = f.cu.data();
+    a.draft_token_ids = f.ids.data();
+    a.draft_probs = f.q.data();
+    a.target_probs = f.p.data();
+    a.seeds = f.seeds.data();
+    a.positions = f.positions.data();
+    a.greedy = g.data();
+    const VerifyResult r =
+        verify_chain(a, ChainVerifyOutputs<std::int64_t>{f.out.data(), 3, f.n_acc.data(), f.flags.data()});
+    EXPECT_EQ(r.status, Status::kZeroMass) << "greedy " << greedy;
+    EXPECT_EQ(r.request, 1);
+    EXPECT_EQ(r.position, 0);
+    EXPECT_STREQ(r.argument, "target_probs");
+    EXPECT_TRUE(f.untouched());
+  }
+}
+
+TEST(ChainErrors, GreedyZeroMassBonusRow) {
+  // Every draft matches the argmax; the bonus row has no mass.
+  const std::int64_t V = 3;
+  const std::vector<float> p = {0.2f, 0.7f, 0.1f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> scratch(1);
+  std::int32_t drafts[1] = {1}, out[2] = {55, 55}, n = 55;
+  std::uint8_t flags[1] = {77};
+  std::int64_t where = -9;
+  VerifyResult err;
+  EXPECT_EQ(verify_chain_request<std::int32_t>(V, 1, drafts, nullptr, p.data(), 1, 0, true, 1.0f, out, &n, flags,
+                                               scratch.data(), &where, &err),
+            Status::kZeroMass);
+  EXPECT_EQ(where, 1);
+  EXPECT_EQ(err.position, 1);
+  EXPECT_EQ(out[0], 55);  // nothing written, although draft 0 was accepted before the bonus row failed
+  EXPECT_EQ(out[1], 55);
+  EXPECT_EQ(n, 55);
+  EXPECT_EQ(flags[0], 77);
+}
+
+// The checked single-request entry: every argument it reads is checked, and nothing is written on failure.
+struct RequestFixture {
+  std::int64_t V = 4, K = 2, position = 3;
+  std::vector<std::int32_t> drafts = {1, 2};
+  std::vector<float> q = std::vector<float>(2 * 4, 0.25f);
+  std::vector<float> p = std::vector<float>(3 * 4, 0.25f);
+  std::vector<float> scratch = std::vector<float>(1);
+  std::vector<std::int32_t> out = std::vector<std::int32_t>(3, 55);
+  std::int32_t n = 55;
+  std::vector<std::uint8_t> flags = std::vector<std::uint8_t>(2, 77);
+  float lenience = 1.0f;
+  bool greedy = false;
+  std::int64_t where = -9;
+  VerifyResult error;
+  const std::int32_t* ids() const { return drafts.empty() ? nullptr : drafts.data(); }
+  Status call(const float* target = nullptr, bool use_target = true) {
+    const float* t = use_target ? (target ? target : p.data()) : nullptr;
+    return verify_chain_request<std::int32_t>(V, K, ids(), q.data(), t, 7, position, greedy, lenience, out.data(), &n,
+                                              flags.data(), scratch.data(), &where, &error);
+  }
+  bool untouched() const {
+    return out == std::vector<std::int32_t>(3, 55) && n == 55 && flags == std::vector<std::uint8_t>(2, 77);
+  }
+};
+
+TEST(ChainRequestErrors, ValidRequestWritesEverything) {
+  RequestFixture f;
+  ASSERT_EQ(f.call(), Status::kSuccess);
+  EXPECT_EQ(f.n, 2);  // p == q
+  EXPECT_EQ(f.out[0], 1);
+  EXPECT_EQ(f.out[1], 2);
+  EXPECT_GE(f.out[2], 0);
+  EXPECT_EQ(f.where, -9);  // reports untouched on success
+}
+
+TEST(ChainRequestErrors, NegativeNumDrafts) {
+  RequestFixture f;
+  f.K = -1;
+  EXPECT_EQ(f.call(), Status::kInvalidArgument);
+  EXPECT_STREQ(f.error.argument, "num_drafts");
+  EXPECT_EQ(to_string(f.error), "invalid argument: num_drafts: expected >= 0, got -1");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(ChainRequestErrors, NonPositiveVocabSize) {
+  RequestFixture f;
+  f.V = 0;
+  EXPECT_EQ(f.call(), Status::kInvalidArgument);
+  EXPECT_EQ(to_string(f.error), "invalid argument: vocab_size: expected > 0, got 0");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(ChainRequestErrors, TokenIdOutOfRange) {
+  for (std::int32_t bad : {4, -1, 1 << 30}) {
+    RequestFixture f;
+    f.drafts[1] = bad;
+    EXPECT_EQ(f.call(), Status::kInvalidTokenId) << bad;
+    EXPECT_EQ(f.where, 1);
+    EXPECT_EQ(to_string(f.error), "token id out of range: draft_token_ids: expected an id in [0, vocab_size) with "
+                                  "vocab_size = 4, got " + std::to_string(bad) + " (draft position 1)");
+    EXPECT_TRUE(f.untouched());
+  }
+}
+
+TEST(ChainRequestErrors, NullPointers) {
+  {
+    RequestFixture f;
+    f.drafts.clear();  // K = 2 drafts but no ids
+    EXPECT_EQ(f.call(), Status::kInvalidArgument);
+    EXPECT_EQ(to_string(f.error), "invalid argument: draft_token_ids: expected a non-null pointer, got null");
+    EXPECT_TRUE(f.untouched());
+  }
+  {
+    RequestFixture f;
+    EXPECT_EQ(f.call(nullptr, false), Status::kInvalidArgument);
+    EXPECT_STREQ(f.error.argument, "target_probs");
+    EXPECT_TRUE(f.untouched());
+  }
+  {
+    RequestFixture f;
+    std::int32_t n = 0;
+    EXPECT_EQ(verify_chain_request<std::int32_t>(f.V, f.K, f.drafts.data(), f.q.data(), f.p.data(), 7, 0, false, 1.0f,
+                                                 nullptr, &n, nullptr, f.scratch.data()),
+              Status::kInvalidArgument);
+    EXPECT_EQ(verify_chain_request<std::int32_t>(f.V, f.K, f.drafts.data(), f.q.data(), f.p.data(), 7, 0, false, 1.0f,
+                                                 f.out.data(), nullptr, nullptr, f.scratch.data()),
+              Status::kInvalidArgument);
+    EXPECT_EQ(verify_chain_request<std::int32_t>(f.V, f.K, f.drafts.data(), f.q.data(), f.p.data(), 7, 0, false, 1.0f,
+                                                 f.out.data(), &n, nullptr, nullptr),
+              Status::kInvalidArgument);
+    EXPECT_TRUE(f.untouched());
+  }
+}
+
+TEST(ChainRequestErrors, LenienceAndPosition) {
+  for (float l : {0.0f, 1.5f, std::nanf("")}) {
+    RequestFixture f;
+    f.lenience = l;
+    EXPECT_EQ(f.call(), Status::kInvalidArgument) << l;
+    EXPECT_STREQ(f.error.argument, "lenience");
+    EXPECT_TRUE(f.untouched());
+  }
+  RequestFixture f;
+  f.position = -2;
+  EXPECT_EQ(f.call(), Status::kInvalidArgument);
+  EXPECT_EQ(to_string(f.error), "invalid argument: position: expected >= 0, got -2");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(ChainRequestErrors, BadValueInALaterRowWritesNothing) {
+  RequestFixture f;
+  f.p[1 * 4 + 2] = std::nanf("");  // draft 1's target value; draft 0 is accepted first (p == q)
+  EXPECT_EQ(f.call(), Status::kInvalidProbability);
+  EXPECT_EQ(f.where, 1);
+  EXPECT_STREQ(f.error.argument, "target_probs");
+  EXPECT_EQ(to_string(f.error),
+            "probability is NaN, infinite or negative: target_probs: expected finite, non-negative probabilities, got "
+            "nan (draft position 1)");
+  EXPECT_TRUE(f.untouched());
+  RequestFixture g;
+  g.q[1 * 4 + 2] = -1.0f;
+  EXPECT_EQ(g.call(), Status::kInvalidProbability);
+  EXPECT_STREQ(g.error.argument, "draft_probs");
+  EXPECT_EQ(*g.error.received, -1.0);
+  EXPECT_TRUE(g.untouched());
+}
+
+TEST(ChainRequestErrors, GreedyZeroMassRow) {
+  RequestFixture f;
+  f.greedy = true;
+  std::fill(f.p.begin(), f.p.begin() + 4, 0.0f);
+  EXPECT_EQ(f.call(), Status::kZeroMass);
+  EXPECT_EQ(f.where, 0);
+  EXPECT_EQ(to_string(f.error), "distribution has zero mass: target_probs: expected a row with positive mass, got 0 "
+                                "(draft position 0)");
+  EXPECT_TRUE(f.untouched());
+}
+
+// ---- buffer sizes: a K that disagrees with the buffers is an error naming the argument, expected and got ----
+
+struct SizedBatch : BatchFixture {
+  std::int64_t ids_size = 3, q_size = 12, p_size = 20;
+  std::vector<std::uint8_t> has_q;
+  bool with_q = true;
+  VerifyResult call_sized() {
+    ChainVerifyArgs<std::int64_t, std::int64_t> a;
+    a.batch_size = 2;
+    a.vocab_size = V;
+    a.cu_num_draft_tokens = cu.data();
+    a.draft_token_ids = ids.data();
+    a.draft_probs = with_q ? q.data() : nullptr;
+    a.target_probs = p.data();
+    a.seeds = seeds.data();
+    a.positions = positions.data();
+    a.has_draft_probs = has_q.empty() ? nullptr : has_q.data();
+    a.draft_token_ids_size = ids_size;
+    a.draft_probs_size = q_size;
+    a.target_probs_size = p_size;
+    return verify_chain(a, ChainVerifyOutputs<std::int64_t>{out.data(), 3, n_acc.data(), flags.data()});
+  }
+};
+
+TEST(ChainErrors, SizesThatAgreePass) {
+  SizedBatch f;
+  EXPECT_TRUE(f.call_sized().ok());
+  SizedBatch g;
+  g.ids_size = g.q_size = g.p_size = -1;  // not given: the caller's contract
+  EXPECT_TRUE(g.call_sized().ok());
+}
+
+TEST(ChainErrors, DraftTokenIdsSizeDisagreesWithCu) {
+  SizedBatch f;
+  f.cu = {0, 2, 4};  // K_1 = 2, but draft_token_ids holds 3 ids
+  const VerifyResult r = f.call_sized();
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(to_string(r), "invalid argument: cu_num_draft_tokens: expected cu[B] == draft_token_ids_size = 3, got 4");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(ChainErrors, DraftProbsSizeDisagrees) {
+  SizedBatch f;
+  f.q_size = 8;  // rows for 2 drafts, not 3
+  const VerifyResult r = f.call_sized();
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(to_string(r), "invalid argument: draft_probs_size: expected N * vocab_size = 12, got 8");
+  EXPECT_TRUE(f.untouched());
+  SizedBatch g;
+  g.with_q = false;  // no draft probs: their size is not read
+  g.q_size = 8;
+  EXPECT_TRUE(g.call_sized().ok());
+}
+
+TEST(ChainErrors, TargetProbsSizeDisagrees) {
+  SizedBatch f;
+  f.p_size = 16;  // N rows, not N + B
+  const VerifyResult r = f.call_sized();
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(to_string(r), "invalid argument: target_probs_size: expected (N + B) * vocab_size = 20, got 16");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(ChainErrors, OutputStrideAndNamedRaggedErrors) {
+  {
+    BatchFixture f;
+    ChainVerifyArgs<std::int64_t, std::int64_t> a;
+    a.batch_size = 2;
+    a.vocab_size = f.V;
+    a.cu_num_draft_tokens = f.cu.data();
+    a.draft_token_ids = f.ids.data();
+    a.target_probs = f.p.data();
+    a.seeds = f.seeds.data();
+    a.positions = f.positions.data();
+    const VerifyResult r =
+        verify_chain(a, ChainVerifyOutputs<std::int64_t>{f.out.data(), 2, f.n_acc.data(), f.flags.data()});
+    EXPECT_EQ(to_string(r), "invalid argument: output_stride: expected >= max_b K_b + 1 = 3, got 2");
+    EXPECT_TRUE(f.untouched());
+    a.batch_size = -1;
+    EXPECT_STREQ(verify_chain(a, ChainVerifyOutputs<std::int64_t>{f.out.data(), 3, f.n_acc.data()}).argument,
+                 "batch_size");
+    a.batch_size = 2;
+    a.seeds = nullptr;
+    EXPECT_EQ(to_string(verify_chain(a, ChainVerifyOutputs<std::int64_t>{f.out.data(), 3, f.n_acc.data()})),
+              "invalid argument: seeds: expected a non-null pointer, got null");
+    EXPECT_TRUE(f.untouched());
+  }
+  BatchFixture f;
+  f.cu = {0, 3, 2};
+  EXPECT_EQ(to_string(f.call()),
+            "invalid argument: cu_num_draft_tokens: expected K_b = cu[b + 1] - cu[b] >= 0, got -1 (request 1)");
+  BatchFixture g;
+  g.ids[2] = 9;
+  EXPECT_EQ(to_string(g.call()), "token id out of range: draft_token_ids: expected an id in [0, vocab_size) with "
+                                 "vocab_size = 4, got 9 (request 1, draft position 0)");
+}
+
+TEST(ChainErrors, HasDraftProbsWithoutDraftProbs) {
+  SizedBatch f;
+  f.with_q = false;
+  f.has_q = {0, 1};
+  const VerifyResult r = f.call_sized();
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(to_string(r), "invalid argument: has_draft_probs: expected 0 when draft_probs is null, got 1 (request 1)");
+  EXPECT_TRUE(f.untouched());
+  f.has_q = {0, 0};
+  EXPECT_TRUE(f.call_sized().ok());
+}
+
+// ---- per-request draft kinds: n-gram style and draft-model requests in one batch ----
+
+struct MixedBatch {
+  std::int64_t B = 0, V = 0;
+  std::vector<std::int32_t> cu = {0}, ids;
+  std::vector<float> q, p;
+  std::vector<std::uint64_t> seeds;
+  std::vector<std::int64_t> positions;
+  std::vector<std::uint8_t> greedy, has_q;
+};
+
+MixedBatch make_mixed(std::mt19937_64& rng, std::int64_t B, std::int64_t V, int max_k) {
+  MixedBatch m;
+  m.B = B;
+  m.V = V;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const int k = static_cast<int>(rng() % (max_k + 1));
+    m.cu.push_back(m.cu.back() + k);
+    m.has_q.push_back(rng() % 2);
+    m.greedy.push_back(rng() % 5 == 0);
+    m.seeds.push_back(rng());
+    m.positions.push_back(static_cast<std::int64_t>(rng() % 1000));
+    for (int j = 0; j < k; ++j) {
+      auto row = test::random_row(rng, V, 0.3, 0.5);
+      if (m.has_q.back()) {
+        m.ids.push_back(static_cast<std::int32_t>(test::draw_from(rng, row)));
+        m.q.insert(m.q.end(), row.begin(), row.end());
+      } else {  // a deterministic draft; its draft_probs row is never read, so it holds NaNs
+        m.ids.push_back(static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+        m.q.insert(m.q.end(), static_cast<std::size_t>(V), std::nanf(""));
+      }
+    }
+  }
+  for (std::int64_t r = 0; r < m.cu.back() + B; ++r) {
+    auto row = test::random_row(rng, V, 0.2, 0.5);
+    m.p.insert(m.p.end(), row.begin(), row.end());
+  }
+  return m;
+}
+
+TEST(ChainMixed, EachRequestGetsItsTokensAlone) {
+  std::mt19937_64 rng(41);
+  for (int rep = 0; rep < 60; ++rep) {
+    const std::int64_t V = rep % 4 == 0 ? 2100 : 11;
+    const MixedBatch m = make_mixed(rng, 1 + rep % 7, V, 5);
+    std::int64_t max_k = 0;
+    for (std::int64_t b = 0; b < m.B; ++b) max_k = std::max<std::int64_t>(max_k, m.cu[b + 1] - m.cu[b]);
+    const std::int64_t stride = max_k + 1, N = m.cu.back();
+    ChainVerifyArgs<std::int32_t> a;
+    a.batch_size = m.B;
+    a.vocab_size = V;
+    a.cu_num_draft_tokens = m.cu.data();
+    a.draft_token_ids = m.ids.data();
+    a.draft_probs = m.q.data();
+    a.target_probs = m.p.data();
+    a.seeds = m.seeds.data();
+    a.positions = m.positions.data();
+    a.greedy = m.greedy.data();
+    a.has_draft_probs = m.has_q.data();
+    a.draft_token_ids_size = N;
+    a.draft_probs_size = N * V;
+    a.target_probs_size = (N + m.B) * V;
+    std::vector<std::int32_t> out(static_cast<std::size_t>(m.B * stride), 55), n(static_cast<std::size_t>(m.B));
+    std::vector<std::uint8_t> flags(static_cast<std::size_t>(N) + 1, 77);
+    const VerifyResult r =
+        verify_chain(a, ChainVerifyOutputs<std::int32_t>{out.data(), stride, n.data(), flags.data()});
+    ASSERT_TRUE(r.ok()) << to_string(r);
+    std::vector<float> scratch(num_tiles(V));
+    for (std::int64_t b = 0; b < m.B; ++b) {
+      const std::int64_t start = m.cu[b], k = m.cu[b + 1] - start;
+      std::vector<std::int32_t> alone(static_cast<std::size_t>(k + 1));
+      std::vector<std::uint8_t> alone_flags(static_cast<std::size_t>(k) + 1);
+      std::int32_t alone_n = -1;
+      const float* q = m.has_q[b] ? m.q.data() + start * V : nullptr;
+      ASSERT_EQ(verify_chain_request<std::int32_t>(V, k, m.ids.data() + start, q,
+                                                   m.p.data() + (start + b) * V, m.seeds[b], m.positions[b],
+                                                   m.greedy[b] != 0, 1.0f, alone.data(), &alone_n, alone_flags.data(),
+                                                   scratch.data()),
+                Status::kSuccess);
+      ASSERT_EQ(n[b], alone_n) << "request " << b;
+      for (std::int64_t i = 0; i <= alone_n; ++i) ASSERT_EQ(out[b * stride + i], alone[i]) << "request " << b;
+      for (std::int64_t i = alone_n + 1; i < stride; ++i) ASSERT_EQ(out[b * stride + i], -1);
+      for (std::int64_t j = 0; j < k; ++j) ASSERT_EQ(flags[start + j], alone_flags[j]);
+    }
+    EXPECT_EQ(flags[N], 77);  // sentinel after the last flag
+  }
+}
+
+TEST(ChainMixedStats, MixedBatchIsLossless) {
+  // Two requests share every batch: request 0 drafts from q with its probabilities, request 1 drafts the argmax of
+  // q deterministically (no probabilities; its draft_probs rows hold NaN). Over many seeds the tokens each emits
+  // at every position follow the target, and the number accepted follows [1 - a0, a0 (1 - a1), a0 a1].
+  const ChainCase c = random_case(51, 7, 2);
+  const int K = 2, trials = 60000;
+  const std::int64_t V = c.vocab;
+  std::vector<float> p_req, q_rows;
+  for (auto& r : c.p) p_req.insert(p_req.end(), r.begin(), r.end());
+  std::vector<float> p_all = p_req;
+  p_all.insert(p_all.end(), p_req.begin(), p_req.end());
+  for (auto& r : c.q) q_rows.insert(q_rows.end(), r.begin(), r.end());
+  std::vector<float> q_all = q_rows;
+  q_all.insert(q_all.end(), static_cast<std::size_t>(K * V), std::nanf(""));
+  std::vector<std::int32_t> cu = {0, K, 2 * K}, ids(2 * K), out(2 * (K + 1)), n(2);
+  std::vector<std::uint8_t> has_q = {1, 0};
+  std::vector<std::int64_t> positions = {40, 40};
+  std::vector<std::vector<std::vector<std::int64_t>>> token_at(2, std::vector<std::vector<std::int64_t>>(
+                                                                      K + 1, std::vector<std::int64_t>(V)));
+  std::vector<std::vector<std::int64_t>> accepted(2, std::vector<std::int64_t>(K + 1));
+  std::mt19937_64 rng(52);
+  for (int t = 0; t < trials; ++t) {
+    for (int i = 0; i < K; ++i) {
+      ids[i] = static_cast<std::int32_t>(test::draw_from(rng, c.q[i]));
+      ids[K + i] = static_cast<std::int32_t>(std::max_element(c.q[i].begin(), c.q[i].end()) - c.q[i].begin());
+    }
+    std::vector<std::uint64_t> seeds = {2 * static_cast<std::uint64_t>(t), 2 * static_cast<std::uint64_t>(t) + 1};
+    ChainVerifyArgs<std::int32_t> a;
+    a.batch_size = 2;
+    a.vocab_size = V;
+    a.cu_num_draft_tokens = cu.data();
+    a.draft_token_ids = ids.data();
+    a.draft_probs = q_all.data();
+    a.target_probs = p_all.data();
+    a.seeds = seeds.data();
+    a.positions = positions.data();
+    a.has_draft_probs = has_q.data();
+    const VerifyResult r = verify_chain(a, ChainVerifyOutputs<std::int32_t>{out.data(), K + 1, n.data(), nullptr});
+    ASSERT_TRUE(r.ok()) << to_string(r);
+    for (int b = 0; b < 2; ++b) {
+      ++accepted[b][n[b]];
+      for (int i = 0; i <= n[b]; ++i) ++token_at[b][i][out[b * (K + 1) + i]];
+    }
+  }
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i <= K; ++i)
+      EXPECT_TRUE(matches_distribution(token_at[b][i], test::as_double(c.p[i])))
+          << "request " << b << " position " << i;
+  std::vector<double> a_iid, a_det;
+  for (int i = 0; i < K; ++i) {
+    a_iid.push_back(test::overlap(c.p[i], c.q[i]));
+    a_det.push_back(c.p[i][std::max_element(c.q[i].begin(), c.q[i].end()) - c.q[i].begin()]);
+  }
+  EXPECT_TRUE(matches_distribution(accepted[0], accepted_distribution(a_iid))) << "request 0 (with probs)";
+  EXPECT_TRUE(matches_distribution(accepted[1], accepted_distribution(a_det))) << "request 1 (deterministic)";
 }
 
 }  // namespace

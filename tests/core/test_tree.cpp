@@ -2,6 +2,10 @@
 // the chain verifier on chain-shaped trees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <string>
+
 #include "specdec/sampling/tree.hpp"
 #include "stats.hpp"
 
@@ -161,6 +165,220 @@ TEST(TreeErrors, BatchLeavesOutputsUntouched) {
   const auto first = out;
   ASSERT_TRUE(verify_tree(a, o).ok());
   EXPECT_EQ(out, first);  // same seed, same tokens
+}
+
+
+// ---- every public tree entry checks what it reads: named errors, outputs untouched ----
+
+struct TreeRequestFixture {
+  std::int64_t V = 3, K = 2;
+  std::vector<std::int32_t> drafts = {0, 1}, parents = {0, 1};
+  std::vector<float> p = std::vector<float>(3 * 3, 1.0f / 3), scratch = std::vector<float>(1);
+  std::vector<std::int32_t> out = std::vector<std::int32_t>(3, 55), nodes = std::vector<std::int32_t>(3, 55);
+  std::int32_t n = 55;
+  bool greedy = false;
+  std::int64_t where = -9;
+  VerifyResult error;
+  Status call() {
+    return verify_tree_request<std::int32_t>(V, K, drafts.data(), parents.empty() ? nullptr : parents.data(), nullptr,
+                                             p.data(), 3, 0, greedy, out.data(), nodes.data(), &n, scratch.data(),
+                                             &where, &error);
+  }
+  bool untouched() const {
+    return out == std::vector<std::int32_t>(3, 55) && nodes == std::vector<std::int32_t>(3, 55) && n == 55;
+  }
+};
+
+TEST(TreeRequestErrors, TokenIdOutOfRange) {
+  for (std::int32_t bad : {3, -1}) {
+    TreeRequestFixture f;
+    f.drafts[1] = bad;
+    EXPECT_EQ(f.call(), Status::kInvalidTokenId);
+    EXPECT_EQ(f.where, 1);
+    EXPECT_STREQ(f.error.argument, "draft_token_ids");
+    EXPECT_TRUE(f.untouched());
+  }
+}
+
+TEST(TreeRequestErrors, NegativeCountNullParentsAndVocab) {
+  TreeRequestFixture f;
+  f.K = -3;
+  EXPECT_EQ(f.call(), Status::kInvalidArgument);
+  EXPECT_EQ(to_string(f.error), "invalid argument: num_drafts: expected >= 0, got -3");
+  EXPECT_TRUE(f.untouched());
+  TreeRequestFixture g;
+  g.parents.clear();
+  EXPECT_EQ(g.call(), Status::kInvalidArgument);
+  EXPECT_EQ(to_string(g.error), "invalid argument: parents: expected a non-null pointer, got null");
+  EXPECT_TRUE(g.untouched());
+  TreeRequestFixture h;
+  h.V = -1;
+  EXPECT_EQ(h.call(), Status::kInvalidArgument);
+  EXPECT_STREQ(h.error.argument, "vocab_size");
+  EXPECT_TRUE(h.untouched());
+}
+
+TEST(TreeRequestErrors, ParentOutOfRangeIsNamed) {
+  TreeRequestFixture f;
+  f.parents[1] = 2;
+  EXPECT_EQ(f.call(), Status::kInvalidTree);
+  EXPECT_EQ(to_string(f.error), "parent index does not point at an earlier node: parents: expected an earlier node in "
+                                "[0, j] (0 is the root) with j = 1, got 2 (draft position 1)");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(TreeRequestErrors, GreedyZeroMassRow) {
+  TreeRequestFixture f;
+  f.greedy = true;
+  f.drafts = {2, 1};
+  std::fill(f.p.begin(), f.p.begin() + 3, 0.0f);
+  EXPECT_EQ(f.call(), Status::kZeroMass);
+  EXPECT_EQ(f.where, -1);  // the root's row
+  EXPECT_STREQ(f.error.argument, "target_probs");
+  EXPECT_TRUE(f.untouched());
+  // A zero row deeper in the tree, reached after an accepted greedy child, writes nothing either.
+  TreeRequestFixture g;
+  g.greedy = true;
+  g.p = {0.1f, 0.2f, 0.7f, 0.0f, 0.0f, 0.0f, 0.3f, 0.3f, 0.4f};
+  g.drafts = {2, 0};
+  g.parents = {0, 1};
+  EXPECT_EQ(g.call(), Status::kZeroMass);
+  EXPECT_EQ(g.where, 0);  // node 1 = draft 0's row
+  EXPECT_TRUE(g.untouched());
+}
+
+struct TreeBatchFixture {
+  std::int64_t V = 3;
+  std::vector<std::int32_t> cu = {0, 2, 3}, ids = {0, 1, 2}, parents = {0, 1, 0};
+  std::vector<float> p = std::vector<float>(5 * 3, 1.0f / 3);
+  std::vector<std::uint64_t> seeds = {1, 2};
+  std::vector<std::int64_t> pos = {0, 9};
+  std::vector<std::uint8_t> greedy = {0, 0};
+  std::vector<std::int32_t> out = std::vector<std::int32_t>(6, 55), nodes = std::vector<std::int32_t>(6, 55),
+                            n = std::vector<std::int32_t>(2, 55);
+  std::int64_t parents_size = -1, target_size = -1;
+  VerifyResult call() {
+    TreeVerifyArgs<std::int32_t> a{2, V, cu.data(), ids.data(), parents.data(), nullptr, p.data(), seeds.data(),
+                                   pos.data(), greedy.data()};
+    a.parents_size = parents_size;
+    a.target_probs_size = target_size;
+    return verify_tree(a, TreeVerifyOutputs<std::int32_t>{out.data(), 3, n.data(), nodes.data()});
+  }
+  bool untouched() const {
+    return out == std::vector<std::int32_t>(6, 55) && nodes == std::vector<std::int32_t>(6, 55) &&
+           n == std::vector<std::int32_t>(2, 55);
+  }
+};
+
+TEST(TreeErrors, NegativeDraftCount) {
+  TreeBatchFixture f;
+  f.cu = {0, 3, 2};
+  const VerifyResult r = f.call();
+  EXPECT_EQ(r.status, Status::kInvalidArgument);
+  EXPECT_EQ(r.request, 1);
+  EXPECT_STREQ(r.argument, "cu_num_draft_tokens");
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(TreeErrors, ParentOutOfRangeInBatchIsNamed) {
+  for (std::int32_t bad : {-1, 2, 100}) {
+    TreeBatchFixture f;
+    f.parents[1] = bad;
+    const VerifyResult r = f.call();
+    EXPECT_EQ(r.status, Status::kInvalidTree);
+    EXPECT_EQ(r.request, 0);
+    EXPECT_EQ(r.position, 1);
+    EXPECT_STREQ(r.argument, "parents");
+    EXPECT_EQ(*r.received, bad);
+    EXPECT_TRUE(f.untouched());
+  }
+  TreeBatchFixture g;
+  g.parents[2] = 1;  // request 1 has one draft: its only valid parent is the root
+  EXPECT_EQ(g.call().request, 1);
+  EXPECT_TRUE(g.untouched());
+}
+
+TEST(TreeErrors, SizesThatDisagree) {
+  TreeBatchFixture f;
+  f.parents_size = 2;
+  EXPECT_EQ(to_string(f.call()), "invalid argument: parents_size: expected N = cu[B] = 3, got 2");
+  EXPECT_TRUE(f.untouched());
+  TreeBatchFixture g;
+  g.target_size = 12;
+  EXPECT_EQ(to_string(g.call()), "invalid argument: target_probs_size: expected (N + B) * vocab_size = 15, got 12");
+  EXPECT_TRUE(g.untouched());
+  TreeBatchFixture h;
+  h.parents_size = 3;
+  h.target_size = 15;
+  EXPECT_TRUE(h.call().ok());
+}
+
+TEST(TreeErrors, GreedyZeroMassRowInBatch) {
+  TreeBatchFixture f;
+  f.greedy = {0, 1};
+  std::fill(f.p.begin() + 3 * 3, f.p.begin() + 4 * 3, 0.0f);  // request 1's root row (row cu[1] + 1 = 3)
+  const VerifyResult r = f.call();
+  EXPECT_EQ(r.status, Status::kZeroMass);
+  EXPECT_EQ(r.request, 1);
+  EXPECT_TRUE(f.untouched());
+}
+
+TEST(TreeMixed, EachRequestGetsItsTokensAlone) {
+  // Trees with and without draft probabilities in one batch (has_draft_probs), the unused rows NaN.
+  std::mt19937_64 rng(61);
+  for (int rep = 0; rep < 60; ++rep) {
+    const std::int64_t V = rep % 5 == 0 ? 1100 : 9;
+    const std::int64_t B = 1 + rep % 6;
+    std::vector<std::int32_t> cu = {0}, ids, parents;
+    std::vector<float> q, p;
+    std::vector<std::uint64_t> seeds;
+    std::vector<std::int64_t> pos;
+    std::vector<std::uint8_t> greedy, has_q;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const int k = static_cast<int>(rng() % 6);
+      cu.push_back(cu.back() + k);
+      has_q.push_back(rng() % 2);
+      greedy.push_back(rng() % 6 == 0);
+      seeds.push_back(rng());
+      pos.push_back(static_cast<std::int64_t>(rng() % 500));
+      for (int j = 0; j < k; ++j) {
+        auto row = test::random_row(rng, V, 0.3, 0.6);
+        ids.push_back(static_cast<std::int32_t>(test::draw_from(rng, row)));
+        parents.push_back(static_cast<std::int32_t>(rng() % (j + 1)));
+        if (has_q.back()) q.insert(q.end(), row.begin(), row.end());
+        else q.insert(q.end(), static_cast<std::size_t>(V), std::nanf(""));
+      }
+    }
+    const std::int64_t N = cu.back();
+    for (std::int64_t r = 0; r < N + B; ++r) {
+      auto row = test::random_row(rng, V, 0.2, 0.6);
+      p.insert(p.end(), row.begin(), row.end());
+    }
+    const std::int64_t stride = 7;
+    TreeVerifyArgs<std::int32_t> a{B, V, cu.data(), ids.data(), parents.data(), q.data(), p.data(), seeds.data(),
+                                   pos.data(), greedy.data()};
+    a.has_draft_probs = has_q.data();
+    a.draft_token_ids_size = a.parents_size = N;
+    a.draft_probs_size = N * V;
+    a.target_probs_size = (N + B) * V;
+    std::vector<std::int32_t> out(static_cast<std::size_t>(B * stride)), nodes(out.size()), n(B);
+    const VerifyResult r = verify_tree(a, TreeVerifyOutputs<std::int32_t>{out.data(), stride, n.data(), nodes.data()});
+    ASSERT_TRUE(r.ok()) << to_string(r);
+    std::vector<float> scratch(num_tiles(V));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t start = cu[b], k = cu[b + 1] - start;
+      std::vector<std::int32_t> alone(static_cast<std::size_t>(k + 1)), alone_nodes(alone.size());
+      std::int32_t alone_n = -1;
+      ASSERT_EQ(verify_tree_request<std::int32_t>(V, k, ids.data() + start, parents.data() + start,
+                                                  has_q[b] ? q.data() + start * V : nullptr, p.data() + (start + b) * V,
+                                                  seeds[b], pos[b], greedy[b] != 0, alone.data(), alone_nodes.data(),
+                                                  &alone_n, scratch.data()),
+                Status::kSuccess);
+      ASSERT_EQ(n[b], alone_n) << "request " << b;
+      for (std::int64_t i = 0; i <= alone_n; ++i) ASSERT_EQ(out[b * stride + i], alone[i]) << "request " << b;
+      for (std::int64_t i = 0; i < alone_n; ++i) ASSERT_EQ(nodes[b * stride + i], alone_nodes[i]);
+    }
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // specdec tests — random verification batches and the CPU reference per request, shared by the host emulation
 // test and the device tests. The reference is the torch-free core (sampling/chain.hpp, tree.hpp) run on the
 // probabilities after rounding to the kernel's element type, with the per-request status convention of the
-// kernels: range/stride/position problems -> kInvalidArgument, then ids, then (trees) parents, then the walk; a
-// failed request's outputs are -1, its count 0 and its flags 0.
+// kernels: range/stride/position problems -> kInvalidArgument, then the draft kind (has_draft_probs set for a
+// request with drafts while there are no draft probs -> kInvalidArgument), then ids, then (trees) parents, then the
+// walk; a failed request's outputs are -1, its count 0 and its flags 0.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +26,11 @@ struct Batch {
   std::vector<std::uint64_t> seeds;
   std::vector<std::int64_t> positions;
   std::vector<std::uint8_t> greedy;
+  std::vector<std::uint8_t> has_q_req;  ///< [B] per-request draft kind (has_draft_probs), or empty (none passed)
   float lenience = 1.0f;
+  const std::uint8_t* has_draft_probs() const { return has_q_req.empty() ? nullptr : has_q_req.data(); }
+  /// Whether request b's drafts are verified with their probabilities.
+  bool request_has_q(std::int64_t b) const { return has_q && (has_q_req.empty() || has_q_req[b] != 0); }
 };
 
 template <class T>
@@ -78,9 +83,12 @@ void fill_row(std::mt19937_64& rng, float* row, std::int64_t V, int shape) {
   for (std::int64_t x = 0; x < V; ++x) row[x] = round_to<T>(row[x] / sum);
 }
 
-/// A random batch. `tree` draws parent arrays; `greedy_frac` of the requests are greedy.
+/// A random batch. `tree` draws parent arrays; `greedy_frac` of the requests are greedy. With `no_probs_frac` >= 0
+/// (and has_q) the batch passes per-request draft kinds: that fraction of the requests are flagged 0 (deterministic
+/// drafts), and their draft_probs rows are filled with NaN, which the verifiers must never read.
 template <class T>
-Batch make_batch(std::mt19937_64& rng, std::int64_t V, int B, int max_k, bool has_q, bool tree, double greedy_frac) {
+Batch make_batch(std::mt19937_64& rng, std::int64_t V, int B, int max_k, bool has_q, bool tree, double greedy_frac,
+                 double no_probs_frac = -1.0) {
   Batch c;
   c.B = B;
   c.V = V;
@@ -123,8 +131,17 @@ Batch make_batch(std::mt19937_64& rng, std::int64_t V, int B, int max_k, bool ha
       c.ids.push_back(x);
       c.parents.push_back(tree ? static_cast<std::int64_t>(rng() % (j + 1)) * (rng() % 3 == 0 ? 0 : 1) : j);
     }
+    if (has_q && no_probs_frac >= 0.0) {
+      c.has_q_req.push_back(U(rng) < no_probs_frac ? 0 : 1);
+      if (!c.has_q_req.back()) std::fill(&c.q[start * V], &c.q[(start + k) * V], __builtin_nanf(""));
+    }
   }
   return c;
+}
+
+/// The per-request draft kind check of the kernels (check_request_draft_kind).
+inline Status draft_kind_status(const Batch& c, std::int64_t b, std::int64_t k) {
+  return k > 0 && !c.has_q_req.empty() && c.has_q_req[b] && !c.has_q ? Status::kInvalidArgument : Status::kSuccess;
 }
 
 /// CPU reference for chain request b: fills out_row [stride], nacc, flags (global [N] array) and returns the status.
@@ -134,13 +151,14 @@ Status cpu_chain(const Batch& c, std::int64_t b, IdT* out_row, std::int32_t& nac
   std::int64_t start = 0, k = -1;
   std::fill(out_row, out_row + c.stride, static_cast<IdT>(-1));
   nacc = 0;
-  Status s = detail::check_request_range(cu.data(), b, c.N, c.stride, c.positions.data(), start, k);
+  Status s = detail::check_request_range(cu.data(), b, c.B, c.N, c.stride, c.positions.data(), start, k);
   if (k >= 0) std::fill(flags + start, flags + start + k, 0);
+  if (s == Status::kSuccess) s = draft_kind_status(c, b, k);
   if (s != Status::kSuccess) return s;
   for (std::int64_t i = 0; i < k; ++i)
     if (ids[start + i] < 0 || ids[start + i] >= c.V) return Status::kInvalidTokenId;
   std::vector<float> tm(static_cast<std::size_t>(num_tiles(c.V)));
-  s = verify_chain_request<IdT>(c.V, k, ids.data() + start, c.has_q ? c.q.data() + start * c.V : nullptr,
+  s = verify_chain_request<IdT>(c.V, k, ids.data() + start, c.request_has_q(b) ? c.q.data() + start * c.V : nullptr,
                                 c.p.data() + (start + b) * c.V, c.seeds[b], c.positions[b], c.greedy[b] != 0,
                                 c.lenience, out_row, &nacc, flags + start, tm.data());
   if (s != Status::kSuccess) {
@@ -160,13 +178,14 @@ Status cpu_tree(const Batch& c, std::int64_t b, IdT* out_row, IdT* nodes_row, st
   std::fill(out_row, out_row + c.stride, static_cast<IdT>(-1));
   std::fill(nodes_row, nodes_row + c.stride, static_cast<IdT>(-1));
   nacc = 0;
-  Status s = detail::check_request_range(cu.data(), b, c.N, c.stride, c.positions.data(), start, k);
+  Status s = detail::check_request_range(cu.data(), b, c.B, c.N, c.stride, c.positions.data(), start, k);
+  if (s == Status::kSuccess) s = draft_kind_status(c, b, k);
   if (s != Status::kSuccess) return s;
   for (std::int64_t i = 0; i < k; ++i)
     if (ids[start + i] < 0 || ids[start + i] >= c.V) return Status::kInvalidTokenId;
   std::vector<float> tm(static_cast<std::size_t>(num_tiles(c.V)));
   s = verify_tree_request<IdT>(c.V, k, ids.data() + start, parents.data() + start,
-                               c.has_q ? c.q.data() + start * c.V : nullptr, c.p.data() + (start + b) * c.V,
+                               c.request_has_q(b) ? c.q.data() + start * c.V : nullptr, c.p.data() + (start + b) * c.V,
                                c.seeds[b], c.positions[b], c.greedy[b] != 0, out_row, nodes_row, &nacc, tm.data());
   if (s != Status::kSuccess) {
     std::fill(out_row, out_row + c.stride, static_cast<IdT>(-1));

@@ -79,9 +79,10 @@ Status emulate_chain(const ChainVerifyParams<T, IdT>& a, std::int64_t b, std::in
   ChainPlan plan{};
   plan.kind = kPlanFailed;
   plan.row = -1;
-  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.num_draft_tokens, a.output_stride, a.positions,
-                                    plan.start, plan.num_drafts);
+  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.batch_size, a.num_draft_tokens, a.output_stride,
+                                    a.positions, plan.start, plan.num_drafts);
   const std::int64_t k = plan.num_drafts, V = a.vocab_size, NT = num_tiles(V);
+  if (plan.status == Status::kSuccess) plan.status = check_request_draft_kind(a.draft_probs, a.has_draft_probs, b, k);
   if (plan.status == Status::kSuccess)
     for (std::int64_t i = 0; i < k; ++i)
       if (!id_in_range(a.draft_token_ids[plan.start + i], V)) plan.status = Status::kInvalidTokenId;
@@ -89,11 +90,12 @@ Status emulate_chain(const ChainVerifyParams<T, IdT>& a, std::int64_t b, std::in
     if (a.greedy && a.greedy[b]) {
       plan.kind = kPlanGreedy;
     } else {
+      const bool has_q = chain_has_q(a, b);
       std::int64_t first = -1;
       int flag = kAccepted;
       for (std::int64_t i = 0; i < k && first < 0; ++i)
-        if ((flag = chain_accept_flag(a, b, plan.start, i)) != kAccepted) first = i;
-      plan_from_first(plan, a.draft_probs != nullptr, first, flag);
+        if ((flag = chain_accept_flag(a, b, plan.start, i, has_q)) != kAccepted) first = i;
+      plan_from_first(plan, has_q, first, flag);
     }
   }
   Status s = plan.status;
@@ -148,6 +150,10 @@ Status emulate_chain(const ChainVerifyParams<T, IdT>& a, std::int64_t b, std::in
         s = Status::kInvalidProbability;
         break;
       }
+      if (!(best.key > 0.0f)) {
+        s = Status::kZeroMass;
+        break;
+      }
       if (r == k || best.index != static_cast<std::int64_t>(a.draft_token_ids[plan.start + r])) {
         token = best.index;
         n_acc = r;
@@ -183,9 +189,10 @@ Status emulate_tree(const TreeVerifyParams<T, IdT>& a, std::int64_t b, bool vec_
                     std::int32_t& nacc_out) {
   using namespace detail;
   TreePlan plan{};
-  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.num_draft_tokens, a.output_stride, a.positions,
-                                    plan.start, plan.num_drafts);
+  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.batch_size, a.num_draft_tokens, a.output_stride,
+                                    a.positions, plan.start, plan.num_drafts);
   const std::int64_t K = plan.num_drafts, V = a.vocab_size, NT = num_tiles(V);
+  if (plan.status == Status::kSuccess) plan.status = check_request_draft_kind(a.draft_probs, a.has_draft_probs, b, K);
   for (int pass = 0; pass < 2 && plan.status == Status::kSuccess; ++pass)
     for (std::int64_t i = 0; i < K; ++i)
       if (tree_item_status(a.draft_token_ids + plan.start, a.parents + plan.start, i, V, pass == 1) !=
@@ -206,7 +213,8 @@ Status emulate_tree(const TreeVerifyParams<T, IdT>& a, std::int64_t b, bool vec_
     const std::int64_t start = plan.start;
     const IdT* ids = a.draft_token_ids + start;
     const IdT* parents = a.parents + start;
-    const T* q_req = a.draft_probs ? a.draft_probs + start * V : nullptr;
+    const bool has_q = a.draft_probs != nullptr && (a.has_draft_probs == nullptr || a.has_draft_probs[b] != 0);
+    const T* q_req = has_q ? a.draft_probs + start * V : nullptr;
     const std::uint64_t seed = a.seeds[b];
     const std::int64_t P = a.positions[b];
     const bool greedy = a.greedy && a.greedy[b];
@@ -220,6 +228,7 @@ Status emulate_tree(const TreeVerifyParams<T, IdT>& a, std::int64_t b, bool vec_
         bool ok = true;
         for (std::int64_t x = 0; x < V; ++x) argmax_step(c, ok, to_float(p[x]), x);
         if (!ok) { s = Status::kInvalidProbability; break; }
+        if (!(c.key > 0.0f)) { s = Status::kZeroMass; break; }
         greedy_token = c.index;
       }
       int m = 0;
@@ -376,6 +385,7 @@ void check_chain_batch(const Batch& c, const char* what) {
   a.seeds = c.seeds.data();
   a.positions = c.positions.data();
   a.greedy = c.greedy.data();
+  a.has_draft_probs = c.has_draft_probs();
   a.lenience = c.lenience;
   a.output_stride = c.stride;
   const bool vec_ok = (c.V * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
@@ -409,6 +419,7 @@ void check_tree_batch(const Batch& c, const char* what) {
   a.seeds = c.seeds.data();
   a.positions = c.positions.data();
   a.greedy = c.greedy.data();
+  a.has_draft_probs = c.has_draft_probs();
   a.output_stride = c.stride;
   const bool vec_ok = (c.V * static_cast<std::int64_t>(sizeof(T))) % 16 == 0;
   std::vector<IdT> got(static_cast<std::size_t>(c.stride)), want(got.size()), gnodes(got.size()), wnodes(got.size());
@@ -489,6 +500,174 @@ TEST(cuda_emulation_tree, ChainShapedTreeMatchesChain) {
     const Batch c = testing::make_batch<float>(rng, kSmallVocabs[rep % 6], 2, 5, rep % 2 == 0, false, 0.2);
     check_tree_batch<float, std::int32_t>(c, "chain-shaped tree");
   }
+}
+
+
+// ---- greedy rows with no mass: kZeroMass on both sides (the CPU core's argmax_row), never token 0 ----
+
+/// Zeroes one target row of request b (row r of its K + 1), chosen at random.
+inline void zero_one_row(std::mt19937_64& rng, Batch& c, std::int64_t b) {
+  const std::int64_t start = c.cu[b], k = c.cu[b + 1] - start;
+  const std::int64_t r = static_cast<std::int64_t>(rng() % (k + 1));
+  std::fill(&c.p[(start + b + r) * c.V], &c.p[(start + b + r + 1) * c.V], 0.0f);
+}
+
+TYPED_TEST(cuda_emulation, ChainGreedyZeroMassRow) {
+  std::mt19937_64 rng(25);
+  int zero_mass = 0;
+  for (int rep = 0; rep < 120; ++rep) {
+    Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 3, 4, rep % 2 == 0, false, 1.0);
+    const std::int64_t b = static_cast<std::int64_t>(rng() % 3);
+    zero_one_row(rng, c, b);
+    if (rep % 3 == 0) std::fill(&c.p[(c.cu[b] + b) * c.V], &c.p[(c.cu[b] + b + 1) * c.V], 0.0f);  // the first row
+    check_chain_batch<TypeParam, std::int32_t>(c, "chain greedy zero mass");
+    std::vector<std::int32_t> row(static_cast<std::size_t>(c.stride));
+    std::vector<std::uint8_t> flags(static_cast<std::size_t>(c.N) + 1);
+    std::int32_t n = 0;
+    const Status s = testing::cpu_chain<std::int32_t>(c, b, row.data(), n, flags.data());
+    if (rep % 3 == 0) EXPECT_EQ(s, Status::kZeroMass) << "the first row is always read";
+    zero_mass += s == Status::kZeroMass;
+  }
+  EXPECT_GT(zero_mass, 40);  // the zeroed row is reached often (not only when it is the first)
+}
+
+TYPED_TEST(cuda_emulation, TreeGreedyZeroMassRow) {
+  std::mt19937_64 rng(34);
+  int zero_mass = 0;
+  for (int rep = 0; rep < 120; ++rep) {
+    Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 3, 5, rep % 2 == 0, true, 1.0);
+    const std::int64_t b = static_cast<std::int64_t>(rng() % 3);
+    zero_one_row(rng, c, b);
+    if (rep % 3 == 0) std::fill(&c.p[(c.cu[b] + b) * c.V], &c.p[(c.cu[b] + b + 1) * c.V], 0.0f);  // the root row
+    check_tree_batch<TypeParam, std::int32_t>(c, "tree greedy zero mass");
+    std::vector<std::int32_t> row(static_cast<std::size_t>(c.stride)), nodes(row.size());
+    std::int32_t n = 0;
+    const Status s = testing::cpu_tree<std::int32_t>(c, b, row.data(), nodes.data(), n);
+    if (rep % 3 == 0) EXPECT_EQ(s, Status::kZeroMass) << "the root row is always read";
+    zero_mass += s == Status::kZeroMass;
+  }
+  EXPECT_GT(zero_mass, 40);
+}
+
+// ---- per-request draft kinds: requests with and without draft probabilities in one batch ----
+
+TYPED_TEST(cuda_emulation, ChainMixedDraftKinds) {
+  // Each request gets exactly the tokens it gets verified alone (cpu_chain runs the core on the request's own slice,
+  // with or without its probabilities); the draft rows of requests flagged 0 hold NaN and are never read.
+  std::mt19937_64 rng(26);
+  int mixed = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    const Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 2 + rep % 5, 6, true, false, 0.2, 0.5);
+    bool with = false, without = false;
+    for (std::int64_t b = 0; b < c.B; ++b) (c.request_has_q(b) ? with : without) = true;
+    mixed += with && without;
+    if (rep % 2) check_chain_batch<TypeParam, std::int32_t>(c, "chain mixed kinds");
+    else check_chain_batch<TypeParam, std::int64_t>(c, "chain mixed kinds");
+  }
+  EXPECT_GT(mixed, 100);
+}
+
+TYPED_TEST(cuda_emulation, TreeMixedDraftKinds) {
+  std::mt19937_64 rng(35);
+  for (int rep = 0; rep < 150; ++rep) {
+    const Batch c = testing::make_batch<TypeParam>(rng, kSmallVocabs[rep % 6], 2 + rep % 4, 7, true, true, 0.2, 0.5);
+    check_tree_batch<TypeParam, std::int32_t>(c, "tree mixed kinds");
+  }
+}
+
+TEST(cuda_emulation_kinds, FlaggedWithoutDraftProbsIsInvalidArgument) {
+  std::mt19937_64 rng(27);
+  for (int rep = 0; rep < 40; ++rep) {
+    Batch c = testing::make_batch<float>(rng, kSmallVocabs[rep % 6], 4, 4, true, rep % 2 == 1, 0.2, 0.5);
+    c.has_q = false;  // the flags stay: requests flagged 1 with drafts must fail, the others verify
+    for (std::int64_t b = 0; b < c.B; ++b) {
+      std::vector<std::int32_t> row(static_cast<std::size_t>(c.stride)), nodes(row.size());
+      std::vector<std::uint8_t> flags(static_cast<std::size_t>(c.N) + 1);
+      std::int32_t n = 0;
+      const Status s = rep % 2 ? testing::cpu_tree<std::int32_t>(c, b, row.data(), nodes.data(), n)
+                               : testing::cpu_chain<std::int32_t>(c, b, row.data(), n, flags.data());
+      const bool flagged = c.has_q_req[b] && c.cu[b + 1] > c.cu[b];
+      EXPECT_EQ(s == Status::kInvalidArgument, flagged) << "request " << b;
+    }
+    if (rep % 2) check_tree_batch<float, std::int32_t>(c, "tree flagged without probs");
+    else check_chain_batch<float, std::int32_t>(c, "chain flagged without probs");
+  }
+}
+
+// Host-side argument checks name the argument, what was expected and what was received.
+TEST(cuda_emulation_args, HostChecksNameTheArgument) {
+  ChainVerifyParams<float, std::int32_t> a;
+  a.vocab_size = 10;
+  a.output_stride = 1;
+  EXPECT_TRUE(chain_verify_check_arguments(a).ok());  // B = 0
+  a.batch_size = 70000;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: batch_size: expected <= the CUDA grid limit = 65535, got 70000");
+  a.batch_size = 2;
+  a.lenience = 2.0f;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: lenience: expected a value in (0, 1], got 2");
+  a.lenience = 1.0f;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: cu_num_draft_tokens: expected a non-null pointer, got null");
+  EXPECT_EQ(chain_verify_can_implement(a), Status::kInvalidArgument);
+  std::vector<std::int32_t> cu = {0, 1, 3}, ids = {1, 2, 3}, out(8);
+  std::vector<float> p(50), q(30);
+  std::vector<std::uint64_t> seeds(2);
+  std::vector<std::int64_t> pos(2);
+  std::vector<std::int32_t> nacc(2);
+  std::vector<Status> status(2);
+  a.num_draft_tokens = 3;
+  a.cu_num_draft_tokens = cu.data();
+  a.draft_token_ids = ids.data();
+  a.draft_probs = q.data();
+  a.target_probs = p.data();
+  a.seeds = seeds.data();
+  a.positions = pos.data();
+  a.output_token_ids = out.data();
+  a.output_stride = 3;
+  a.num_accepted = nacc.data();
+  a.status = status.data();
+  EXPECT_TRUE(chain_verify_check_arguments(a).ok());
+  a.target_probs_size = 50;
+  a.draft_probs_size = 30;
+  a.draft_token_ids_size = 3;
+  EXPECT_TRUE(chain_verify_check_arguments(a).ok());
+  a.target_probs_size = 40;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: target_probs_size: expected (num_draft_tokens + batch_size) * vocab_size = 50, got 40");
+  a.target_probs_size = 50;
+  a.draft_probs_size = 20;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: draft_probs_size: expected num_draft_tokens * vocab_size = 30, got 20");
+  a.draft_probs_size = 30;
+  a.draft_token_ids_size = 4;
+  EXPECT_EQ(to_string(chain_verify_check_arguments(a)),
+            "invalid argument: draft_token_ids_size: expected num_draft_tokens = 3, got 4");
+
+  TreeVerifyParams<float, std::int32_t> t;
+  t.batch_size = 2;
+  t.vocab_size = 10;
+  t.num_draft_tokens = 3;
+  t.output_stride = 3;
+  t.cu_num_draft_tokens = cu.data();
+  t.draft_token_ids = ids.data();
+  t.target_probs = p.data();
+  t.seeds = seeds.data();
+  t.positions = pos.data();
+  t.output_token_ids = out.data();
+  t.num_accepted = nacc.data();
+  t.status = status.data();
+  EXPECT_EQ(to_string(tree_verify_check_arguments(t)),
+            "invalid argument: parents: expected a non-null pointer, got null");
+  t.parents = ids.data();
+  EXPECT_TRUE(tree_verify_check_arguments(t).ok());
+  t.parents_size = 2;
+  EXPECT_EQ(to_string(tree_verify_check_arguments(t)),
+            "invalid argument: parents_size: expected num_draft_tokens = 3, got 2");
+  t.parents_size = 3;
+  t.num_draft_tokens = -1;
+  EXPECT_EQ(tree_verify_can_implement(t), Status::kInvalidArgument);
 }
 
 }  // namespace

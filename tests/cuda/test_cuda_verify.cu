@@ -78,7 +78,7 @@ void run_chain(const Batch& c, const char* what) {
   const std::vector<T> p = testing::convert<T>(c.p), q = testing::convert<T>(c.q);
   auto dp = upload(p), dq = upload(q), dcu = upload(testing::convert_ids<IdT>(c.cu)),
        dids = upload(testing::convert_ids<IdT>(c.ids)), dseeds = upload(c.seeds), dpos = upload(c.positions),
-       dgreedy = upload(c.greedy);
+       dgreedy = upload(c.greedy), dkinds = upload(c.has_q_req);
   Guarded out(static_cast<std::size_t>(c.B * c.stride) * sizeof(IdT)), nacc(c.B * 4), flags(c.N + 1, 0),
       status(c.B * sizeof(Status));
   ChainVerifyParams<T, IdT> a;
@@ -92,6 +92,7 @@ void run_chain(const Batch& c, const char* what) {
   a.seeds = dseeds->template get<std::uint64_t>();
   a.positions = dpos->template get<std::int64_t>();
   a.greedy = dgreedy->template get<std::uint8_t>();
+  a.has_draft_probs = c.has_q_req.empty() ? nullptr : dkinds->template get<std::uint8_t>();
   a.lenience = c.lenience;
   a.output_token_ids = out.get<IdT>();
   a.output_stride = c.stride;
@@ -116,8 +117,18 @@ void run_chain(const Batch& c, const char* what) {
         << what << " request " << b << " V=" << c.V;
     ASSERT_EQ(got_n[b], wn) << what << " request " << b;
   }
-  // Flags of requests whose range is valid (a request with a broken cu writes none).
-  for (std::int64_t j = 0; j < c.N; ++j) ASSERT_EQ(got_f[j], want_f[j]) << what << " flag " << j;
+  // Flags of requests whose range is valid (a request with a broken cu writes none). A decreasing cu (the bad-input
+  // cases) can give two requests with locally valid ranges overlapping flag slots; their CTAs write those slots in
+  // an unspecified order, so only slots claimed by at most one request are compared.
+  const std::vector<IdT> cu_ids = testing::convert_ids<IdT>(c.cu);
+  std::vector<int> claims(static_cast<std::size_t>(c.N) + 1, 0);
+  for (std::int64_t b = 0; b < c.B; ++b) {
+    std::int64_t start = 0, k = -1;
+    detail::check_request_range(cu_ids.data(), b, c.B, c.N, c.stride, c.positions.data(), start, k);
+    for (std::int64_t j = start; j < start + k; ++j) ++claims[j];
+  }
+  for (std::int64_t j = 0; j < c.N; ++j)
+    if (claims[j] <= 1) ASSERT_EQ(got_f[j], want_f[j]) << what << " flag " << j;
   for (const Guarded* g : {&out, &nacc, &flags, &status, &ws, dp.get(), dq.get(), dcu.get(), dids.get()})
     EXPECT_TRUE(g->guards_intact()) << what << ": a guard byte changed";
 }
@@ -127,7 +138,7 @@ void run_tree(const Batch& c, const char* what) {
   const std::vector<T> p = testing::convert<T>(c.p), q = testing::convert<T>(c.q);
   auto dp = upload(p), dq = upload(q), dcu = upload(testing::convert_ids<IdT>(c.cu)),
        dids = upload(testing::convert_ids<IdT>(c.ids)), dpar = upload(testing::convert_ids<IdT>(c.parents)),
-       dseeds = upload(c.seeds), dpos = upload(c.positions), dgreedy = upload(c.greedy);
+       dseeds = upload(c.seeds), dpos = upload(c.positions), dgreedy = upload(c.greedy), dkinds = upload(c.has_q_req);
   Guarded out(static_cast<std::size_t>(c.B * c.stride) * sizeof(IdT)),
       nodes(static_cast<std::size_t>(c.B * c.stride) * sizeof(IdT)), nacc(c.B * 4), status(c.B * sizeof(Status));
   TreeVerifyParams<T, IdT> a;
@@ -142,6 +153,7 @@ void run_tree(const Batch& c, const char* what) {
   a.seeds = dseeds->template get<std::uint64_t>();
   a.positions = dpos->template get<std::int64_t>();
   a.greedy = dgreedy->template get<std::uint8_t>();
+  a.has_draft_probs = c.has_q_req.empty() ? nullptr : dkinds->template get<std::uint8_t>();
   a.output_token_ids = out.get<IdT>();
   a.output_stride = c.stride;
   a.num_accepted = nacc.get<std::int32_t>();
@@ -220,6 +232,35 @@ TYPED_TEST(cuda_verify, TreeBadInputPerRequest) {
     Batch c = testing::make_batch<TypeParam>(rng, kVocabs[rep % 4], 4, 6, rep % 2 == 0, true, 0.2);
     testing::corrupt(rng, c, static_cast<std::int64_t>(rng() % 4), true);
     run_tree<TypeParam, std::int64_t>(c, "tree bad input");
+  }
+}
+
+// Greedy rows with no mass are kZeroMass on the device too (never token 0).
+TYPED_TEST(cuda_verify, GreedyZeroMassRows) {
+  SPECDEC_REQUIRE_DEVICE();
+  std::mt19937_64 rng(105);
+  for (int rep = 0; rep < 120; ++rep) {
+    const bool tree = rep % 2 == 1;
+    Batch c = testing::make_batch<TypeParam>(rng, kVocabs[rep % 5], 4, 5, rep % 4 < 2, tree, 1.0);
+    const std::int64_t b = static_cast<std::int64_t>(rng() % 4), start = c.cu[b], k = c.cu[b + 1] - start;
+    const std::int64_t r = rep % 3 == 0 ? 0 : static_cast<std::int64_t>(rng() % (k + 1));
+    std::fill(&c.p[(start + b + r) * c.V], &c.p[(start + b + r + 1) * c.V], 0.0f);
+    if (tree) run_tree<TypeParam, std::int32_t>(c, "tree greedy zero mass");
+    else run_chain<TypeParam, std::int32_t>(c, "chain greedy zero mass");
+  }
+}
+
+// Requests with and without draft probabilities in one batch (has_draft_probs; the unused rows hold NaN).
+TYPED_TEST(cuda_verify, MixedDraftKinds) {
+  SPECDEC_REQUIRE_DEVICE();
+  std::mt19937_64 rng(106);
+  for (int rep = 0; rep < 160; ++rep) {
+    const std::int64_t V = kVocabs[rep % 6];
+    const int B = V > 100000 ? 3 : 2 + static_cast<int>(rng() % 12);
+    Batch c = testing::make_batch<TypeParam>(rng, V, B, 7, true, rep % 2 == 1, 0.2, 0.5);
+    if (rep % 10 == 0) c.has_q = false;  // flagged requests with drafts but no draft probs: kInvalidArgument
+    if (rep % 2) run_tree<TypeParam, std::int32_t>(c, "tree mixed kinds");
+    else run_chain<TypeParam, std::int64_t>(c, "chain mixed kinds");
   }
 }
 

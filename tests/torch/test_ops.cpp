@@ -28,6 +28,15 @@ TEST(TorchOps, LoadLibraryAndCallByName) {
   EXPECT_TRUE(at::equal(stack[1].toTensor(), direct.num_accepted));
   EXPECT_TRUE(at::equal(stack[2].toTensor(), direct.accepted));
 
+  // The per-request draft kind is the overload ".draft_kinds" (the default schema is unchanged, as the 9-argument call
+  // above shows): a request flagged 0 is verified as a deterministic draft.
+  auto kinds = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::rejection_sample", "draft_kinds");
+  at::Tensor flags = at::zeros({1}, at::kByte);
+  std::vector<c10::IValue> kstack = {ids, cu, q, p, seeds, pos, c10::IValue(), 1.0, true, flags};
+  kinds.callBoxed(&kstack);
+  const auto no_probs = specdec::torch::rejection_sample(ids, cu, std::nullopt, p, seeds, pos);
+  EXPECT_TRUE(at::equal(kstack[0].toTensor(), no_probs.output_token_ids));
+
   auto tree = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::tree_rejection_sample", "");
   at::Tensor parents = at::tensor(std::vector<std::int64_t>{0, 0});
   std::vector<c10::IValue> tstack = {ids, parents, cu, q, p, seeds, pos, c10::IValue(), true};
@@ -35,6 +44,11 @@ TEST(TorchOps, LoadLibraryAndCallByName) {
   ASSERT_EQ(tstack.size(), 3u);
   EXPECT_EQ(tstack[0].toTensor().size(1), 3);
   EXPECT_LE(tstack[1].toTensor()[0].item<int>(), 1);  // siblings: the path has depth <= 1
+  auto tree_kinds = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::tree_rejection_sample", "draft_kinds");
+  const at::Tensor all_flagged = at::ones({1}, at::kByte);
+  std::vector<c10::IValue> tkstack = {ids, parents, cu, q, p, seeds, pos, c10::IValue(), true, all_flagged};
+  tree_kinds.callBoxed(&tkstack);
+  EXPECT_TRUE(at::equal(tkstack[0].toTensor(), tstack[0].toTensor()));  // flagged 1 = the draft probs are used
 }
 
 }  // namespace

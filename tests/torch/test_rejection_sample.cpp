@@ -295,5 +295,156 @@ TEST_F(TorchErrors, UnscannedRowsStillCheckedWhereRead) {
                "of request 0 at draft position 0");
 }
 
+
+TEST_F(TorchErrors, GreedyZeroMassRowWithoutScan) {
+  // validate_probs off: the greedy row the verifier reads has no mass -> an error, not token 0.
+  Inputs x = make_inputs(2, 6, 5);
+  x.p = x.p.clone();
+  const std::int64_t row = x.cu[1].item<std::int64_t>() + 1;  // request 1's first row
+  x.p[row] = 0.0f;
+  const at::Tensor greedy = at::ones({2}, at::kBool);
+  expect_error([&] { rejection_sample(x.ids, x.cu, std::nullopt, x.p, x.seeds, x.positions, greedy, {1.0, false}); },
+               "rejection_sample: target_probs: expected positive mass in the rows of request 1");
+  expect_error([&] {
+    tree_rejection_sample(x.ids, x.parents, x.cu, std::nullopt, x.p, x.seeds, x.positions, greedy, {1.0, false});
+  }, "tree_rejection_sample: target_probs: expected positive mass in the rows of request 1");
+}
+
+TEST_F(TorchErrors, HasDraftProbs) {
+  const at::Tensor flags = at::tensor(std::vector<std::int64_t>{1, 0, 1}).to(at::kBool);
+  auto call_flags = [&](const std::optional<at::Tensor>& q, const at::Tensor& f) {
+    rejection_sample(in.ids, in.cu, q, in.p, in.seeds, in.positions, std::nullopt, {}, f);
+  };
+  expect_error([&] { call_flags(in.q, flags.to(at::kFloat)); }, "has_draft_probs: expected bool or uint8, got Float");
+  expect_error([&] { call_flags(in.q, flags.narrow(0, 0, 2).contiguous()); },
+               "has_draft_probs: expected 3 entries (one per request), got 2");
+  expect_error([&] { call_flags(in.q, flags.reshape({3, 1})); },
+               "has_draft_probs: expected a 1-D tensor [B], got shape");
+  // A request with drafts flagged 1 while draft_probs is absent.
+  std::int64_t flagged = -1;
+  for (std::int64_t b = 0; b < 3 && flagged < 0; ++b)
+    if (flags[b].item<bool>() && in.cu[b + 1].item<std::int64_t>() > in.cu[b].item<std::int64_t>()) flagged = b;
+  ASSERT_GE(flagged, 0);
+  expect_error([&] { call_flags(std::nullopt, flags); },
+               "has_draft_probs: expected 0 for a request with drafts when draft_probs is absent, got 1 for request " +
+                   std::to_string(flagged));
+  EXPECT_NO_THROW(call_flags(std::nullopt, at::zeros({3}, at::kByte)));
+}
+
+/// A batch mixing requests with draft probs (flag 1) and deterministic drafts (flag 0, their q rows NaN).
+Inputs mixed_inputs(std::int64_t B, std::int64_t V, std::uint64_t seed, at::Tensor& flags) {
+  Inputs in = make_inputs(B, V, seed);
+  std::mt19937_64 rng(seed + 100);
+  std::vector<std::uint8_t> f;
+  in.q = in.q.clone();
+  for (std::int64_t b = 0; b < B; ++b) {
+    f.push_back(rng() % 2);
+    if (!f.back())
+      for (std::int64_t j = in.cu[b].item<std::int64_t>(); j < in.cu[b + 1].item<std::int64_t>(); ++j)
+        in.q[j].fill_(std::nanf(""));
+  }
+  flags = at::tensor(std::vector<std::int64_t>(f.begin(), f.end())).to(at::kByte);
+  return in;
+}
+
+TEST(TorchRejectionSample, MixedDraftKindsEachRequestAsAlone) {
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    at::Tensor flags;
+    const Inputs in = mixed_inputs(24, 300, seed, flags);
+    // validate_probs on: the NaN rows of requests without probs are not scanned (never read).
+    const auto r = rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, {}, flags);
+    const std::int64_t stride = r.output_token_ids.size(1), V = 300;
+    const at::Tensor g = in.greedy.to(at::kByte);
+    std::vector<float> scratch(num_tiles(V));
+    for (std::int64_t b = 0; b < 24; ++b) {
+      const std::int64_t start = in.cu[b].item<std::int64_t>(), k = in.cu[b + 1].item<std::int64_t>() - start;
+      std::vector<std::int64_t> alone(static_cast<std::size_t>(k + 1));
+      std::int32_t n = -1;
+      ASSERT_EQ(verify_chain_request<std::int64_t>(
+                    V, k, in.ids.data_ptr<std::int64_t>() + start,
+                    flags[b].item<int>() ? in.q.data_ptr<float>() + start * V : nullptr,
+                    in.p.data_ptr<float>() + (start + b) * V,
+                    static_cast<std::uint64_t>(in.seeds[b].item<std::int64_t>()), in.positions[b].item<std::int64_t>(),
+                    g[b].item<int>() != 0, 1.0f, alone.data(), &n, nullptr, scratch.data()),
+                Status::kSuccess);
+      ASSERT_EQ(r.num_accepted[b].item<std::int32_t>(), n) << "request " << b;
+      for (std::int64_t i = 0; i <= n; ++i) ASSERT_EQ(r.output_token_ids[b][i].item<std::int64_t>(), alone[i]);
+      for (std::int64_t i = n + 1; i < stride; ++i) ASSERT_EQ(r.output_token_ids[b][i].item<std::int64_t>(), -1);
+    }
+    // Without the flags, the NaN rows are scanned and refused.
+    expect_error([&] { rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy); },
+                 "draft_probs: expected finite, non-negative probabilities, got nan");
+  }
+}
+
+TEST(TorchTreeRejectionSample, MixedDraftKindsSameAsCore) {
+  at::Tensor flags;
+  const Inputs in = mixed_inputs(20, 700, 7, flags);
+  const auto r = tree_rejection_sample(in.ids, in.parents, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, {},
+                                       flags);
+  const std::int64_t B = 20, V = 700, stride = r.output_token_ids.size(1);
+  const at::Tensor g = in.greedy.to(at::kByte);
+  TreeVerifyArgs<std::int64_t> a{B, V, in.cu.data_ptr<std::int64_t>(), in.ids.data_ptr<std::int64_t>(),
+                                 in.parents.data_ptr<std::int64_t>(), in.q.data_ptr<float>(), in.p.data_ptr<float>(),
+                                 reinterpret_cast<const std::uint64_t*>(in.seeds.data_ptr<std::int64_t>()),
+                                 in.positions.data_ptr<std::int64_t>(), g.data_ptr<std::uint8_t>()};
+  a.has_draft_probs = flags.data_ptr<std::uint8_t>();
+  std::vector<std::int64_t> tokens(B * stride), nodes(B * stride);
+  std::vector<std::int32_t> n(B);
+  ASSERT_TRUE(verify_tree(a, TreeVerifyOutputs<std::int64_t>{tokens.data(), stride, n.data(), nodes.data()}).ok());
+  for (std::int64_t i = 0; i < B * stride; ++i) {
+    ASSERT_EQ(r.output_token_ids.data_ptr<std::int64_t>()[i], tokens[i]);
+    ASSERT_EQ(r.accepted_nodes.data_ptr<std::int64_t>()[i], nodes[i]);
+  }
+}
+
+
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+// The CUDA path of the tensor front (built when the libtorch found has CUDA; skipped without a device): the same
+// tokens as the CPU path for mixed draft kinds, and the per-request errors named.
+TEST(TorchCuda, MixedDraftKindsSameAsCpu) {
+  if (!::torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    at::Tensor flags;
+    const Inputs in = mixed_inputs(32, 1500, seed + 10, flags);
+    const auto cpu = rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, {}, flags);
+    const auto dev = [](const at::Tensor& t) { return t.to(at::kCUDA); };
+    const auto gpu = rejection_sample(dev(in.ids), dev(in.cu), dev(in.q), dev(in.p), dev(in.seeds),
+                                      dev(in.positions), dev(in.greedy), {}, dev(flags));
+    EXPECT_TRUE(at::equal(cpu.output_token_ids, gpu.output_token_ids.cpu())) << seed;
+    EXPECT_TRUE(at::equal(cpu.num_accepted, gpu.num_accepted.cpu())) << seed;
+    EXPECT_TRUE(at::equal(cpu.accepted, gpu.accepted.cpu())) << seed;
+    const auto tcpu = tree_rejection_sample(in.ids, in.parents, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy,
+                                            {}, flags);
+    const auto tgpu = tree_rejection_sample(dev(in.ids), dev(in.parents), dev(in.cu), dev(in.q), dev(in.p),
+                                            dev(in.seeds), dev(in.positions), dev(in.greedy), {}, dev(flags));
+    EXPECT_TRUE(at::equal(tcpu.output_token_ids, tgpu.output_token_ids.cpu())) << seed;
+    EXPECT_TRUE(at::equal(tcpu.accepted_nodes, tgpu.accepted_nodes.cpu())) << seed;
+  }
+}
+
+TEST(TorchCuda, PerRequestErrorsAreNamed) {
+  if (!::torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Inputs x = make_inputs(3, 10, 1);
+  const auto dev = [](const at::Tensor& t) { return t.to(at::kCUDA); };
+  at::Tensor ids = x.ids.clone();
+  ids[0] = 10;
+  expect_error([&] { rejection_sample(dev(ids), dev(x.cu), dev(x.q), dev(x.p), dev(x.seeds), dev(x.positions)); },
+               "draft_token_ids: expected ids in [0, V), got an id out of range");
+  at::Tensor p = x.p.clone();
+  p[0] = 0.0f;  // request 0's first row, read by the greedy argmax
+  expect_error([&] {
+    rejection_sample(dev(x.ids), dev(x.cu), std::nullopt, dev(p), dev(x.seeds), dev(x.positions),
+                     dev(at::ones({3}, at::kBool)));
+  }, "target_probs: expected a row with positive mass, got a row that is all zeros");
+  at::Tensor cu = x.cu.clone();
+  cu[3] = cu[3].item<std::int64_t>() - 1;  // cu[B] != N
+  cu[2] = std::min(cu[2].item<std::int64_t>(), cu[3].item<std::int64_t>());
+  cu[1] = std::min(cu[1].item<std::int64_t>(), cu[2].item<std::int64_t>());
+  expect_error([&] { rejection_sample(dev(x.ids), dev(cu), dev(x.q), dev(x.p), dev(x.seeds), dev(x.positions)); },
+               "request 2 failed: invalid argument");
+}
+#endif
+
 }  // namespace
 }  // namespace specdec

@@ -25,9 +25,15 @@
 //  request; greedy requests read all K + 1 rows (their argmaxes are computed in parallel, then used in order, so
 //  an invalid value in a row after the first mismatch is not reported, as on the CPU).
 //
-// Bad input is reported per request in `status` (kInvalidArgument: cu/positions/stride, kInvalidTokenId,
-// kInvalidProbability, kZeroMass) without any out-of-bounds access; a failed request's outputs are -1, its count
-// 0 and its flags 0. Requests are independent: one bad request never changes another's tokens.
+// Bad input is reported per request in `status` (kInvalidArgument: cu/positions/stride, or has_draft_probs set for
+// a request with drafts while draft_probs is null; kInvalidTokenId, kInvalidProbability, kZeroMass, greedy rows
+// included) without any out-of-bounds access; a failed request's outputs are -1, its count 0 and its flags 0.
+// Requests are independent: one bad request never changes another's tokens. Host-checkable arguments (sizes,
+// pointers, lenience, the optional buffer element counts) are checked before any launch:
+// chain_verify_check_arguments names the argument, what was expected and what was received.
+//
+// Per-request draft kinds: has_draft_probs [B] (optional) as in sampling/chain.hpp: draft_probs keeps its [N, V]
+// layout and the rows of requests flagged 0 are never read.
 #pragma once
 
 #include <algorithm>
@@ -58,6 +64,11 @@ struct ChainVerifyParams {
   std::int32_t* num_accepted = nullptr;       ///< [B]
   std::uint8_t* accepted = nullptr;           ///< [N], or nullptr
   Status* status = nullptr;                   ///< [B] each request's status
+  const std::uint8_t* has_draft_probs = nullptr;  ///< [B] per-request draft kind (sampling/chain.hpp), or nullptr
+  // Element counts of the caller's buffers, checked on the host when given (-1 = not given).
+  std::int64_t draft_token_ids_size = -1;     ///< N
+  std::int64_t draft_probs_size = -1;         ///< N * V (ignored when draft_probs is null)
+  std::int64_t target_probs_size = -1;        ///< (N + B) * V
 };
 
 namespace detail {
@@ -81,15 +92,21 @@ struct GreedyPartial {
 
 enum AcceptFlag : int { kAccepted = 0, kRejected = 1, kInvalidValue = 2 };
 
+/// Whether request b's drafts come with probabilities (the per-request draft kind).
+template <class ProbT, class IdT>
+SPECDEC_HD bool chain_has_q(const ChainVerifyParams<ProbT, IdT>& a, std::int64_t b) {
+  return a.draft_probs != nullptr && (a.has_draft_probs == nullptr || a.has_draft_probs[b] != 0);
+}
+
 /// The accept test of draft i of a sampled request (ids already checked): the expression of chain.hpp.
 template <class ProbT, class IdT>
 SPECDEC_HD int chain_accept_flag(const ChainVerifyParams<ProbT, IdT>& a, std::int64_t b, std::int64_t start,
-                                 std::int64_t i) {
+                                 std::int64_t i, bool has_q) {
   const std::int64_t V = a.vocab_size;
   const auto x = static_cast<std::int64_t>(a.draft_token_ids[start + i]);
   const float px = to_float(a.target_probs[(start + b + i) * V + x]);
   const float u = uniform(a.seeds[b], a.positions[b] + i, Purpose::kAccept, 0);
-  if (a.draft_probs) {
+  if (has_q) {
     const float qx = to_float(a.draft_probs[(start + i) * V + x]);
     if (!valid_probability(px) || !valid_probability(qx)) return kInvalidValue;
     return u * qx * a.lenience < px ? kAccepted : kRejected;
@@ -142,9 +159,11 @@ __device__ inline void plan_chain_warp(const ChainVerifyParams<ProbT, IdT>& a, s
   ChainPlan plan;
   plan.kind = kPlanFailed;
   plan.row = -1;
-  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.num_draft_tokens, a.output_stride, a.positions,
-                                    plan.start, plan.num_drafts);
+  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.batch_size, a.num_draft_tokens, a.output_stride,
+                                    a.positions, plan.start, plan.num_drafts);
   const std::int64_t k = plan.num_drafts;
+  if (plan.status == Status::kSuccess)
+    plan.status = check_request_draft_kind(a.draft_probs, a.has_draft_probs, b, k);
   if (plan.status == Status::kSuccess) {
     bool bad = false;
     for (std::int64_t base = 0; base < k; base += 32) {
@@ -157,11 +176,12 @@ __device__ inline void plan_chain_warp(const ChainVerifyParams<ProbT, IdT>& a, s
     if (a.greedy && a.greedy[b]) {
       plan.kind = kPlanGreedy;
     } else {
+      const bool has_q = chain_has_q(a, b);
       std::int64_t first = -1;
       int first_flag = kAccepted;
       for (std::int64_t base = 0; base < k; base += 32) {
         const std::int64_t i = base + lane;
-        const int flag = i < k ? chain_accept_flag(a, b, plan.start, i) : kAccepted;
+        const int flag = i < k ? chain_accept_flag(a, b, plan.start, i, has_q) : kAccepted;
         const unsigned mask = __ballot_sync(0xffffffffu, flag != kAccepted);
         if (mask) {
           const int src = __ffs(mask) - 1;
@@ -170,7 +190,7 @@ __device__ inline void plan_chain_warp(const ChainVerifyParams<ProbT, IdT>& a, s
           break;
         }
       }
-      plan_from_first(plan, a.draft_probs != nullptr, first, first_flag);
+      plan_from_first(plan, has_q, first, first_flag);
     }
   }
   if (lane == 0) *out = plan;
@@ -285,6 +305,10 @@ __global__ void __launch_bounds__(kChainThreads)
           s = Status::kInvalidProbability;
           break;
         }
+        if (!(best.key > 0.0f)) {  // an all-zero row has no argmax to emit (chain.hpp's argmax_row)
+          s = Status::kZeroMass;
+          break;
+        }
         if (r == plan.num_drafts ||
             best.index != static_cast<std::int64_t>(a.draft_token_ids[plan.start + r])) {
           token = best.index;
@@ -355,18 +379,34 @@ inline std::size_t chain_verify_workspace_size(std::int64_t batch_size, std::int
   return bytes;
 }
 
-/// Host-side argument checks (no device access): sizes, required pointers, lenience.
+/// Host-side argument checks (no device access): sizes, required pointers, lenience, the optional buffer element
+/// counts. The result names the argument, what was expected and what was received (specdec::to_string).
+template <class ProbT, class IdT>
+VerifyResult chain_verify_check_arguments(const ChainVerifyParams<ProbT, IdT>& a) {
+  const specdec::detail::BatchSizes sizes{a.draft_token_ids_size, -1, a.draft_probs_size, a.target_probs_size};
+  VerifyResult r = detail::check_shape(a.batch_size, 65535, a.vocab_size, a.num_draft_tokens, a.output_stride,
+                                       a.draft_probs != nullptr, sizes);
+  if (!r.ok()) return r;
+  if (!(a.lenience > 0.0f && a.lenience <= 1.0f))
+    return specdec::detail::bad_argument(Status::kInvalidArgument, "lenience", "a value in (0, 1]", std::nullopt,
+                                         static_cast<double>(a.lenience));
+  if (a.batch_size == 0) return {};
+  using specdec::detail::null_argument;
+  if (!a.cu_num_draft_tokens) return null_argument("cu_num_draft_tokens");
+  if (!a.target_probs) return null_argument("target_probs");
+  if (!a.seeds) return null_argument("seeds");
+  if (!a.positions) return null_argument("positions");
+  if (!a.output_token_ids) return null_argument("output_token_ids");
+  if (!a.num_accepted) return null_argument("num_accepted");
+  if (!a.status) return null_argument("status");
+  if (a.num_draft_tokens > 0 && !a.draft_token_ids) return null_argument("draft_token_ids");
+  return {};
+}
+
+/// Host-side argument checks as a status (chain_verify_check_arguments says which argument and why).
 template <class ProbT, class IdT>
 Status chain_verify_can_implement(const ChainVerifyParams<ProbT, IdT>& a) {
-  if (a.batch_size < 0 || a.batch_size > 65535 || a.vocab_size <= 0 || a.vocab_size > 0x7fffffffLL ||
-      a.num_draft_tokens < 0 || a.output_stride < 1)
-    return Status::kInvalidArgument;
-  if (!(a.lenience > 0.0f && a.lenience <= 1.0f)) return Status::kInvalidArgument;
-  if (a.batch_size == 0) return Status::kSuccess;
-  if (!a.cu_num_draft_tokens || !a.target_probs || !a.seeds || !a.positions || !a.output_token_ids ||
-      !a.num_accepted || !a.status || (a.num_draft_tokens > 0 && !a.draft_token_ids))
-    return Status::kInvalidArgument;
-  return Status::kSuccess;
+  return chain_verify_check_arguments(a).status;
 }
 
 #if defined(__CUDACC__)

@@ -20,6 +20,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include <optional>
+
+#include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/config.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/residual.hpp"
@@ -335,17 +338,38 @@ struct PickSource {
 // ---------------------------------------------------------------------------------------------------------------
 // Request checks shared by the chain and tree kernels.
 
-/// Request b's range and scalar arguments (what check_ragged checks, per request).
+/// Request b's range and scalar arguments (what check_batch of sampling/chain.hpp checks, per request): cu[0] == 0,
+/// 0 <= cu[b] <= cu[b + 1] <= N, cu[B] == N for the last request, positions[b] >= 0, output_stride >= K_b + 1.
+template <class IdT>
+SPECDEC_HD Status check_request_range(const IdT* cu, std::int64_t b, std::int64_t batch_size,
+                                      std::int64_t num_draft_tokens, std::int64_t output_stride,
+                                      const std::int64_t* positions, std::int64_t& start, std::int64_t& num_drafts) {
+  start = static_cast<std::int64_t>(cu[b]);
+  const auto end = static_cast<std::int64_t>(cu[b + 1]);
+  num_drafts = -1;
+  if (start < 0 || end < start || end > num_draft_tokens || (b == 0 && start != 0) ||
+      (b == batch_size - 1 && end != num_draft_tokens))
+    return Status::kInvalidArgument;
+  num_drafts = end - start;
+  if (positions[b] < 0 || output_stride < num_drafts + 1) return Status::kInvalidArgument;
+  return Status::kSuccess;
+}
+
+/// The checks above without the cu[B] == N check of the last request (kept for callers that do not pass B).
 template <class IdT>
 SPECDEC_HD Status check_request_range(const IdT* cu, std::int64_t b, std::int64_t num_draft_tokens,
                                       std::int64_t output_stride, const std::int64_t* positions, std::int64_t& start,
                                       std::int64_t& num_drafts) {
-  start = static_cast<std::int64_t>(cu[b]);
-  const auto end = static_cast<std::int64_t>(cu[b + 1]);
-  num_drafts = -1;
-  if (start < 0 || end < start || end > num_draft_tokens || (b == 0 && start != 0)) return Status::kInvalidArgument;
-  num_drafts = end - start;
-  if (positions[b] < 0 || output_stride < num_drafts + 1) return Status::kInvalidArgument;
+  return check_request_range(cu, b, std::int64_t{-1}, num_draft_tokens, output_stride, positions, start, num_drafts);
+}
+
+/// Request b's draft kind against the pointers: flagged as having draft probabilities (has_draft_probs[b] != 0)
+/// with drafts to test while draft_probs is null is kInvalidArgument (check_batch of sampling/chain.hpp).
+template <class ProbT>
+SPECDEC_HD Status check_request_draft_kind(const ProbT* draft_probs, const std::uint8_t* has_draft_probs,
+                                           std::int64_t b, std::int64_t num_drafts) {
+  if (num_drafts > 0 && has_draft_probs != nullptr && has_draft_probs[b] != 0 && draft_probs == nullptr)
+    return Status::kInvalidArgument;
   return Status::kSuccess;
 }
 
@@ -437,6 +461,38 @@ __device__ inline Candidate block_race_tokens(Src& src, std::int64_t tile, std::
 }
 
 #endif  // __CUDACC__
+
+// ---------------------------------------------------------------------------------------------------------------
+// Host-side argument checks of the launchers (no device memory is read): each failure names the argument.
+
+/// Sizes known on the host: batch_size in [0, max_batch], vocab_size in (0, 2^31), num_draft_tokens >= 0,
+/// output_stride >= 1, and the optional element counts of the caller's buffers against N, B and V.
+inline VerifyResult check_shape(std::int64_t batch_size, std::int64_t max_batch, std::int64_t vocab_size,
+                                std::int64_t num_draft_tokens, std::int64_t output_stride, bool has_draft_probs,
+                                const specdec::detail::BatchSizes& sizes) {
+  using specdec::detail::bad_argument;
+  auto num = [](std::int64_t v) { return std::optional<double>(static_cast<double>(v)); };
+  const Status bad = Status::kInvalidArgument;
+  if (batch_size < 0) return bad_argument(bad, "batch_size", ">= 0", std::nullopt, num(batch_size));
+  if (batch_size > max_batch)
+    return bad_argument(bad, "batch_size", "<= the CUDA grid limit", num(max_batch), num(batch_size));
+  if (vocab_size <= 0 || vocab_size > 0x7fffffffLL)
+    return bad_argument(bad, "vocab_size", "a value in [1, 2^31)", std::nullopt, num(vocab_size));
+  if (num_draft_tokens < 0 || num_draft_tokens > 0x7fffffffLL)
+    return bad_argument(bad, "num_draft_tokens", "a value in [0, 2^31)", std::nullopt, num(num_draft_tokens));
+  if (output_stride < 1) return bad_argument(bad, "output_stride", ">= 1", std::nullopt, num(output_stride));
+  const std::int64_t n = num_draft_tokens, b = batch_size, v = vocab_size;  // n, b < 2^31, v < 2^31: no overflow
+  if (sizes.draft_token_ids >= 0 && sizes.draft_token_ids != n)
+    return bad_argument(bad, "draft_token_ids_size", "num_draft_tokens", num(n), num(sizes.draft_token_ids));
+  if (sizes.parents >= 0 && sizes.parents != n)
+    return bad_argument(bad, "parents_size", "num_draft_tokens", num(n), num(sizes.parents));
+  if (has_draft_probs && sizes.draft_probs >= 0 && sizes.draft_probs != n * v)
+    return bad_argument(bad, "draft_probs_size", "num_draft_tokens * vocab_size", num(n * v), num(sizes.draft_probs));
+  if (sizes.target_probs >= 0 && sizes.target_probs != (n + b) * v)
+    return bad_argument(bad, "target_probs_size", "(num_draft_tokens + batch_size) * vocab_size", num((n + b) * v),
+                        num(sizes.target_probs));
+  return {};
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Workspace carving.

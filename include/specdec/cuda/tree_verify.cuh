@@ -16,6 +16,9 @@
 // tile. Workspace: the tile masses of each request [B, T] and, per draft, the rejected child and its Z [N] each.
 // Cost: k rejections at a node read p and up to k q rows k times (O(k^2) rows); the tree walk is sequential by
 // nature, so one CTA per request keeps every step on-chip-synchronised without grid-wide barriers.
+//
+// Per-request draft kinds (has_draft_probs), greedy zero-mass rows (kZeroMass) and the host-side argument checks
+// (tree_verify_check_arguments) follow chain_verify.cuh and sampling/tree.hpp.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +47,12 @@ struct TreeVerifyParams {
   std::int32_t* num_accepted = nullptr;       ///< [B]
   IdT* accepted_nodes = nullptr;              ///< [B, output_stride], or nullptr
   Status* status = nullptr;                   ///< [B]
+  const std::uint8_t* has_draft_probs = nullptr;  ///< [B] per-request draft kind (sampling/chain.hpp), or nullptr
+  // Element counts of the caller's buffers, checked on the host when given (-1 = not given).
+  std::int64_t draft_token_ids_size = -1;     ///< N
+  std::int64_t parents_size = -1;             ///< N
+  std::int64_t draft_probs_size = -1;         ///< N * V (ignored when draft_probs is null)
+  std::int64_t target_probs_size = -1;        ///< (N + B) * V
 };
 
 namespace detail {
@@ -159,9 +168,11 @@ template <class ProbT, class IdT>
 __device__ inline void plan_tree_warp(const TreeVerifyParams<ProbT, IdT>& a, std::int64_t b, TreePlan* out) {
   const int lane = threadIdx.x & 31;
   TreePlan plan;
-  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.num_draft_tokens, a.output_stride, a.positions,
-                                    plan.start, plan.num_drafts);
+  plan.status = check_request_range(a.cu_num_draft_tokens, b, a.batch_size, a.num_draft_tokens, a.output_stride,
+                                    a.positions, plan.start, plan.num_drafts);
   const std::int64_t k = plan.num_drafts;
+  if (plan.status == Status::kSuccess)
+    plan.status = check_request_draft_kind(a.draft_probs, a.has_draft_probs, b, k);
   for (int pass = 0; pass < 2 && plan.status == Status::kSuccess; ++pass) {
     bool bad = false;
     for (std::int64_t base = 0; base < k; base += 32) {
@@ -195,7 +206,8 @@ __global__ void __launch_bounds__(kTreeThreads)
     const std::int64_t start = plan.start;
     const IdT* ids = a.draft_token_ids + start;
     const IdT* parents = a.parents + start;
-    const ProbT* q_req = a.draft_probs ? a.draft_probs + start * V : nullptr;
+    const bool has_q = a.draft_probs != nullptr && (a.has_draft_probs == nullptr || a.has_draft_probs[b] != 0);
+    const ProbT* q_req = has_q ? a.draft_probs + start * V : nullptr;
     std::int32_t* rej = ws.rej + start;
     float* zs = ws.z + start;
     float* mass = ws.mass + b * T;
@@ -212,6 +224,10 @@ __global__ void __launch_bounds__(kTreeThreads)
         const Candidate c = row_argmax<kThreads>(p, 0, V, vec_ok, ok, scratch);
         if (!ok) {
           s = Status::kInvalidProbability;
+          break;
+        }
+        if (!(c.key > 0.0f)) {  // an all-zero row has no argmax to emit (chain.hpp's argmax_row)
+          s = Status::kZeroMass;
           break;
         }
         greedy_token = c.index;
@@ -342,16 +358,30 @@ inline std::size_t tree_verify_workspace_size(std::int64_t batch_size, std::int6
   return bytes;
 }
 
+/// Host-side argument checks (no device access), naming the argument at fault (see chain_verify_check_arguments).
+template <class ProbT, class IdT>
+VerifyResult tree_verify_check_arguments(const TreeVerifyParams<ProbT, IdT>& a) {
+  const specdec::detail::BatchSizes sizes{a.draft_token_ids_size, a.parents_size, a.draft_probs_size,
+                                          a.target_probs_size};
+  VerifyResult r = detail::check_shape(a.batch_size, 0x7fffffffLL, a.vocab_size, a.num_draft_tokens, a.output_stride,
+                                       a.draft_probs != nullptr, sizes);
+  if (!r.ok() || a.batch_size == 0) return r;
+  using specdec::detail::null_argument;
+  if (!a.cu_num_draft_tokens) return null_argument("cu_num_draft_tokens");
+  if (!a.target_probs) return null_argument("target_probs");
+  if (!a.seeds) return null_argument("seeds");
+  if (!a.positions) return null_argument("positions");
+  if (!a.output_token_ids) return null_argument("output_token_ids");
+  if (!a.num_accepted) return null_argument("num_accepted");
+  if (!a.status) return null_argument("status");
+  if (a.num_draft_tokens > 0 && !a.draft_token_ids) return null_argument("draft_token_ids");
+  if (a.num_draft_tokens > 0 && !a.parents) return null_argument("parents");
+  return {};
+}
+
 template <class ProbT, class IdT>
 Status tree_verify_can_implement(const TreeVerifyParams<ProbT, IdT>& a) {
-  if (a.batch_size < 0 || a.batch_size > 0x7fffffffLL || a.vocab_size <= 0 || a.vocab_size > 0x7fffffffLL ||
-      a.num_draft_tokens < 0 || a.num_draft_tokens > 0x7fffffffLL || a.output_stride < 1)
-    return Status::kInvalidArgument;
-  if (a.batch_size == 0) return Status::kSuccess;
-  if (!a.cu_num_draft_tokens || !a.target_probs || !a.seeds || !a.positions || !a.output_token_ids ||
-      !a.num_accepted || !a.status || (a.num_draft_tokens > 0 && (!a.draft_token_ids || !a.parents)))
-    return Status::kInvalidArgument;
-  return Status::kSuccess;
+  return tree_verify_check_arguments(a).status;
 }
 
 #if defined(__CUDACC__)

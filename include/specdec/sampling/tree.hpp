@@ -14,11 +14,15 @@
 //    and Z <- mass(r) (SpecInfer / Chen et al. multi-draft rejection: lossless);
 //  - deterministic children (no draft probs; e.g. the top-k of an argmax head): accept iff u < r(x) / Z; on
 //    rejection r(x) <- 0 and Z <- mass(r) (sampling without replacement from p: lossless);
-//  - greedy rows: accept the first child equal to argmax p_n.
+//  - greedy rows: accept the first child equal to argmax p_n (a row with no positive value: kZeroMass).
 // An accepted child becomes the current node (depth + 1). When every child of the node is rejected the token is
 // drawn from r by the race of residual.hpp (purposes kResidualTile/kResidual at P + d; if r has no mass, from
 // p_n); at a leaf the bonus token is drawn from p_n (kBonusTile/kBonus at P + d). mass(r) is the float sum of
 // the tile masses in tile order. A chain (parents[j] = j) gives exactly the tokens of verify_chain.
+//
+// Per-request draft kinds (has_draft_probs [B]) and the validation follow chain.hpp: the batch entry checks sizes,
+// pointers, cu, positions, every id and every parent first (errors name the argument, expected and got), the checked
+// single-request entry verify_tree_request checks its own arguments, and outputs are written only on success.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +46,12 @@ struct TreeVerifyArgs {
   const std::uint64_t* seeds = nullptr;       ///< [B]
   const std::int64_t* positions = nullptr;    ///< [B] sequence index of the root's first child
   const std::uint8_t* greedy = nullptr;       ///< [B] or nullptr
+  const std::uint8_t* has_draft_probs = nullptr;  ///< [B] per-request draft kind (see chain.hpp), or nullptr
+  // Element counts of the caller's buffers, checked when given (-1 = not given).
+  std::int64_t draft_token_ids_size = -1;     ///< N = cu[B]
+  std::int64_t parents_size = -1;             ///< N
+  std::int64_t draft_probs_size = -1;         ///< N * V (ignored when draft_probs is null)
+  std::int64_t target_probs_size = -1;        ///< (N + B) * V
 };
 
 /// Outputs of a batched tree verification. Written only when the call succeeds.
@@ -75,29 +85,23 @@ inline float residual_mass(const float* r, std::int64_t vocab_size, float* tile_
 
 }  // namespace detail
 
-/// Verifies one request's tree. Arrays are the request's own slices (drafts, parents, draft rows, K + 1 target
-/// rows). Writes the accepted path tokens plus one to `out_tokens`, node indices to `out_nodes` (optional).
+namespace detail {
+
+/// Tree verification of one request whose arguments are valid (ids in range, parents in [0, j], pointers set):
+/// the walk of the header. Outputs are written only on success; failures carry the draft index whose row or
+/// child was bad (-1: the root's row).
 template <class IdT>
-inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_drafts, const IdT* draft_token_ids,
-                                  const IdT* parents, const float* draft_probs, const float* target_probs,
-                                  std::uint64_t seed, std::int64_t position, bool greedy, IdT* out_tokens,
-                                  IdT* out_nodes, std::int32_t* num_accepted, float* tile_masses,
-                                  std::int64_t* error_position = nullptr) {
+inline VerifyResult verify_tree_request_unchecked(std::int64_t vocab_size, std::int64_t num_drafts,
+                                                  const IdT* draft_token_ids, const IdT* parents,
+                                                  const float* draft_probs, const float* target_probs,
+                                                  std::uint64_t seed, std::int64_t position, bool greedy,
+                                                  IdT* out_tokens, IdT* out_nodes, std::int32_t* num_accepted,
+                                                  float* tile_masses) {
   const std::int64_t V = vocab_size;
-  for (std::int64_t j = 0; j < num_drafts; ++j) {
-    const auto par = static_cast<std::int64_t>(parents[j]);
-    if (par < 0 || par > j) {
-      if (error_position) *error_position = j;
-      return Status::kInvalidTree;
-    }
-  }
   std::int64_t node = 0, depth = 0, token = -1;
-  detail::TreeResidual res;
+  std::vector<std::int64_t> path;  // accepted children (local draft indices)
+  TreeResidual res;
   Status s = Status::kSuccess;
-  auto fail = [&](Status st, std::int64_t where) {
-    if (error_position) *error_position = where;
-    return st;
-  };
   for (;;) {
     const float* p = target_probs + node * V;
     const std::int64_t pos = position + depth;
@@ -106,7 +110,7 @@ inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_draf
     res.z = 1.0f;
     res.materialised = false;
     std::int64_t greedy_token = -1;
-    if (greedy && (s = detail::argmax_row(p, V, greedy_token)) != Status::kSuccess) return fail(s, node - 1);
+    if (greedy && (s = argmax_row(p, V, greedy_token)) != Status::kSuccess) return row_failure(s, node - 1, false);
     std::uint32_t rank = 0;
     for (std::int64_t j = node; j < num_drafts; ++j) {  // children have j >= node since parents[j] <= j
       if (static_cast<std::int64_t>(parents[j]) != node) continue;
@@ -123,13 +127,13 @@ inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_draf
       const float rx = r[x];
       const float u = uniform(seed, pos, Purpose::kAccept, rank++);
       const float* q = draft_probs ? draft_probs + j * V : nullptr;
+      if (!valid_probability(rx)) return value_failure("target_probs", rx, j);
       bool accept;
       if (q) {
         const float qx = q[x];
-        if (!valid_probability(rx) || !valid_probability(qx)) return fail(Status::kInvalidProbability, j);
+        if (!valid_probability(qx)) return value_failure("draft_probs", qx, j);
         accept = u * qx < rx / res.z;
       } else {
-        if (!valid_probability(rx)) return fail(Status::kInvalidProbability, j);
         accept = u < rx / res.z;
       }
       if (accept) {
@@ -148,16 +152,15 @@ inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_draf
           const float d = res.r[y] / res.z - q[y];
           res.r[y] = d > 0.0f ? d : 0.0f;
         }
-        if (!ok) return fail(Status::kInvalidProbability, j);
+        if (!ok) return row_failure(Status::kInvalidProbability, j, true);
       } else {
         res.r[x] = 0.0f;
       }
-      res.z = detail::residual_mass(res.r.data(), V, tile_masses);
-      if (!valid_probability(res.z)) return fail(Status::kInvalidProbability, j);
+      res.z = residual_mass(res.r.data(), V, tile_masses);
+      if (!valid_probability(res.z)) return row_failure(Status::kInvalidProbability, j, q != nullptr);
     }
     if (accepted_child >= 0) {
-      out_tokens[depth] = draft_token_ids[accepted_child];
-      if (out_nodes) out_nodes[depth] = static_cast<IdT>(accepted_child + 1);
+      path.push_back(accepted_child);
       node = accepted_child + 1;
       ++depth;
       continue;
@@ -165,43 +168,93 @@ inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_draf
     if (greedy) {
       token = greedy_token;
     } else if (!any_child) {
-      s = detail::draw(detail::RowWeight{p}, V, seed, pos, kBonusRace, tile_masses, token);
+      s = draw(RowWeight{p}, V, seed, pos, kBonusRace, tile_masses, token);
     } else {
       const float* r = res.materialised ? res.r.data() : p;
-      s = detail::draw_residual(detail::RowWeight{r}, p, V, seed, pos, tile_masses, token);
+      s = draw_residual(RowWeight{r}, p, V, seed, pos, tile_masses, token);
     }
-    if (s != Status::kSuccess) return fail(s, node - 1);
+    if (s != Status::kSuccess) return row_failure(s, node - 1, draft_probs != nullptr);
     break;
+  }
+  for (std::int64_t d = 0; d < depth; ++d) {
+    out_tokens[d] = draft_token_ids[path[d]];
+    if (out_nodes) out_nodes[d] = static_cast<IdT>(path[d] + 1);
   }
   out_tokens[depth] = static_cast<IdT>(token);
   *num_accepted = static_cast<std::int32_t>(depth);
-  return Status::kSuccess;
+  return {};
 }
 
-/// Batched tree verification on the CPU. Validates everything first; on failure returns where, and leaves every
-/// output untouched.
+}  // namespace detail
+
+/// Verifies one request's tree: the checked single-request entry. Arrays are the request's own slices (drafts,
+/// parents, draft rows or nullptr, K + 1 target rows). Writes the accepted path tokens plus one to `out_tokens`
+/// (capacity K + 1), node indices to `out_nodes` (optional). Checks vocab_size, num_drafts, the required pointers,
+/// position, every draft id (kInvalidTokenId) and every parent (kInvalidTree) before reading a probability. On
+/// failure nothing is written except the error reports (`error_position`: the draft index at fault, -1 for the
+/// root's row or none; `error`: the VerifyResult naming the argument).
+template <class IdT>
+inline Status verify_tree_request(std::int64_t vocab_size, std::int64_t num_drafts, const IdT* draft_token_ids,
+                                  const IdT* parents, const float* draft_probs, const float* target_probs,
+                                  std::uint64_t seed, std::int64_t position, bool greedy, IdT* out_tokens,
+                                  IdT* out_nodes, std::int32_t* num_accepted, float* tile_masses,
+                                  std::int64_t* error_position = nullptr, VerifyResult* error = nullptr) {
+  VerifyResult r = detail::check_chain_request(vocab_size, num_drafts, draft_token_ids, target_probs, position, 1.0f,
+                                               out_tokens, num_accepted, tile_masses);
+  if (r.ok() && num_drafts > 0 && !parents) r = detail::null_argument("parents");
+  for (std::int64_t j = 0; r.ok() && j < num_drafts; ++j) {
+    const auto par = static_cast<std::int64_t>(parents[j]);
+    if (par < 0 || par > j)
+      r = detail::bad_argument(Status::kInvalidTree, "parents", "an earlier node in [0, j] (0 is the root) with j",
+                               static_cast<double>(j), static_cast<double>(par), -1, j);
+  }
+  if (r.ok())
+    r = detail::verify_tree_request_unchecked<IdT>(vocab_size, num_drafts, draft_token_ids, parents, draft_probs,
+                                                   target_probs, seed, position, greedy, out_tokens, out_nodes,
+                                                   num_accepted, tile_masses);
+  if (!r.ok()) {
+    if (error_position) *error_position = r.position;
+    if (error) *error = r;
+  }
+  return r.status;
+}
+
+/// Verifies request `b` of a tree batch into its own rows (the batch must have passed the checks of verify_tree).
+template <class IdT, class OffT>
+inline VerifyResult verify_tree_one(const TreeVerifyArgs<IdT, OffT>& a, std::int64_t b, IdT* out_row, IdT* nodes_row,
+                                    std::int32_t* num_accepted, float* tile_masses) {
+  const std::int64_t V = a.vocab_size;
+  const auto start = static_cast<std::int64_t>(a.cu_num_draft_tokens[b]);
+  const auto k = static_cast<std::int64_t>(a.cu_num_draft_tokens[b + 1]) - start;
+  VerifyResult r = detail::verify_tree_request_unchecked<IdT>(
+      V, k, a.draft_token_ids + start, a.parents + start,
+      detail::request_draft_probs(a.draft_probs, a.has_draft_probs, a.cu_num_draft_tokens, b, V),
+      a.target_probs + (start + b) * V, a.seeds[b], a.positions[b], a.greedy && a.greedy[b], out_row, nodes_row,
+      num_accepted, tile_masses);
+  r.request = r.ok() ? -1 : b;
+  return r;
+}
+
+/// Batched tree verification on the CPU. Validates everything first (detail::check_batch); on failure returns
+/// where and why, and leaves every output untouched.
 template <class IdT, class OffT>
 inline VerifyResult verify_tree(const TreeVerifyArgs<IdT, OffT>& a, const TreeVerifyOutputs<IdT>& out) {
   std::int64_t max_k = 0;
-  VerifyResult r = detail::check_ragged(a.batch_size, a.vocab_size, a.cu_num_draft_tokens, a.draft_token_ids,
-                                        a.target_probs, a.seeds, a.positions, out.output_stride, max_k);
+  const detail::BatchSizes sizes{a.draft_token_ids_size, a.parents_size, a.draft_probs_size, a.target_probs_size};
+  VerifyResult r = detail::check_batch<IdT, OffT>(a.batch_size, a.vocab_size, a.cu_num_draft_tokens, a.draft_token_ids,
+                                                  a.parents, true, a.draft_probs, a.has_draft_probs, a.target_probs,
+                                                  a.seeds, a.positions, out.output_stride, sizes, max_k);
   if (!r.ok()) return r;
-  if (!out.output_token_ids || !out.num_accepted || (a.cu_num_draft_tokens[a.batch_size] > 0 && !a.parents))
-    return {Status::kInvalidArgument, -1, -1};
+  if (!out.output_token_ids) return detail::null_argument("output_token_ids");
+  if (!out.num_accepted) return detail::null_argument("num_accepted");
   const std::int64_t B = a.batch_size, V = a.vocab_size, stride = out.output_stride;
   std::vector<IdT> tokens(static_cast<std::size_t>(B * stride), static_cast<IdT>(-1));
   std::vector<IdT> nodes(static_cast<std::size_t>(B * stride), static_cast<IdT>(-1));
   std::vector<std::int32_t> counts(static_cast<std::size_t>(B));
   std::vector<float> tile_masses(static_cast<std::size_t>(num_tiles(V)));
   for (std::int64_t b = 0; b < B; ++b) {
-    const auto start = static_cast<std::int64_t>(a.cu_num_draft_tokens[b]);
-    const auto k = static_cast<std::int64_t>(a.cu_num_draft_tokens[b + 1]) - start;
-    std::int64_t pos = -1;
-    const Status s = verify_tree_request<IdT>(
-        V, k, a.draft_token_ids + start, a.parents + start, a.draft_probs ? a.draft_probs + start * V : nullptr,
-        a.target_probs + (start + b) * V, a.seeds[b], a.positions[b], a.greedy && a.greedy[b],
-        tokens.data() + b * stride, nodes.data() + b * stride, &counts[b], tile_masses.data(), &pos);
-    if (s != Status::kSuccess) return {s, b, pos};
+    r = verify_tree_one(a, b, tokens.data() + b * stride, nodes.data() + b * stride, &counts[b], tile_masses.data());
+    if (!r.ok()) return r;
   }
   std::copy(tokens.begin(), tokens.end(), out.output_token_ids);
   std::copy(counts.begin(), counts.end(), out.num_accepted);

@@ -18,7 +18,8 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
                                             const std::optional<at::Tensor>& draft_probs,
                                             const at::Tensor& target_probs, const at::Tensor& seeds,
                                             const at::Tensor& positions, const std::optional<at::Tensor>& greedy,
-                                            const RejectionSampleOptions& options);
+                                            const RejectionSampleOptions& options,
+                                            const std::optional<at::Tensor>& has_draft_probs);
 
 TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_token_ids, const at::Tensor& parents,
                                                      const at::Tensor& cu_num_draft_tokens,
@@ -26,7 +27,8 @@ TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_tok
                                                      const at::Tensor& target_probs, const at::Tensor& seeds,
                                                      const at::Tensor& positions,
                                                      const std::optional<at::Tensor>& greedy,
-                                                     const RejectionSampleOptions& options);
+                                                     const RejectionSampleOptions& options,
+                                                     const std::optional<at::Tensor>& has_draft_probs);
 
 }  // namespace specdec::torch
 

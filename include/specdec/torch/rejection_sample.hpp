@@ -9,13 +9,23 @@
 //   positions           [B]        int64, sequence index of each request's first draft token (>= 0)
 //   greedy              [B]        bool or uint8, or absent (every row sampled); 1 = temperature 0
 //   parents (trees)     [N]        same dtype as draft_token_ids; draft j is node j + 1, parents[j] in [0, j]
+//   has_draft_probs     [B]        bool or uint8, or absent: the per-request draft kind. 1 = request b's drafts come
+//                                  with probabilities (its rows of draft_probs are used), 0 = deterministic drafts
+//                                  (n-gram, argmax heads: accepted with probability p(x); its rows of draft_probs are
+//                                  never read or scanned, so they may hold anything). Absent: every request is as
+//                                  the presence of draft_probs says. draft_probs stays [N, V] (row j = draft j), so
+//                                  n-gram and draft-model requests share a batch without repacking.
 // Results (fresh tensors, on the inputs' device):
 //   output_token_ids    [B, max_K + 1]  dtype of draft_token_ids, accepted drafts then one token, -1 padded
 //   num_accepted        [B]             int32
 //   accepted            [N]             bool, per-draft acceptance flags (chains)
 //   accepted_nodes      [B, max_K + 1]  node indices of the accepted path (trees), -1 padded
 // Every failure raises c10::Error whose message names the argument, what was expected and what was received;
-// no result is produced, and no input is modified.
+// no result is produced, and no input is modified. On CPU every value is checked before anything is verified
+// (dtypes, devices, contiguity, shapes, cu[0] == 0, cu non-decreasing with cu[B] == N, ids in [0, V), positions
+// >= 0, parents in [0, j], draft kinds against draft_probs, and with validate_probs every probability row read);
+// on CUDA the shapes, dtypes, devices and contiguity are checked on the host and the values on the device, per
+// request, then reported naming the first failed request.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -47,7 +57,8 @@ RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const 
                                        const std::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs,
                                        const at::Tensor& seeds, const at::Tensor& positions,
                                        const std::optional<at::Tensor>& greedy = std::nullopt,
-                                       const RejectionSampleOptions& options = {});
+                                       const RejectionSampleOptions& options = {},
+                                       const std::optional<at::Tensor>& has_draft_probs = std::nullopt);
 
 /// Tree verification of a ragged batch (see sampling/tree.hpp for the rule).
 TreeRejectionSampleResult tree_rejection_sample(const at::Tensor& draft_token_ids, const at::Tensor& parents,
@@ -56,6 +67,7 @@ TreeRejectionSampleResult tree_rejection_sample(const at::Tensor& draft_token_id
                                                 const at::Tensor& target_probs, const at::Tensor& seeds,
                                                 const at::Tensor& positions,
                                                 const std::optional<at::Tensor>& greedy = std::nullopt,
-                                                const RejectionSampleOptions& options = {});
+                                                const RejectionSampleOptions& options = {},
+                                                const std::optional<at::Tensor>& has_draft_probs = std::nullopt);
 
 }  // namespace specdec::torch

@@ -45,22 +45,41 @@ std::int64_t max_drafts(const at::Tensor& cu) {
   return (cu.narrow(0, 1, n - 1) - cu.narrow(0, 0, n - 1)).max().item<std::int64_t>();
 }
 
+/// What a per-request status of the kernels says about the arguments (the kernels report statuses, not names).
+const char* blame(Status s) {
+  switch (s) {
+    case Status::kInvalidArgument:
+      return "cu_num_draft_tokens/positions/has_draft_probs: expected cu[0] == 0, K_b = cu[b + 1] - cu[b] >= 0, "
+             "cu[B] == N, positions >= 0 and has_draft_probs 0 for requests with drafts when draft_probs is absent, "
+             "got a request that breaks one of them";
+    case Status::kInvalidTokenId: return "draft_token_ids: expected ids in [0, V), got an id out of range";
+    case Status::kInvalidTree: return "parents: expected parents[j] in [0, j] (an earlier node), got one outside";
+    case Status::kInvalidProbability:
+      return "target_probs/draft_probs: expected finite, non-negative probabilities, got a NaN, infinite or negative "
+             "value";
+    case Status::kZeroMass: return "target_probs: expected a row with positive mass, got a row that is all zeros";
+    default: return to_string(s);
+  }
+}
+
 void check_statuses(const at::Tensor& status, const char* op) {
   const at::Tensor host = status.cpu();
   const auto* s = host.data_ptr<std::int32_t>();
   for (std::int64_t b = 0; b < host.numel(); ++b)
-    TORCH_CHECK(s[b] == 0, op, ": request ", b, " failed: ", to_string(static_cast<Status>(s[b])));
+    TORCH_CHECK(s[b] == 0, op, ": request ", b, " failed: ", to_string(static_cast<Status>(s[b])), ": ",
+                blame(static_cast<Status>(s[b])));
 }
 
 /// Inputs in the layout the kernels read, on the probabilities' device.
 struct Inputs {
-  at::Tensor ids, cu, parents, draft, target, seeds, positions, greedy;
+  at::Tensor ids, cu, parents, draft, target, seeds, positions, greedy, has_draft_probs;
   std::int64_t B, V, N, stride;
 };
 
 Inputs prepare(const at::Tensor& draft_token_ids, const at::Tensor* parents, const at::Tensor& cu_num_draft_tokens,
                const std::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
-               const at::Tensor& positions, const std::optional<at::Tensor>& greedy) {
+               const at::Tensor& positions, const std::optional<at::Tensor>& greedy,
+               const std::optional<at::Tensor>& has_draft_probs) {
   TORCH_CHECK(target_probs.is_cuda() && target_probs.dim() == 2, "target_probs: expected a 2-d CUDA tensor, got ",
               target_probs.sizes(), " on ", target_probs.device());
   const auto dev = target_probs.device();
@@ -73,6 +92,8 @@ Inputs prepare(const at::Tensor& draft_token_ids, const at::Tensor* parents, con
   in.seeds = seeds.to(dev, at::kLong).contiguous();
   in.positions = positions.to(dev, at::kLong).contiguous();
   if (greedy && greedy->defined()) in.greedy = greedy->to(dev, at::kByte).contiguous();
+  if (has_draft_probs && has_draft_probs->defined())
+    in.has_draft_probs = has_draft_probs->to(dev, at::kByte).contiguous();
   in.B = in.seeds.numel();
   in.V = in.target.size(1);
   in.N = in.ids.numel();
@@ -83,6 +104,8 @@ Inputs prepare(const at::Tensor& draft_token_ids, const at::Tensor* parents, con
               "draft_probs: expected [", in.N, ", ", in.V, "], got ", in.draft.sizes());
   TORCH_CHECK(in.positions.numel() == in.B && (!in.greedy.defined() || in.greedy.numel() == in.B),
               "positions/greedy: expected ", in.B, " elements");
+  TORCH_CHECK(!in.has_draft_probs.defined() || in.has_draft_probs.numel() == in.B, "has_draft_probs: expected ", in.B,
+              " elements, got ", in.has_draft_probs.defined() ? in.has_draft_probs.numel() : 0);
   in.stride = max_drafts(in.cu) + 1;
   return in;
 }
@@ -93,10 +116,11 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
                                             const std::optional<at::Tensor>& draft_probs,
                                             const at::Tensor& target_probs, const at::Tensor& seeds,
                                             const at::Tensor& positions, const std::optional<at::Tensor>& greedy,
-                                            const RejectionSampleOptions& options) {
+                                            const RejectionSampleOptions& options,
+                                            const std::optional<at::Tensor>& has_draft_probs) {
   const c10::cuda::CUDAGuard guard(target_probs.device());
   const Inputs in = prepare(draft_token_ids, nullptr, cu_num_draft_tokens, draft_probs, target_probs, seeds,
-                            positions, greedy);
+                            positions, greedy, has_draft_probs);
   const auto dev = in.target.device();
   at::Tensor out = at::full({in.B, in.stride}, -1, in.ids.options());
   at::Tensor nacc = at::zeros({in.B}, at::TensorOptions().device(dev).dtype(at::kInt));
@@ -121,11 +145,17 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
       a.positions = ptr<std::int64_t>(in.positions);
       a.greedy = ptr<std::uint8_t>(in.greedy);
       a.lenience = static_cast<float>(options.lenience);
+      a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
+      a.draft_token_ids_size = in.ids.numel();
+      a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
+      a.target_probs_size = in.target.numel();
       a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
       a.output_stride = in.stride;
       a.num_accepted = nacc.data_ptr<std::int32_t>();
       a.accepted = accepted.data_ptr<std::uint8_t>();
       a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
+      const VerifyResult check = cuda::chain_verify_check_arguments(a);
+      TORCH_CHECK(check.ok(), "rejection_sample (CUDA): ", to_string(check));
       const Status s = cuda::chain_verify(a, ws.data_ptr(), ws_bytes, stream);
       TORCH_CHECK(s == Status::kSuccess, "rejection_sample (CUDA): ", to_string(s));
     });
@@ -140,10 +170,11 @@ TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_tok
                                                      const at::Tensor& target_probs, const at::Tensor& seeds,
                                                      const at::Tensor& positions,
                                                      const std::optional<at::Tensor>& greedy,
-                                                     const RejectionSampleOptions& options) {
+                                                     const RejectionSampleOptions& options,
+                                                     const std::optional<at::Tensor>& has_draft_probs) {
   const c10::cuda::CUDAGuard guard(target_probs.device());
   const Inputs in = prepare(draft_token_ids, &parents, cu_num_draft_tokens, draft_probs, target_probs, seeds,
-                            positions, greedy);
+                            positions, greedy, has_draft_probs);
   TORCH_CHECK(in.parents.numel() == in.N, "parents: expected ", in.N, " elements, got ", in.parents.numel());
   const auto dev = in.target.device();
   at::Tensor out = at::full({in.B, in.stride}, -1, in.ids.options());
@@ -169,11 +200,18 @@ TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_tok
       a.seeds = ptr<std::uint64_t>(in.seeds);
       a.positions = ptr<std::int64_t>(in.positions);
       a.greedy = ptr<std::uint8_t>(in.greedy);
+      a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
+      a.draft_token_ids_size = in.ids.numel();
+      a.parents_size = in.parents.numel();
+      a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
+      a.target_probs_size = in.target.numel();
       a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
       a.output_stride = in.stride;
       a.num_accepted = nacc.data_ptr<std::int32_t>();
       a.accepted_nodes = reinterpret_cast<I*>(nodes.data_ptr());
       a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
+      const VerifyResult check = cuda::tree_verify_check_arguments(a);
+      TORCH_CHECK(check.ok(), "tree_rejection_sample (CUDA): ", to_string(check));
       const Status s = cuda::tree_verify(a, ws.data_ptr(), ws_bytes, stream);
       TORCH_CHECK(s == Status::kSuccess, "tree_rejection_sample (CUDA): ", to_string(s));
     });

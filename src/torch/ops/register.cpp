@@ -1,5 +1,8 @@
 // specdec — torch custom ops: torch.ops.specdec.rejection_sample and torch.ops.specdec.tree_rejection_sample.
 // Built as the loadable module libspecdec_ops.so, for `torch.ops.load_library(path)` in Python engines.
+// The per-request draft kind (has_draft_probs) is a second overload of each op, ".draft_kinds", whose schema is the
+// first one's plus `Tensor? has_draft_probs=None` at the end: the default overload keeps its schema exactly, so boxed
+// and typed callers of older versions still work, and Python resolves `has_draft_probs=...` to the new overload.
 #include <torch/library.h>
 
 #include <tuple>
@@ -13,23 +16,42 @@ std::optional<T> to_std(const c10::optional<T>& v) {
   return v.has_value() ? std::optional<T>(*v) : std::nullopt;
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_kinds_op(
+    const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
+    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
+    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, double lenience, bool validate_probs,
+    const c10::optional<at::Tensor>& has_draft_probs) {
+  auto r = specdec::torch::rejection_sample(draft_token_ids, cu_num_draft_tokens, to_std(draft_probs), target_probs,
+                                            seeds, positions, to_std(greedy), {lenience, validate_probs},
+                                            to_std(has_draft_probs));
+  return {r.output_token_ids, r.num_accepted, r.accepted};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_op(
     const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
     const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
     const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, double lenience, bool validate_probs) {
-  auto r = specdec::torch::rejection_sample(draft_token_ids, cu_num_draft_tokens, to_std(draft_probs), target_probs,
-                                            seeds, positions, to_std(greedy), {lenience, validate_probs});
-  return {r.output_token_ids, r.num_accepted, r.accepted};
+  return rejection_sample_kinds_op(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, seeds, positions,
+                                   greedy, lenience, validate_probs, c10::nullopt);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_kinds_op(
+    const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
+    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
+    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs,
+    const c10::optional<at::Tensor>& has_draft_probs) {
+  auto r = specdec::torch::tree_rejection_sample(draft_token_ids, parents, cu_num_draft_tokens, to_std(draft_probs),
+                                                 target_probs, seeds, positions, to_std(greedy),
+                                                 {1.0, validate_probs}, to_std(has_draft_probs));
+  return {r.output_token_ids, r.num_accepted, r.accepted_nodes};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_op(
     const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
     const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
     const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs) {
-  auto r = specdec::torch::tree_rejection_sample(draft_token_ids, parents, cu_num_draft_tokens, to_std(draft_probs),
-                                                 target_probs, seeds, positions, to_std(greedy),
-                                                 {1.0, validate_probs});
-  return {r.output_token_ids, r.num_accepted, r.accepted_nodes};
+  return tree_rejection_sample_kinds_op(draft_token_ids, parents, cu_num_draft_tokens, draft_probs, target_probs,
+                                        seeds, positions, greedy, validate_probs, c10::nullopt);
 }
 
 }  // namespace
@@ -41,8 +63,20 @@ TORCH_LIBRARY(specdec, m) {
       "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted)",
       &rejection_sample_op);
   m.def(
+      "rejection_sample.draft_kinds(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
+      "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, float lenience=1.0, "
+      "bool validate_probs=True, Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, "
+      "Tensor accepted)",
+      &rejection_sample_kinds_op);
+  m.def(
       "tree_rejection_sample(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
       "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "
       "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted_nodes)",
       &tree_rejection_sample_op);
+  m.def(
+      "tree_rejection_sample.draft_kinds(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
+      "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "
+      "bool validate_probs=True, Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, "
+      "Tensor accepted_nodes)",
+      &tree_rejection_sample_kinds_op);
 }
