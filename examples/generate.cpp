@@ -172,6 +172,13 @@ RunOutcome run(Proposer& proposer, LlamaModel& target, const std::vector<Generat
   const auto t0 = std::chrono::steady_clock::now();
   RunOutcome out;
   out.results = decoder.generate(requests, callback);
+  for (std::size_t i = 0; i < out.results.size(); ++i) {
+    const auto total = static_cast<std::int64_t>(requests[i].prompt.size() + out.results[i].tokens.size());
+    if (out.results[i].finish_reason == specdec::decoder::FinishReason::kLength && total >= target.max_sequence_length())
+      fmt::print(stderr, "specdec-generate: prompt {} stopped at the model's context length of {} tokens ({} prompt + {} "
+                 "generated; finish reason: length)\n", i + 1, target.max_sequence_length(), requests[i].prompt.size(),
+                 out.results[i].tokens.size());
+  }
   out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.metrics = decoder.metrics();
   return out;
@@ -245,6 +252,11 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
     for (double a : by_pos) fmt::print(" {:.2f}", a);
     fmt::print("\n");
   }
+  if (m.total.expected_steps > 0) {
+    const double steps = static_cast<double>(m.total.expected_steps);
+    fmt::print("expected accepted drafts per step on these drafts ({} steps): token-level {:.4f}, block {:.4f}\n",
+               m.total.expected_steps, m.total.expected_accepted_token / steps, m.total.expected_accepted_block / steps);
+  }
   fmt::print("tau = tokens per target forward; c = draft cost per token / 1-token target forward; r = verify forward / "
              "1-token forward; theory = E[tokens/step] / (r + g c)\n");
 }
@@ -252,11 +264,6 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
 int run_cli(const Options& o) {
   if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
   if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
-  if (m.total.expected_steps > 0) {
-    const double steps = static_cast<double>(m.total.expected_steps);
-    fmt::print("expected accepted drafts per step on these drafts ({} steps): token-level {:.4f}, block {:.4f}\n",
-               m.total.expected_steps, m.total.expected_accepted_token / steps, m.total.expected_accepted_block / steps);
-  }
   specdec::SamplingParams params;
   params.temperature = o.temperature;
   params.top_k = o.top_k;
@@ -313,6 +320,7 @@ int run_cli(const Options& o) {
     r.params = params;
     r.params.seed = params.seed + i;
     r.max_new_tokens = o.max_new_tokens;
+    r.verify_method = o.verify == "block" ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
     for (std::int32_t id = 0; id < static_cast<std::int32_t>(target.vocab_size()); ++id)
       if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
@@ -320,9 +328,9 @@ int run_cli(const Options& o) {
   const bool stream = prompts.size() == 1;
 
   DecoderOptions spec_options;
-    r.verify_method = o.verify == "block" ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
   spec_options.dynamic_speculation = o.adaptive;
+  spec_options.measure_expected_acceptance = o.expected_acceptance;
   spec_options.detokenize = specdec::decoder::make_detokenizer(tokenizer);
   DecoderOptions base_options = spec_options;
   base_options.num_speculative_tokens = 0;
@@ -330,7 +338,6 @@ int run_cli(const Options& o) {
 
   fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}, verify {}\n",
              fs::path(o.model).filename().string(), target.vocab_size(), prompts.size(), proposer,
-  spec_options.measure_expected_acceptance = o.expected_acceptance;
              o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature, o.verify);
 
   std::optional<RunOutcome> base;
@@ -379,6 +386,7 @@ int run_cli(const Options& o) {
     j["num_speculative_tokens"] = o.num_speculative_tokens;
     j["adaptive"] = o.adaptive;
     j["temperature"] = o.temperature;
+    j["verify"] = o.verify;
     j["prompts"] = prompts.size();
     const double t1 = reference_one_token_seconds(base, spec);
     j["speculative"] = speculative_json(spec.metrics, t1);
@@ -386,7 +394,6 @@ int run_cli(const Options& o) {
     j["one_token_forward_seconds"] = t1;
     if (base) {
       j["baseline"] = {{"tokens_per_second", base->metrics.tokens_per_second()},
-    j["verify"] = o.verify;
                        {"tokens", base->metrics.total.emitted}};
       j["speedup"] = spec.metrics.tokens_per_second() / base->metrics.tokens_per_second();
       bool same = true;
@@ -422,13 +429,6 @@ int main(int argc, char** argv) {
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
   app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");
-  app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings)");
-  app.add_option("--tree-top-k", o.tree_top_k, "EAGLE-2 tree: children per expanded node and nodes expanded per level")
-      ->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
-      ->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--draft-min-prob", o.draft_min_prob,
-                 "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
   app.add_option("--verify", o.verify,
                  "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
                  "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
@@ -437,11 +437,13 @@ int main(int argc, char** argv) {
   app.add_flag("--expected-acceptance", o.expected_acceptance,
                "also report, per step of sampled chains with draft probabilities, the expected accepted drafts given "
                "the drafted block under token-level and under block verification (a paired comparison on the same drafts)");
-  app.add_option("--verify", o.verify,
-                 "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
-                 "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
-      ->check(CLI::IsMember({"token", "block"}))
-      ->capture_default_str();
+  app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings)");
+  app.add_option("--tree-top-k", o.tree_top_k, "EAGLE-2 tree: children per expanded node and nodes expanded per level")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--draft-min-prob", o.draft_min_prob,
+                 "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
