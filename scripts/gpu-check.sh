@@ -5,7 +5,11 @@
 #   memcheck-*.log, racecheck-*.log       compute-sanitizer on the device tests
 #   bench.json, bench.txt                 bench_verify_cuda (Google Benchmark)
 #   build-torch.log, ctest-torch.log      second configure against the machine's PyTorch libtorch (torch CUDA glue,
-#   bench-torch.json                      torch-ops baseline); skipped when PyTorch is missing
+#   bench-torch.json                      torch-ops baseline, AtenLlamaModel and the custom target on CUDA); skipped
+#                                         when PyTorch is missing
+#   custom-target-cuda.txt,               the decoding loop with the target on the GPU: examples/custom-target and
+#   generate-cuda-{float32,bfloat16}.*    specdec-generate --device cuda (carry models/*.metadata.gguf, see
+#                                         scripts/fetch-gpu-deps.sh, when the bundled GGUF cannot travel)
 #   summary.txt
 # Dependencies: fmt, nlohmann-json, GoogleTest and Google Benchmark come from Debian .deb files fetched beforehand with
 # scripts/fetch-gpu-deps.sh into .deps/ (git-ignored); they are unpacked here with `dpkg -x` into .deps/prefix and
@@ -79,12 +83,28 @@ grep -E 'B:1/K:5/V:32000|B:64/K:5/V:128256' "$out/bench.txt" | tee -a "$summary"
 torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
 if [[ -n "$torch_prefix" ]]; then
   b2="$root/build-gpu-check-torch"
-  cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=ON -DSPECDEC_BUILD_EXAMPLES=OFF \
+  cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=ON -DSPECDEC_BUILD_EXAMPLES=ON \
     -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix_path" >"$out/build-torch.log" 2>&1 &&
     cmake --build "$b2" -j "$jobs" >>"$out/build-torch.log" 2>&1
   note "build (torch ON): rc=$?"
-  (cd "$b2" && ctest -R 'torch|cuda|CustomTarget' --output-on-failure) >"$out/ctest-torch.log" 2>&1
-  note "ctest torch|cuda|CustomTarget: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
+  (cd "$b2" && ctest -R 'torch|cuda|CustomTarget|AtenLlama' --output-on-failure) >"$out/ctest-torch.log" 2>&1
+  note "ctest torch|cuda|CustomTarget|AtenLlama: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
+  # The whole decoding loop with the target on the GPU: the custom-target example, then the CLI (the bundled GGUF when it
+  # is here, else the committed draft checkpoint as the target with the GGUF's metadata for the tokenizer).
+  if [[ -x "$b2/bin/specdec-custom-target" ]]; then
+    "$b2/bin/specdec-custom-target" cuda >"$out/custom-target-cuda.txt" 2>&1
+    note "specdec-custom-target cuda: rc=$? ($(tail -1 "$out/custom-target-cuda.txt"))"
+  fi
+  gen=("$b2/bin/specdec-generate" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+  [[ -f "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]] ||
+    gen=("$b2/bin/specdec-generate" --model "$root/models/smollm2-135m-draft" --tokenizer "$root/models/SmolLM2-135M-Instruct.metadata.gguf")
+  if [[ -x "$b2/bin/specdec-generate" ]]; then
+    for dtype in float32 bfloat16; do
+      "${gen[@]}" --device cuda --dtype "$dtype" --compare --max-new-tokens 96 --json "$out/generate-cuda-$dtype.json" \
+        >"$out/generate-cuda-$dtype.txt" 2>&1
+      note "specdec-generate --device cuda --dtype $dtype: rc=$? ($(grep -E '^ngram' "$out/generate-cuda-$dtype.txt" | tr -s ' '))"
+    done
+  fi
   if [[ -x "$b2/bin/bench_verify_cuda_torch" ]]; then
     "$b2/bin/bench_verify_cuda_torch" --benchmark_filter="${bench_filter/cuda_chain/cuda_chain(_torch_ops)?}" \
       --benchmark_counters_tabular=true --benchmark_out="$out/bench-torch.json" --benchmark_out_format=json \

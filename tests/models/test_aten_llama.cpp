@@ -162,4 +162,40 @@ TEST(AtenLlama, SmolLM2OnCuda) {
   check_against_packed(half, 1.0);  // bfloat16 weights and activations: logits within about one unit
 }
 
+// The committed draft checkpoint (a small Llama, float16 safetensors, tracked in git so it travels to a GPU machine that
+// cannot download the bundled GGUF): CUDA logits against the CPU ones, and greedy speculative decoding on CUDA equal to
+// plain decoding there.
+TEST(AtenLlama, DraftCheckpointOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
+  auto cpu = sm::load_aten_llama_safetensors(dir);
+  sm::AtenLlamaOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  auto gpu = sm::load_aten_llama_safetensors(dir, o);
+  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  const auto a = run(cpu, cpu.allocate_sequence(), text).logits;
+  const auto b = run(gpu, gpu.allocate_sequence(), text).logits;
+  EXPECT_TRUE(b.is_cuda());
+  EXPECT_LT(max_diff(a, b), 2e-3);
+  std::vector<specdec::decoder::GenerationRequest> rs(2);
+  for (int i = 0; i < 2; ++i) {
+    rs[i].prompt = text;
+    rs[i].prompt.resize(text.size() - 4 * i);
+    rs[i].max_new_tokens = 32;
+    rs[i].params.temperature = 0.0f;
+  }
+  auto generate = [&](auto& proposer, int g) {
+    specdec::decoder::DecoderOptions opts;
+    opts.num_speculative_tokens = g;
+    specdec::decoder::SpeculativeDecoder dec(proposer, gpu, opts);
+    std::vector<std::vector<std::int64_t>> out;
+    for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+    return out;
+  };
+  specdec::proposers::NoProposer none;
+  const auto plain = generate(none, 0);
+  specdec::proposers::NgramProposer ngram;
+  EXPECT_EQ(generate(ngram, 5), plain);
+}
+
 }  // namespace
