@@ -7,6 +7,7 @@
 // --compare runs the autoregressive baseline and the speculative decoder on the same prompts in one process and prints
 // tokens/s of each, the speedup, acceptance rate, mean accepted length, the cost ratios c and r, and the theoretical
 // speedup for the measured a, c and r.
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,10 +19,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/aten_llama.hpp"
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
@@ -79,6 +82,8 @@ struct Options {
   int ngram_min_n = 1, ngram_max_n = 4;
   std::string verify = "token";  // token | block
   bool expected_acceptance = false;
+  std::string device = "cpu";     // cpu: LlamaModel's packed kernels; otherwise AtenLlamaModel on that ATen device
+  std::string dtype = "float32";  // AtenLlamaModel's weights and activations
 };
 
 [[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
@@ -144,10 +149,10 @@ struct RunOutcome {
   double wall_seconds = 0;
 };
 
-template <class Proposer>
-RunOutcome run(Proposer& proposer, LlamaModel& target, const std::vector<GenerationRequest>& requests,
+template <class Proposer, class Target>
+RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationRequest>& requests,
                const DecoderOptions& options, const Tokenizer& tokenizer, const std::string& label, bool stream) {
-  specdec::decoder::SpeculativeDecoder<Proposer, LlamaModel> decoder(proposer, target, options);
+  specdec::decoder::SpeculativeDecoder<Proposer, Target> decoder(proposer, target, options);
   std::optional<Progress> progress;
   std::optional<specdec::models::StreamingDecoder> text;
   if (stream) {
@@ -261,6 +266,10 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
              "1-token forward; theory = E[tokens/step] / (r + g c)\n");
 }
 
+template <class Target>
+int run_on(const Options& o, const specdec::SamplingParams& params, const std::string& proposer,
+           const std::string& tokenizer_path, Target& target);
+
 int run_cli(const Options& o) {
   if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
   if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
@@ -289,7 +298,30 @@ int run_cli(const Options& o) {
     tokenizer_path = o.model;
   }
   if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
-  LlamaModel target = load_model(o.model, "--model", o.threads, o.activation_bits);
+  if (o.device == "cpu") {
+    LlamaModel target = load_model(o.model, "--model", o.threads, o.activation_bits);
+    return run_on(o, params, proposer, tokenizer_path, target);
+  }
+  specdec::models::AtenLlamaOptions ao;
+  try {
+    ao.device = at::Device(o.device);
+  } catch (const std::exception&) {
+    fail(fmt::format("--device: expected cpu, cuda or cuda:N, got '{}'", o.device));
+  }
+  if (ao.device.is_cuda() && !at::hasCUDA())
+    fail(fmt::format("--device {}: this build's libtorch has no CUDA device to run on", o.device));
+  if (o.dtype == "bfloat16") ao.dtype = at::kBFloat16;
+  else if (o.dtype == "float16") ao.dtype = at::kHalf;
+  else if (o.dtype != "float32") fail(fmt::format("--dtype: expected float32, bfloat16 or float16, got '{}'", o.dtype));
+  auto target = fs::is_directory(o.model) ? specdec::models::load_aten_llama_safetensors(o.model, ao)
+                                          : specdec::models::load_aten_llama_gguf(o.model, ao);
+  return run_on(o, params, proposer, tokenizer_path, target);
+}
+
+/// The rest of a run on a loaded target (LlamaModel on the CPU kernels, or AtenLlamaModel on --device).
+template <class Target>
+int run_on(const Options& o, const specdec::SamplingParams& params, const std::string& proposer,
+           const std::string& tokenizer_path, Target& target) {
   const specdec::models::GgufFile tokenizer_file(tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
 
@@ -365,7 +397,10 @@ int run_cli(const Options& o) {
     spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
 #if defined(SPECDEC_HAVE_EAGLE)
   } else if (proposer == "eagle") {
-    spec = run_eagle(o, target, requests, spec_options, tokenizer, stream);
+    if constexpr (std::is_same_v<Target, LlamaModel>)
+      spec = run_eagle(o, target, requests, spec_options, tokenizer, stream);
+    else
+      fail("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features)");
 #endif
   } else {
     fail(fmt::format("--proposer: expected one of none, ngram, draft{}, got '{}'",
@@ -459,6 +494,11 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "write the figures as JSON to this file");
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
   app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "cpu (default): the block-format CPU kernels; cuda, cuda:N or another ATen device: the ATen Llama forward "
+                 "there (weights dequantised to --dtype)")
+      ->capture_default_str();
+  app.add_option("--dtype", o.dtype, "with --device other than cpu: float32, bfloat16 or float16")->capture_default_str();
   app.add_option("--threads", o.threads,
                  "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
       ->capture_default_str();
