@@ -28,7 +28,10 @@
 // Bad input is reported per request in `status` (kInvalidArgument: cu/positions/stride, or has_draft_probs set for
 // a request with drafts while draft_probs is null; kInvalidTokenId, kInvalidProbability, kZeroMass, greedy rows
 // included) without any out-of-bounds access; a failed request's outputs are -1, its count 0 and its flags 0.
-// Requests are independent: one bad request never changes another's tokens. Host-checkable arguments (sizes,
+// Requests are independent: one bad request never changes another's tokens. (A decreasing cu can leave two
+// requests with locally valid but overlapping ranges; both then read the shared draft rows and write the shared
+// flag slots of `accepted`, in an unspecified order. Callers that need a verdict on the whole layout check cu on the
+// host, as the CPU entries and the torch front on CPU do.) Host-checkable arguments (sizes,
 // pointers, lenience, the optional buffer element counts) are checked before any launch:
 // chain_verify_check_arguments names the argument, what was expected and what was received.
 //
@@ -51,6 +54,7 @@ struct ChainVerifyParams {
   std::int64_t batch_size = 0;
   std::int64_t vocab_size = 0;
   std::int64_t num_draft_tokens = 0;          ///< N, the rows of draft_probs; the kernels check cu against it
+                                              ///< (every cu[b + 1] <= N, and cu[B] == N)
   const IdT* cu_num_draft_tokens = nullptr;   ///< [B + 1]
   const IdT* draft_token_ids = nullptr;       ///< [N]
   const ProbT* draft_probs = nullptr;         ///< [N, V], or nullptr for deterministic drafts
