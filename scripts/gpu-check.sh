@@ -83,8 +83,11 @@ grep -E 'B:1/K:5/V:32000|B:64/K:5/V:128256' "$out/bench.txt" | tee -a "$summary"
 torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
 if [[ -n "$torch_prefix" ]]; then
   b2="$root/build-gpu-check-torch"
+  # PyTorch >= 2.x ships its own {fmt} headers (v12 in 2.11) ahead of the fetched libfmt9 on the include path: header-only
+  # {fmt} keeps the objects from linking against a library of another version.
   cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=ON -DSPECDEC_BUILD_EXAMPLES=ON \
-    -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix_path" >"$out/build-torch.log" 2>&1 &&
+    -DSPECDEC_WITH_CUDA=ON -DCMAKE_CXX_FLAGS=-DFMT_HEADER_ONLY=1 -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix_path" \
+    >"$out/build-torch.log" 2>&1 &&
     cmake --build "$b2" -j "$jobs" >>"$out/build-torch.log" 2>&1
   note "build (torch ON): rc=$?"
   (cd "$b2" && ctest -R 'torch|cuda|CustomTarget|AtenLlama' --output-on-failure) >"$out/ctest-torch.log" 2>&1

@@ -7,6 +7,7 @@
 #include "specdec/models/aten_llama.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -95,7 +96,7 @@ struct AtenLlamaModel::Impl {
 
 AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& get, const AtenLlamaOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   Impl& m = *impl_;
   m.cfg = config;
   m.opts = options;
@@ -198,7 +199,7 @@ void AtenLlamaModel::keep_path(std::int64_t slot, std::int64_t prefix_length, st
       fail(fmt::format("keep_path: path[{}]: expected strictly increasing node indices below {}, got {}", i,
                        s.length - prefix_length, path[i]));
   if (n > 0) {
-    at::NoGradGuard guard;
+    c10::NoGradGuard guard;
     const at::Tensor rows =
         at::tensor(std::vector<std::int64_t>(path.begin(), path.end())).add_(prefix_length).to(impl_->opts.device);
     for (std::size_t l = 0; l < impl_->layers.size(); ++l)
@@ -210,7 +211,7 @@ void AtenLlamaModel::keep_path(std::int64_t slot, std::int64_t prefix_length, st
 ForwardOutput AtenLlamaModel::forward(const ForwardBatch& batch) { return impl_->forward(batch); }
 
 ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(b.slots.size());
   const std::int64_t N = detail::check_ragged_tokens("forward", "token", B, b.cu_num_tokens, b.token_ids, V);
   if (!b.parents.empty() && static_cast<std::int64_t>(b.parents.size()) != B)

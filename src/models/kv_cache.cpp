@@ -1,6 +1,7 @@
 #include "specdec/models/kv_cache.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,7 +21,7 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   if (shape.initial_capacity < 1)
     fail(fmt::format("KvCache: initial_capacity: expected >= 1, got {}", shape.initial_capacity));
   if (shape.initial_slots < 1) fail(fmt::format("KvCache: initial_slots: expected >= 1, got {}", shape.initial_slots));
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   capacity_ = shape.initial_capacity;
   storage_ = at::zeros({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
                        at::TensorOptions().dtype(at::kFloat));
@@ -29,7 +30,7 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
 }
 
 void KvCache::resize(std::int64_t slots, std::int64_t capacity) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   at::Tensor grown = at::zeros({shape_.num_layers, 2, slots, shape_.num_kv_heads, capacity, shape_.head_dim},
                                at::TensorOptions().dtype(at::kFloat));
   if (storage_.defined()) {
@@ -111,7 +112,7 @@ void KvCache::keep_path(std::int64_t slot, std::int64_t prefix_length, std::span
   std::size_t first_moved = 0;
   while (first_moved < path.size() && path[first_moved] == static_cast<std::int64_t>(first_moved)) ++first_moved;
   if (first_moved < path.size()) {
-    at::NoGradGuard guard;
+    c10::NoGradGuard guard;
     const auto moved = static_cast<std::int64_t>(path.size() - first_moved);
     std::vector<std::int64_t> src(path.begin() + static_cast<std::ptrdiff_t>(first_moved), path.end());
     for (auto& s : src) s += prefix_length;

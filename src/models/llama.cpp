@@ -9,6 +9,7 @@
 #include "specdec/models/llama.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
@@ -554,7 +555,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   std::vector<std::int64_t> positions;
   std::vector<SequencePlan> plans = plan(b, positions);
   const std::int64_t N = static_cast<std::int64_t>(b.token_ids.size());
@@ -787,7 +788,7 @@ LlamaModel LlamaModel::from_stored(const LlamaConfig& config, const StoredWeight
 
 LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   Impl& m = *impl_;
   m.cfg = config;
   m.opts = options;
@@ -883,7 +884,7 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
   auto weights = std::make_shared<std::unordered_map<std::string, at::Tensor>>();
   auto& w = *weights;
   {
-    at::NoGradGuard guard;
+    c10::NoGradGuard guard;
     w["model.embed_tokens.weight"] = make({V, H}, 0.f, 1.f);
     if (!config.tie_word_embeddings) w["lm_head.weight"] = make({V, H}, 0.f, in_h);
     w["model.norm.weight"] = make({H}, 1.f, 0.1f);

@@ -1,5 +1,6 @@
 // Loaders: GGUF (llama.cpp; block formats kept) and Hugging Face safetensors checkpoints into a LlamaModel.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -57,7 +58,7 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
   GgufFile file(path);
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   return LlamaModel::from_stored(config, [&](const std::string& hf) -> StoredWeight {
     StoredWeight w;
     const GgufName g = gguf_name(hf, config);
@@ -116,13 +117,13 @@ struct Checkpoint {
 
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
   const Checkpoint ck(dir, "load_llama_safetensors");
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   return LlamaModel(ck.config, ck.getter(), options);
 }
 
 AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options) {
   const Checkpoint ck(dir, "load_aten_llama_safetensors");
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   return AtenLlamaModel(ck.config, ck.getter(), options);
 }
 
@@ -130,7 +131,7 @@ AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const Ate
   GgufFile file(path);
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   return AtenLlamaModel(config, [&](const std::string& hf) -> at::Tensor {
     const GgufName g = gguf_name(hf, config);
     const TensorInfo* info = g.name.empty() ? nullptr : file.find_tensor(g.name);

@@ -117,7 +117,7 @@ void EagleHead::Impl::load_draft_vocabulary(const sm::WeightGetter& get) {
 EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get, const EagleTargetWeights& target,
                      const EagleHeadOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   Impl& m = *impl_;
   m.cfg = normalise(config);
   m.opts = options;
@@ -225,7 +225,7 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
   auto s = [](std::int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
   std::unordered_map<std::string, at::Tensor> w;
   {
-    at::NoGradGuard guard;
+    c10::NoGradGuard guard;
     const std::int64_t in = e3 ? 2 * H : H;
     if (e3) {
       w["fc.weight"] = randn({H, 3 * c.target_hidden_size}, 0, s(3 * c.target_hidden_size));
@@ -307,7 +307,7 @@ void EagleHead::truncate(std::int64_t slot, std::int64_t length) {
 EagleHeadOutput EagleHead::forward(const EagleHeadBatch& batch) { return impl_->forward(batch); }
 
 EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(b.slots.size());
   const std::int64_t N =
       sm::detail::check_ragged_tokens("EagleHead::forward", "row", B, b.cu_num_tokens, b.token_ids, V);

@@ -5,6 +5,7 @@
 #include "specdec/proposers/eagle.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -153,7 +153,7 @@ void EagleProposer::observe(std::span<const StepFeedback> feedback) {
 DraftBatch EagleProposer::propose(std::span<const ProposeRequest> requests) { return impl_->propose(requests); }
 
 DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(reqs.size());
   std::vector<Request*> rs(static_cast<std::size_t>(B));
   for (std::int64_t i = 0; i < B; ++i) {

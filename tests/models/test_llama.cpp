@@ -5,6 +5,7 @@
 // Tolerance: logits are float32 and O(1)-O(10) in magnitude here; two computations of the same logits that differ only in
 // summation order (batched vs incremental, BLAS gemm vs gemv) agree to ~1e-5. We require max |a - b| <= 1e-4 * max(1, max|a|).
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
@@ -45,7 +46,7 @@ sm::LlamaConfig small_config() {
 }
 
 Weights make_weights(const sm::LlamaConfig& c, std::uint64_t seed) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   auto randn = [&](std::vector<std::int64_t> shape, double mean, double std) {
     return at::normal(mean, std, shape, gen, at::TensorOptions().dtype(at::kFloat));
@@ -105,7 +106,7 @@ at::Tensor ref_inv_freq(const sm::LlamaConfig& c) {
 }
 
 at::Tensor reference_logits(const sm::LlamaConfig& c, const Weights& w, const std::vector<std::int64_t>& tokens) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const auto T = static_cast<std::int64_t>(tokens.size());
   const std::int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
   at::Tensor ids = at::tensor(tokens, at::kLong);
@@ -438,7 +439,7 @@ TEST(LlamaModel, RejectsBadBatchesWithoutChangingState) {
 }
 
 TEST(LlamaModel, UnpermuteGgufQkInvertsTheLlamaCppPermutation) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const std::int64_t heads = 3, hd = 8, in = 5;
   at::Tensor hf = at::arange(heads * hd * in, at::kFloat).view({heads * hd, in});
   // convert_hf_to_gguf.py: w.reshape(n_head, 2, hd // 2, in).swapaxes(1, 2).reshape(w.shape)

@@ -5,6 +5,7 @@
 // Tolerance: float32 logits of O(1-10) computed in a different summation order agree to ~1e-5; we require
 // max |a - b| <= 1e-4 * max(1, max |a|). A checkpoint written and read back holds the same float32 bits: logits are equal.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -87,7 +88,7 @@ at::Tensor ref_rotate_half(const at::Tensor& x) {
 // EAGLE-3 Model.forward + LlamaDecoderLayeremb + lm_head(norm(.)).
 at::Tensor reference_logits(const sp::EagleHead& head, const sp::EagleTargetWeights& target, const std::vector<std::int64_t>& tokens,
                             const at::Tensor& features) {
-  at::NoGradGuard guard;
+  c10::NoGradGuard guard;
   const auto w = weights_of(head);
   const sm::LlamaConfig& c = head.config().layer;
   const bool e3 = head.version() == sp::EagleVersion::kEagle3;
