@@ -4,6 +4,7 @@
 // position (cached length + depth in its tree) -> keys/values written into each slot's cache -> per sequence, grouped
 // attention of its tokens over [cached prefix | its ancestors and itself] (an additive mask) -> output product + residual
 // -> RMSNorm -> gate/up product -> SiLU(gate) * up -> down product + residual] -> final RMSNorm -> logits.
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/aten_llama.hpp"
 
 #include <ATen/ATen.h>
@@ -21,17 +22,8 @@
 
 namespace specdec::models {
 
-namespace {
-
-[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
-
-std::string shape_str(at::IntArrayRef s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-}  // namespace
+using detail::fail;
+using detail::shape_str;
 
 struct AtenLlamaModel::Impl {
   struct Layer {

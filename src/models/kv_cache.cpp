@@ -1,3 +1,4 @@
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/kv_cache.hpp"
 
 #include <ATen/ATen.h>
@@ -11,7 +12,7 @@
 namespace specdec::models {
 
 namespace {
-[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+using detail::fail;
 }  // namespace
 
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {

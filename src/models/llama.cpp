@@ -6,6 +6,7 @@
 // accumulated into the residual -> RMSNorm -> fused gate/up product -> SiLU(gate) * up -> down product accumulated into the
 // residual. Element-wise steps are plain loops over raw float pointers; ATen holds the buffers and runs the float BLAS
 // products and the attention of long prompts.
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 
 #include <ATen/ATen.h>
@@ -37,17 +38,8 @@
 
 namespace specdec::models {
 
-namespace {
-
-[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
-
-std::string shape_str(at::IntArrayRef s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-}  // namespace
+using detail::fail;
+using detail::shape_str;
 
 
 namespace {

@@ -8,6 +8,7 @@
 #include <map>
 #include <regex>
 
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
@@ -17,7 +18,7 @@ namespace specdec::models {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+using detail::fail;
 
 // Hugging Face parameter name -> llama.cpp GGUF tensor name (+ the number of heads to un-permute with, 0 for none).
 struct GgufName {

@@ -2,6 +2,7 @@
 // the head's state (EagleHead::Impl). Not installed.
 #pragma once
 
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/proposers/eagle.hpp"
 
 #include <ATen/ATen.h>
@@ -71,13 +72,9 @@ inline at::Tensor packed_linear(const at::Tensor& x0, const sm::detail::PackedMa
   return y;
 }
 
-[[noreturn]] inline void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+using models::detail::fail;
 
-inline std::string shape_str(at::IntArrayRef s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
+using models::detail::shape_str;
 
 inline const at::TensorOptions kF32 = at::TensorOptions().dtype(at::kFloat);
 inline const at::TensorOptions kI64 = at::TensorOptions().dtype(at::kLong);

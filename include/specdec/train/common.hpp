@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "specdec/models/chat_template.hpp"
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/tokenizer.hpp"
@@ -34,7 +35,7 @@ namespace specdec::train {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-[[noreturn]] inline void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+using models::detail::fail;
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

@@ -1,6 +1,7 @@
 // PackedMatrix: GGUF block-format weights repacked (exactly, no value changes) into 16-row interleaved tiles, activation
 // quantisation, row dequantisation, and the choice of the product's instruction set. The layout and the arithmetic every
 // path computes are described in specdec/models/detail/packed_matrix.hpp; the products are in packed_linear*.cpp.
+#include "specdec/models/detail/errors.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
 
 #include <fmt/format.h>
@@ -18,7 +19,7 @@ namespace specdec::models::detail {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { throw specdec::error(Status::kInvalidArgument, msg); }
+using specdec::models::detail::fail;
 
 std::uint8_t u8(const std::byte* p, std::int64_t i) { return static_cast<std::uint8_t>(p[i]); }
 std::uint16_t u16(const std::byte* p) {
