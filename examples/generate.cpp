@@ -32,6 +32,7 @@
 #include "specdec/models/tokenizer.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/theory.hpp"
 #if defined(SPECDEC_HAVE_EAGLE)
 #include "specdec/proposers/eagle.hpp"
@@ -82,6 +83,7 @@ struct Options {
   int ngram_min_n = 1, ngram_max_n = 4;
   std::string verify = "token";  // token | block
   bool expected_acceptance = false;
+  double suffix_alpha = specdec::proposers::SuffixOptions{}.tokens_per_match_token;
   std::string device = "cpu";     // cpu: LlamaModel's packed kernels; otherwise AtenLlamaModel on that ATen device
   std::string dtype = "float32";  // AtenLlamaModel's weights and activations
 };
@@ -390,6 +392,12 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
     no.num_candidates = o.tree ? 3 : 1;
     specdec::proposers::NgramProposer ngram(no);
     spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
+  } else if (proposer == "suffix") {
+    specdec::proposers::SuffixOptions so;
+    so.max_width = o.tree ? 4 : 1;
+    so.tokens_per_match_token = o.suffix_alpha;
+    specdec::proposers::SuffixProposer suffix(so);
+    spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", stream);
   } else if (proposer == "draft") {
     const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
     draft_model.emplace(load_model(path, "--draft-model", o.threads, o.activation_bits, o.draft_weights == "q8_0"));
@@ -403,7 +411,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
       fail("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features)");
 #endif
   } else {
-    fail(fmt::format("--proposer: expected one of none, ngram, draft{}, got '{}'",
+    fail(fmt::format("--proposer: expected one of none, ngram, suffix, draft{}, got '{}'",
 #if defined(SPECDEC_HAVE_EAGLE)
                      ", eagle",
 #else
@@ -459,8 +467,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "GGUF file or Hugging Face directory (safetensors + config.json)");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
-  app.add_option("--proposer", o.proposer, "none, ngram, draft or eagle (default: ngram, the best measured for the bundled model)")
-      ->check(CLI::IsMember({"none", "ngram", "draft", "eagle"}));
+  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle (default: ngram, the best measured for the bundled model)")
+      ->check(CLI::IsMember({"none", "ngram", "suffix", "draft", "eagle"}));
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
   app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");
@@ -472,7 +480,7 @@ int main(int argc, char** argv) {
   app.add_flag("--expected-acceptance", o.expected_acceptance,
                "also report, per step of sampled chains with draft probabilities, the expected accepted drafts given "
                "the drafted block under token-level and under block verification (a paired comparison on the same drafts)");
-  app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings)");
+  app.add_flag("--tree", o.tree, "draft trees (EAGLE-2 dynamic trees; n-gram: several matches as siblings; suffix: up to 4 children per node)");
   app.add_option("--tree-top-k", o.tree_top_k, "EAGLE-2 tree: children per expanded node and nodes expanded per level")
       ->capture_default_str()->check(CLI::Range(1, 64));
   app.add_option("--tree-nodes", o.tree_nodes, "EAGLE-2 tree: drafts kept (the tree's size without the root)")
@@ -492,6 +500,8 @@ int main(int argc, char** argv) {
   app.add_flag("--chat", o.chat, "apply the model's chat template");
   app.add_flag("--compare", o.compare, "also run the autoregressive baseline and report the speedup");
   app.add_option("--json", o.json, "write the figures as JSON to this file");
+  app.add_option("--suffix-alpha", o.suffix_alpha, "suffix proposer: draft nodes per matched token (the paper's alpha)")
+      ->capture_default_str();
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
   app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
   app.add_option("--device", o.device,

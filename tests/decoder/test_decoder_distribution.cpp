@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common.hpp"
+#include "specdec/proposers/suffix.hpp"
 
 namespace {
 
@@ -121,6 +122,17 @@ TEST(DecoderDistribution, NgramFirstTwoTokensMatchTarget) {
   sp::NgramProposer ngram;
   // the suffix "1 5" recurs: the n-gram drafts "2 7" (deterministic drafts, verified with p(x))
   check_joint(ngram, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
+}
+
+TEST(DecoderDistribution, SuffixTreesFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(26, kVocab);
+  sp::SuffixOptions o;
+  o.tokens_per_match_token = 4.0;
+  o.min_path_probability = 0.0;
+  sp::SuffixProposer suffix(o);
+  // Drafts from the prompt's own repeats and, as requests finish, from earlier outputs in the global trie: deterministic
+  // trees (siblings verified by sampling without replacement).
+  check_joint(suffix, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
 }
 
 }  // namespace

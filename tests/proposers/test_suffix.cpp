@@ -1,0 +1,205 @@
+// SuffixTrie / SuffixProposer: frequency counts of the bounded-depth suffix trie, removal, longest match, best-first trees
+// by path probability, the global cache of finished outputs (a repeated task drafts from an earlier answer), bad options,
+// and through the decoder: greedy output equal to plain decoding (chains and trees, batches), and a request's sampled
+// tokens independent of its batch.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "specdec/proposers/suffix.hpp"
+
+namespace {
+
+using namespace specdec::test;
+
+using Tokens = std::vector<std::int64_t>;
+
+struct Proposal {
+  Tokens tokens, parents;
+};
+
+Proposal propose(sp::SuffixProposer& p, sp::RequestId id, const Tokens& ctx, std::int32_t g) {
+  specdec::SamplingParams params;
+  sp::ProposeRequest r;
+  r.id = id;
+  r.context = ctx;
+  r.params = &params;
+  r.max_drafts = g;
+  r.position = static_cast<std::int64_t>(ctx.size());
+  auto d = p.propose(std::span(&r, 1));
+  EXPECT_FALSE(d.probs.defined());
+  return {d.token_ids, d.parents.empty() ? Tokens{} : d.parents[0]};
+}
+
+void begin(sp::SuffixProposer& p, sp::RequestId id, const Tokens& ctx) {
+  sp::RequestContext c;
+  c.id = id;
+  c.context = ctx;
+  p.begin_request(c);
+}
+
+TEST(Suffix, TrieCountsContinuationsAndRemovesSequences) {
+  sp::SuffixTrie t(4);
+  t.add_sequence(Tokens{1, 2, 3, 1, 2, 4, 1, 2, 3});
+  std::int32_t m = 0;
+  const auto node = t.match(Tokens{9, 1, 2}, 1, m);  // "1 2" continues with 3 (twice) and 4 (once)
+  ASSERT_GE(node, 0);
+  EXPECT_EQ(m, 2);
+  Tokens toks, parents;
+  const double expected = t.grow(node, 8, 1, 4, 0.0, toks, parents);  // depth 1: the two continuations, 3 first
+  EXPECT_EQ(toks, (Tokens{3, 4}));
+  EXPECT_EQ(parents, (Tokens{0, 0}));
+  EXPECT_NEAR(expected, 1.0, 1e-12);  // 2/3 + 1/3
+  // Removing the sequence leaves nothing to match.
+  t.add_sequence(Tokens{1, 2, 3, 1, 2, 4, 1, 2, 3}, -1);
+  EXPECT_LT(t.match(Tokens{9, 1, 2}, 1, m), 0);
+}
+
+TEST(Suffix, DraftsTheMostLikelyContinuationOfTheLongestMatch) {
+  sp::SuffixOptions o;
+  o.max_width = 1;  // chains
+  o.tokens_per_match_token = 4.0;
+  sp::SuffixProposer p(o);
+  const Tokens ctx = {5, 6, 7, 8, 9, 1, 5, 6, 7, 8, 9, 2, 3, 5, 6, 7};
+  begin(p, 1, ctx);
+  const auto d = propose(p, 1, ctx, 3);  // "5 6 7" continues "8 9" twice, then 1 or 2
+  EXPECT_EQ(d.tokens, (Tokens{8, 9, 1}));
+  EXPECT_TRUE(d.parents.empty());  // a chain
+  // Depth is capped by the decoder's g.
+  EXPECT_EQ(propose(p, 1, ctx, 1).tokens, (Tokens{8}));
+}
+
+TEST(Suffix, TreesBranchWhereTheContinuationsDiffer) {
+  sp::SuffixOptions o;
+  o.tokens_per_match_token = 8.0;
+  o.min_path_probability = 0.2;
+  sp::SuffixProposer p(o);
+  // The longest suffix with earlier occurrences is "1 2" (three of them): it continues with 3 always, then 4 (2 of 3)
+  // or 5 (1 of 3).
+  const Tokens ctx = {1, 2, 3, 4, 7, 1, 2, 3, 5, 8, 1, 2, 3, 4, 9, 1, 2};
+  begin(p, 1, ctx);
+  const auto d = propose(p, 1, ctx, 2);
+  EXPECT_EQ(d.tokens, (Tokens{3, 4, 5}));
+  EXPECT_EQ(d.parents, (Tokens{0, 1, 1}));
+  // Below the probability floor a branch is left out.
+  sp::SuffixOptions strict = o;
+  strict.min_path_probability = 0.5;
+  sp::SuffixProposer q(strict);
+  begin(q, 1, ctx);
+  EXPECT_EQ(propose(q, 1, ctx, 2).tokens, (Tokens{3, 4}));
+}
+
+TEST(Suffix, FinishedOutputsHelpLaterRequests) {
+  sp::SuffixProposer p;
+  const Tokens prompt = {40, 41, 42};
+  begin(p, 1, prompt);
+  Tokens ctx = prompt;
+  for (std::int64_t t : {10, 11, 12, 13, 14, 15}) ctx.push_back(t);
+  (void)propose(p, 1, ctx, 4);  // the proposer sees the whole output
+  p.end_request(1);
+  EXPECT_EQ(p.cached_outputs(), 1);
+  // A new request whose context ends like the start of that answer drafts its rest from the global trie.
+  const Tokens other = {50, 51, 10, 11, 12};
+  begin(p, 2, other);
+  EXPECT_EQ(propose(p, 2, other, 3).tokens, (Tokens{13, 14, 15}));
+  // With no global cache it has nothing to go on.
+  sp::SuffixOptions no_cache;
+  no_cache.global_outputs = 0;
+  sp::SuffixProposer q(no_cache);
+  begin(q, 1, prompt);
+  (void)propose(q, 1, ctx, 4);
+  q.end_request(1);
+  begin(q, 2, other);
+  EXPECT_TRUE(propose(q, 2, other, 3).tokens.empty());
+}
+
+TEST(Suffix, GlobalCacheIsBounded) {
+  sp::SuffixOptions o;
+  o.global_outputs = 2;
+  o.tokens_per_match_token = 4.0;  // a one-token match may draft several
+  sp::SuffixProposer p(o);
+  for (sp::RequestId id = 0; id < 5; ++id) {
+    Tokens ctx = {1};
+    for (int i = 0; i < 4; ++i) ctx.push_back(100 * (id + 1) + i);
+    begin(p, id, {1});
+    (void)propose(p, id, ctx, 2);
+    p.end_request(id);
+  }
+  EXPECT_EQ(p.cached_outputs(), 2);
+  begin(p, 9, {7, 100});  // the first output left the cache
+  EXPECT_TRUE(propose(p, 9, {7, 100}, 2).tokens.empty());
+  begin(p, 10, {7, 500});
+  EXPECT_EQ(propose(p, 10, {7, 500}, 2).tokens, (Tokens{501, 502}));
+}
+
+TEST(Suffix, BadOptionsAndProtocolErrors) {
+  auto bad = [](auto set) {
+    sp::SuffixOptions o;
+    set(o);
+    EXPECT_THROW(sp::SuffixProposer{o}, specdec::error);
+  };
+  bad([](sp::SuffixOptions& o) { o.max_depth = 1; });
+  bad([](sp::SuffixOptions& o) { o.min_match = 0; });
+  bad([](sp::SuffixOptions& o) { o.tokens_per_match_token = 0; });
+  bad([](sp::SuffixOptions& o) { o.max_width = 0; });
+  bad([](sp::SuffixOptions& o) { o.min_path_probability = 1.5; });
+  bad([](sp::SuffixOptions& o) { o.global_outputs = -1; });
+  sp::SuffixProposer p;
+  begin(p, 1, {1, 2});
+  EXPECT_THROW(begin(p, 1, {1, 2}), specdec::error);
+  EXPECT_THROW(propose(p, 2, {1, 2}, 2), specdec::error);
+}
+
+std::vector<Tokens> generate_all(auto& proposer, sm::LlamaModel& target, const std::vector<sd::GenerationRequest>& rs, int g) {
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = g;
+  sd::SpeculativeDecoder dec(proposer, target, o);
+  std::vector<Tokens> out;
+  for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+  return out;
+}
+
+TEST(Suffix, GreedyOutputEqualsPlainDecoding) {
+  auto target = tiny_model(3);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 4; ++b) rs.push_back(make_request(make_prompt(16 + 4 * b, 64, static_cast<std::uint64_t>(b)), 24));
+  sp::NoProposer none;
+  const auto plain = generate_all(none, target, rs, 0);
+  for (std::int32_t width : {1, 4}) {
+    for (int g : {2, 5}) {
+      sp::SuffixOptions o;
+      o.max_width = width;
+      o.min_path_probability = 0.0;
+      sp::SuffixProposer suffix(o);
+      EXPECT_EQ(generate_all(suffix, target, rs, g), plain) << "width " << width << " g " << g;
+      // A second pass over the same prompts drafts from the first pass's outputs in the global trie: still exact, and
+      // it accepts drafts.
+      sd::DecoderOptions dopt;
+      dopt.num_speculative_tokens = g;
+      sd::SpeculativeDecoder dec(suffix, target, dopt);
+      std::vector<Tokens> again;
+      for (auto& r : dec.generate(rs)) again.push_back(r.tokens);
+      EXPECT_EQ(again, plain);
+      EXPECT_GT(dec.metrics().total.accepted, 0);
+    }
+  }
+}
+
+TEST(Suffix, SampledTokensDoNotDependOnTheBatch) {
+  auto target = tiny_model(4);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 3; ++b)
+    rs.push_back(make_request(make_prompt(20, 64, static_cast<std::uint64_t>(b)), 20, 1.0f, 300 + static_cast<std::uint64_t>(b)));
+  sp::SuffixOptions o;
+  o.global_outputs = 0;  // otherwise earlier requests' outputs change later drafts (still lossless, not comparable)
+  sp::SuffixProposer together(o);
+  const auto all = generate_all(together, target, rs, 4);
+  for (std::size_t b = 0; b < rs.size(); ++b) {
+    sp::SuffixProposer alone(o);
+    EXPECT_EQ(generate_all(alone, target, {rs[b]}, 4)[0], all[b]) << b;
+  }
+}
+
+}  // namespace
