@@ -294,13 +294,13 @@ Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor&
 
 }  // namespace
 
-Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
-                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
 /// verify() without the expected-acceptance figures.
 static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor& target_probs,
                                 std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
                                 std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block);
 
+Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
+                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
                 std::span<const std::uint8_t> block, bool expected_acceptance) {
   Verified v = verify_dispatch(d, target_probs, seeds, positions, greedy, block);
   if (!expected_acceptance || !d.parents.empty() || !d.probs.defined()) return v;

@@ -233,12 +233,12 @@ class SpeculativeDecoder {
       const std::int64_t k = drafts.num_drafts(b);
       const auto n_acc = static_cast<std::int64_t>(nodes.size());
       record(r, drafts, b, k, nodes);
-      const std::size_t before = r.context.size();
       if (!v.expected.empty() && !std::isnan(v.expected[static_cast<std::size_t>(b)].token)) {
         r.metrics.expected_accepted_token += v.expected[static_cast<std::size_t>(b)].token;
         r.metrics.expected_accepted_block += v.expected[static_cast<std::size_t>(b)].block;
         ++r.metrics.expected_steps;
       }
+      const std::size_t before = r.context.size();
       for (std::size_t i = 0; i < toks.size() && r.finish == FinishReason::kNone; ++i) emit(r, toks[i]);
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
