@@ -635,6 +635,28 @@ TEST(ChainErrors, OutputStrideAndNamedRaggedErrors) {
                                  "vocab_size = 4, got 9 (request 1, draft position 0)");
 }
 
+TEST(ChainErrors, ExtremeOffsetsAreErrorsWithoutOverflow) {
+  // Offsets near the int64 limits: named errors, no signed overflow on the way (the sanitizer build runs this).
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  {
+    BatchFixture f;
+    f.cu = {0, kMax, kMin};
+    const VerifyResult r = f.call();
+    EXPECT_EQ(r.status, Status::kInvalidArgument);
+    EXPECT_STREQ(r.argument, "cu_num_draft_tokens");
+    EXPECT_EQ(r.request, 1);
+    EXPECT_TRUE(f.untouched());
+  }
+  {
+    BatchFixture f;
+    f.cu = {0, 2, kMax};
+    const VerifyResult r = f.call();
+    EXPECT_STREQ(r.argument, "output_stride");
+    EXPECT_TRUE(f.untouched());
+  }
+}
+
 TEST(ChainErrors, HasDraftProbsWithoutDraftProbs) {
   SizedBatch f;
   f.with_q = false;

@@ -420,10 +420,12 @@ inline VerifyResult check_batch(std::int64_t batch_size, std::int64_t vocab_size
                         count(static_cast<std::int64_t>(cu[0])));
   max_drafts = 0;
   for (std::int64_t b = 0; b < batch_size; ++b) {
-    const std::int64_t k = static_cast<std::int64_t>(cu[b + 1]) - static_cast<std::int64_t>(cu[b]);
-    if (k < 0)
+    // cu[0] == 0 and every earlier K_b >= 0, so cu[b] >= 0 and the difference cannot overflow once it is >= 0.
+    const auto lo = static_cast<std::int64_t>(cu[b]), hi = static_cast<std::int64_t>(cu[b + 1]);
+    if (hi < lo)
       return bad_argument(Status::kInvalidArgument, "cu_num_draft_tokens", "K_b = cu[b + 1] - cu[b] >= 0", std::nullopt,
-                          count(k), b);
+                          static_cast<double>(hi) - static_cast<double>(lo), b);
+    const std::int64_t k = hi - lo;
     max_drafts = std::max(max_drafts, k);
     if (positions[b] < 0)
       return bad_argument(Status::kInvalidArgument, "positions", ">= 0", std::nullopt, count(positions[b]), b);
@@ -431,9 +433,9 @@ inline VerifyResult check_batch(std::int64_t batch_size, std::int64_t vocab_size
       return bad_argument(Status::kInvalidArgument, "has_draft_probs", "0 when draft_probs is null", std::nullopt,
                           count(has_draft_probs[b]), b);
   }
-  if (output_stride < max_drafts + 1)
-    return bad_argument(Status::kInvalidArgument, "output_stride", ">= max_b K_b + 1", count(max_drafts + 1),
-                        count(output_stride));
+  if (output_stride <= max_drafts)
+    return bad_argument(Status::kInvalidArgument, "output_stride", ">= max_b K_b + 1",
+                        static_cast<double>(max_drafts) + 1.0, count(output_stride));
   const auto n = static_cast<std::int64_t>(cu[batch_size]);
   if (sizes.draft_token_ids >= 0 && sizes.draft_token_ids != n)
     return bad_argument(Status::kInvalidArgument, "cu_num_draft_tokens", "cu[B] == draft_token_ids_size",
