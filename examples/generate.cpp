@@ -32,6 +32,7 @@
 #include "specdec/models/tokenizer.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/theory.hpp"
 #if defined(SPECDEC_HAVE_EAGLE)
@@ -272,6 +273,27 @@ template <class Target>
 int run_on(const Options& o, const specdec::SamplingParams& params, const std::string& proposer,
            const std::string& tokenizer_path, Target& target);
 
+specdec::proposers::NgramOptions ngram_options(const Options& o) {
+  specdec::proposers::NgramOptions no;
+  no.min_n = o.ngram_min_n;
+  no.max_n = o.ngram_max_n;
+  no.max_drafts = std::max(1, o.num_speculative_tokens);
+  no.num_candidates = o.tree ? 3 : 1;
+  return no;
+}
+
+specdec::proposers::SuffixOptions suffix_options(const Options& o) {
+  specdec::proposers::SuffixOptions so;
+  so.max_width = o.tree ? 4 : 1;
+  so.tokens_per_match_token = o.suffix_alpha;
+  return so;
+}
+
+LlamaModel load_draft_model(const Options& o) {
+  const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
+  return load_model(path, "--draft-model", o.threads, o.activation_bits, o.draft_weights == "q8_0");
+}
+
 int run_cli(const Options& o) {
   if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
   if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
@@ -384,23 +406,40 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   if (proposer == "none") {
     specdec::proposers::NoProposer none;
     spec = run(none, target, requests, base_options, tokenizer, "autoregressive", stream);
+  } else if (proposer.find(',') != std::string::npos) {
+    // A proposer chain: the members in priority order; each request's drafts come from the first member that finds any.
+    std::optional<specdec::proposers::NgramProposer> ngram;
+    std::optional<specdec::proposers::SuffixProposer> suffix;
+    std::optional<specdec::proposers::DraftModelProposer<LlamaModel>> dp;
+    specdec::proposers::ProposerChain chain;
+    std::size_t begin = 0;
+    while (begin <= proposer.size()) {
+      const std::size_t end = std::min(proposer.find(',', begin), proposer.size());
+      const std::string name = proposer.substr(begin, end - begin);
+      if (name == "ngram" && !ngram) {
+        chain.add(ngram.emplace(ngram_options(o)), name);
+      } else if (name == "suffix" && !suffix) {
+        chain.add(suffix.emplace(suffix_options(o)), name);
+      } else if (name == "draft" && !dp) {
+        draft_model.emplace(load_draft_model(o));
+        chain.add(dp.emplace(*draft_model, target.vocab_size()), name);
+      } else {
+        fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix and draft, separated by commas; "
+                         "got '{}' in '{}'", name, proposer));
+      }
+      begin = end + 1;
+    }
+    spec = run(chain, target, requests, spec_options, tokenizer, "speculative (" + proposer + ")", stream);
+    for (std::size_t i = 0; i < chain.size(); ++i)
+      fmt::print(stderr, "specdec-generate: chain member {} drafted {} request-steps\n", chain.name(i), chain.drafted_by(i));
   } else if (proposer == "ngram") {
-    specdec::proposers::NgramOptions no;
-    no.min_n = o.ngram_min_n;
-    no.max_n = o.ngram_max_n;
-    no.max_drafts = std::max(1, o.num_speculative_tokens);
-    no.num_candidates = o.tree ? 3 : 1;
-    specdec::proposers::NgramProposer ngram(no);
+    specdec::proposers::NgramProposer ngram(ngram_options(o));
     spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
   } else if (proposer == "suffix") {
-    specdec::proposers::SuffixOptions so;
-    so.max_width = o.tree ? 4 : 1;
-    so.tokens_per_match_token = o.suffix_alpha;
-    specdec::proposers::SuffixProposer suffix(so);
+    specdec::proposers::SuffixProposer suffix(suffix_options(o));
     spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", stream);
   } else if (proposer == "draft") {
-    const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-    draft_model.emplace(load_model(path, "--draft-model", o.threads, o.activation_bits, o.draft_weights == "q8_0"));
+    draft_model.emplace(load_draft_model(o));
     specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
     spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
 #if defined(SPECDEC_HAVE_EAGLE)
@@ -467,8 +506,13 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "GGUF file or Hugging Face directory (safetensors + config.json)");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
-  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle (default: ngram, the best measured for the bundled model)")
-      ->check(CLI::IsMember({"none", "ngram", "suffix", "draft", "eagle"}));
+  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: ngram, the best measured for the bundled model)")
+      ->check([](const std::string& v) -> std::string {
+        for (const char* name : {"none", "ngram", "suffix", "draft", "eagle"})
+          if (v == name) return {};
+        if (v.find(',') != std::string::npos) return {};  // a chain; its members are checked when it is built
+        return "expected none, ngram, suffix, draft, eagle or a comma-separated chain, got '" + v + "'";
+      });
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
   app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");

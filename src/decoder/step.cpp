@@ -192,6 +192,15 @@ void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int3
            std::to_string(d.probs.dim() == 2 ? d.probs.size(1) : -1) + "; expected float32 [N, V] = [" +
            std::to_string(N) + ", " + std::to_string(V) + "]");
   }
+  if (!d.has_probs.empty()) {
+    if (static_cast<std::int64_t>(d.has_probs.size()) != B)
+      fail(who + "has_probs of " + std::to_string(d.has_probs.size()) + " entries; expected one per request (" +
+           std::to_string(B) + ") or none");
+    for (std::int64_t b = 0; b < B; ++b)
+      if (d.has_probs[static_cast<std::size_t>(b)] > 1 || (d.has_probs[static_cast<std::size_t>(b)] && !d.probs.defined()))
+        fail(who + "request " + std::to_string(b) + ": has_probs = " +
+             std::to_string(d.has_probs[static_cast<std::size_t>(b)]) + "; expected 0 or 1, and 0 when probs is undefined");
+  }
 }
 
 models::ForwardBatch build_forward(const proposers::DraftBatch& d, std::span<const std::int64_t> roots,
@@ -262,6 +271,7 @@ Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor&
   a.seeds = seeds.data();
   a.positions = positions.data();
   a.greedy = greedy.data();
+  a.has_draft_probs = d.has_probs.empty() ? nullptr : d.has_probs.data();
   a.draft_token_ids_size = N;
   a.draft_probs_size = q.defined() ? q.numel() : -1;
   a.target_probs_size = p.numel();
@@ -312,7 +322,7 @@ Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, 
   v.expected.assign(static_cast<std::size_t>(B), ExpectedAccepted{nan, nan});
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
-    if (k == 0 || greedy[static_cast<std::size_t>(b)]) continue;
+    if (k == 0 || greedy[static_cast<std::size_t>(b)] || !d.request_has_probs(b)) continue;
     ExpectedAccepted e;
     if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q.data_ptr<float>() + s * V,
                                                p.data_ptr<float>() + (s + b) * V, e) == Status::kSuccess)
@@ -342,6 +352,11 @@ static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor
   std::copy(greedy.begin(), greedy.end(), gr.data_ptr<std::uint8_t>());
   std::optional<at::Tensor> q;
   if (d.probs.defined()) q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  std::optional<at::Tensor> kinds;
+  if (!d.has_probs.empty()) {
+    kinds = at::empty({B}, at::TensorOptions().dtype(at::kByte));
+    std::copy(d.has_probs.begin(), d.has_probs.end(), kinds->data_ptr<std::uint8_t>());
+  }
   torch::RejectionSampleOptions opt;
   opt.validate_probs = false;  // the rows come from process_logits; the verifier still checks every value it reads
   Verified v;
@@ -349,7 +364,7 @@ static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor
   v.nodes.resize(static_cast<std::size_t>(B));
   at::Tensor out, nacc, nodes;
   if (d.parents.empty()) {
-    auto r = torch::rejection_sample(ids, cu, q, target_probs, sd, pos, gr, opt);
+    auto r = torch::rejection_sample(ids, cu, q, target_probs, sd, pos, gr, opt, kinds);
     out = r.output_token_ids;
     nacc = r.num_accepted;
   } else {
@@ -360,7 +375,7 @@ static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor
       const auto& pb = d.parents[static_cast<std::size_t>(b)];
       for (std::int64_t j = s; j < e; ++j) pp[j] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
     }
-    auto r = torch::tree_rejection_sample(ids, par, cu, q, target_probs, sd, pos, gr, opt);
+    auto r = torch::tree_rejection_sample(ids, par, cu, q, target_probs, sd, pos, gr, opt, kinds);
     out = r.output_token_ids;
     nacc = r.num_accepted;
     nodes = r.accepted_nodes;

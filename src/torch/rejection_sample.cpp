@@ -13,6 +13,7 @@
 #include <cmath>
 #include <vector>
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/tree.hpp"
 #if defined(SPECDEC_TORCH_HAS_CUDA)
@@ -116,6 +117,12 @@ Batch check_batch(const at::Tensor& ids, const at::Tensor* parents, const at::Te
   }
   TORCH_CHECK(options.lenience > 0.0 && options.lenience <= 1.0, "lenience: expected a value in (0, 1], got ",
               options.lenience);
+  TORCH_CHECK(options.method == VerifyMethod::kToken || options.method == VerifyMethod::kBlock,
+              "method: expected token or block, got ", static_cast<int>(options.method));
+  TORCH_CHECK(options.method != VerifyMethod::kBlock || options.lenience == 1.0,
+              "lenience: expected 1 with block verification (it is lossless only), got ", options.lenience);
+  TORCH_CHECK(options.method != VerifyMethod::kBlock || parents == nullptr,
+              "method: expected token for tree verification (block verification applies to chains), got block");
   // On CUDA the values (cu monotone with cu[B] == N, ids, positions, parents, draft kinds, probabilities) are
   // checked on the device, per request, and reported after the launch.
   if (cuda) return b;
@@ -229,7 +236,7 @@ template <class IdT, class OffT>
 RejectionSampleResult chain_cpu(const Batch& b, const at::Tensor& ids, const at::Tensor& cu,
                                 const std::optional<at::Tensor>& draft_probs, const at::Tensor& target,
                                 const at::Tensor& seeds, const at::Tensor& positions,
-                                const std::optional<at::Tensor>& greedy, double lenience,
+                                const std::optional<at::Tensor>& greedy, double lenience, VerifyMethod method,
                                 const std::optional<at::Tensor>& has_draft_probs) {
   const std::int64_t stride = b.max_k + 1;
   RejectionSampleResult out{at::full({b.B, stride}, -1, ids.options()),
@@ -257,8 +264,10 @@ RejectionSampleResult chain_cpu(const Batch& b, const at::Tensor& ids, const at:
   if (const VerifyResult c = detail::check_chain(a, ChainVerifyOutputs<IdT>{tokens, stride, counts, flags}, max_k);
       !c.ok())
     raise(c, "rejection_sample");
+  const bool block = method == VerifyMethod::kBlock;
   const VerifyResult r = for_each_request(b.B, b.V, [&](std::int64_t i, float* scratch) {
-    return verify_chain_one(a, i, tokens + i * stride, counts + i, flags, scratch);
+    return block ? verify_block_one(a, i, tokens + i * stride, counts + i, flags, scratch)
+                 : verify_chain_one(a, i, tokens + i * stride, counts + i, flags, scratch);
   });
   if (!r.ok()) raise(r, "rejection_sample");
   return out;
@@ -339,7 +348,8 @@ RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const 
   }
   return dispatch_ids(draft_token_ids, cu_num_draft_tokens, [&](auto id, auto off) {
     return chain_cpu<decltype(id), decltype(off)>(b, draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs,
-                                                  seeds, positions, greedy, options.lenience, has_draft_probs);
+                                                  seeds, positions, greedy, options.lenience, options.method,
+                                                  has_draft_probs);
   });
 }
 

@@ -1,11 +1,13 @@
 // The joint distribution of the first two generated tokens under speculation (draft model proposer, token-level and block
 // verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound
-// per category.
+// per category; a proposer chain's mixed batch (n-gram drafts for one prompt, draft-model drafts for another, verified in the
+// same steps) matches each prompt's reference.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "common.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 
 namespace {
@@ -133,6 +135,54 @@ TEST(DecoderDistribution, SuffixTreesFirstTwoTokensMatchTarget) {
   // Drafts from the prompt's own repeats and, as requests finish, from earlier outputs in the global trie: deterministic
   // trees (siblings verified by sampling without replacement).
   check_joint(suffix, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
+}
+
+TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(27, kVocab);
+  auto draft_model = tiny_model(28, kVocab);
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  sp::ProposerChain chain;
+  chain.add(ngram).add(draft);
+  // Even requests repeat "1 5" (the n-gram drafts "2 7 3": deterministic drafts); odd requests repeat nothing (the draft
+  // model drafts with its distributions). Both kinds share every verification step.
+  const std::vector<std::int64_t> prompts[2] = {{1, 5, 2, 7, 3, 1, 5}, {1, 5, 2, 7}};
+  const auto params1 = params(1.0f);
+  const std::int64_t V = kVocab;
+  std::vector<double> pi[2] = {joint_reference(target, prompts[0], params1), joint_reference(target, prompts[1], params1)};
+  std::vector<std::int64_t> count[2] = {std::vector<std::int64_t>(pi[0].size()), std::vector<std::int64_t>(pi[1].size())};
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 3;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(chain, target, o);
+  constexpr std::int64_t kPerCall = 500;
+  const std::int64_t n = 2 * kDraws;
+  for (std::int64_t start = 0; start < n; start += kPerCall) {
+    std::vector<sd::GenerationRequest> rs;
+    for (std::int64_t i = start; i < std::min(n, start + kPerCall); ++i) {
+      auto r = make_request(prompts[i % 2], 2);
+      r.params = params1;
+      r.params.seed = 0x5EED0000ull + static_cast<std::uint64_t>(i);
+      rs.push_back(r);
+    }
+    const auto results = dec.generate(rs);
+    for (std::size_t j = 0; j < results.size(); ++j) {
+      ASSERT_EQ(results[j].tokens.size(), 2u);
+      ++count[(start + static_cast<std::int64_t>(j)) % 2][static_cast<std::size_t>(results[j].tokens[0] * V + results[j].tokens[1])];
+    }
+  }
+  EXPECT_GT(chain.drafted_by(0), 0);
+  EXPECT_GT(chain.drafted_by(1), 0);
+  EXPECT_GT(dec.metrics().total.accepted, 0);
+  for (int k = 0; k < 2; ++k) {
+    for (std::size_t c = 0; c < pi[k].size(); ++c) {
+      const double e = static_cast<double>(kDraws) * pi[k][c];
+      const double bound = 6.0 * std::sqrt(e * (1.0 - pi[k][c])) + (pi[k][c] > 0 ? 5.0 : 0.0);
+      EXPECT_LE(std::abs(static_cast<double>(count[k][c]) - e), bound)
+          << "prompt " << k << " category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V)
+          << "): count " << count[k][c] << ", expected " << e;
+    }
+  }
 }
 
 }  // namespace

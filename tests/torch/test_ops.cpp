@@ -49,6 +49,18 @@ TEST(TorchOps, LoadLibraryAndCallByName) {
   std::vector<c10::IValue> tkstack = {ids, parents, cu, q, p, seeds, pos, c10::IValue(), true, all_flagged};
   tree_kinds.callBoxed(&tkstack);
   EXPECT_TRUE(at::equal(tkstack[0].toTensor(), tstack[0].toTensor()));  // flagged 1 = the draft probs are used
+
+  // Block verification of chains: its own op, the ".draft_kinds" schema without lenience.
+  auto block = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::block_rejection_sample", "");
+  std::vector<c10::IValue> bstack = {ids, cu, q, p, seeds, pos, c10::IValue(), true, c10::IValue()};
+  block.callBoxed(&bstack);
+  ASSERT_EQ(bstack.size(), 3u);
+  specdec::torch::RejectionSampleOptions bo;
+  bo.method = specdec::VerifyMethod::kBlock;
+  const auto bdirect = specdec::torch::rejection_sample(ids, cu, q, p, seeds, pos, std::nullopt, bo);
+  EXPECT_TRUE(at::equal(bstack[0].toTensor(), bdirect.output_token_ids));
+  EXPECT_TRUE(at::equal(bstack[1].toTensor(), bdirect.num_accepted));
+  EXPECT_TRUE(at::equal(bstack[2].toTensor(), bdirect.accepted));
 }
 
 }  // namespace

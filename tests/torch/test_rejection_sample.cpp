@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/tree.hpp"
 #include "specdec/torch/rejection_sample.hpp"
@@ -399,6 +400,56 @@ TEST(TorchTreeRejectionSample, MixedDraftKindsSameAsCore) {
 }
 
 
+torch::RejectionSampleOptions block_options() {
+  torch::RejectionSampleOptions o;
+  o.method = VerifyMethod::kBlock;
+  return o;
+}
+
+TEST(TorchRejectionSample, BlockVerificationSameAsCore) {
+  std::int64_t differs_from_token = 0;
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    at::Tensor flags;
+    const Inputs in = mixed_inputs(32, 400, seed + 40, flags);
+    const auto r = rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, block_options(), flags);
+    const auto token = rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, {}, flags);
+    const std::int64_t B = 32, V = 400, stride = r.output_token_ids.size(1);
+    const at::Tensor g = in.greedy.to(at::kByte);
+    ChainVerifyArgs<std::int64_t, std::int64_t> a{B,
+                                                  V,
+                                                  in.cu.data_ptr<std::int64_t>(),
+                                                  in.ids.data_ptr<std::int64_t>(),
+                                                  in.q.data_ptr<float>(),
+                                                  in.p.data_ptr<float>(),
+                                                  reinterpret_cast<const std::uint64_t*>(in.seeds.data_ptr<std::int64_t>()),
+                                                  in.positions.data_ptr<std::int64_t>(),
+                                                  g.data_ptr<std::uint8_t>(),
+                                                  1.0f};
+    a.has_draft_probs = flags.data_ptr<std::uint8_t>();
+    std::vector<std::int64_t> tokens(B * stride);
+    std::vector<std::int32_t> n(B);
+    std::vector<std::uint8_t> accepted(in.ids.numel());
+    ASSERT_TRUE(verify_block(a, ChainVerifyOutputs<std::int64_t>{tokens.data(), stride, n.data(), accepted.data()}).ok());
+    for (std::int64_t i = 0; i < B * stride; ++i) ASSERT_EQ(r.output_token_ids.data_ptr<std::int64_t>()[i], tokens[i]) << i;
+    for (std::int64_t b = 0; b < B; ++b) ASSERT_EQ(r.num_accepted[b].item<std::int32_t>(), n[b]) << b;
+    for (std::int64_t j = 0; j < in.ids.numel(); ++j) ASSERT_EQ(r.accepted.data_ptr<bool>()[j], accepted[j] == 1) << j;
+    for (std::int64_t b = 0; b < B; ++b)
+      differs_from_token += !at::equal(r.output_token_ids[b], token.output_token_ids[b]);
+  }
+  EXPECT_GT(differs_from_token, 0);  // the method is applied (block and token rules differ on some sampled requests)
+}
+
+TEST_F(TorchErrors, BlockVerificationArguments) {
+  torch::RejectionSampleOptions o = block_options();
+  o.lenience = 0.5;
+  expect_error([&] { rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, std::nullopt, o); },
+               "lenience: expected 1 with block verification (it is lossless only), got 0.5");
+  expect_error([&] {
+    tree_rejection_sample(in.ids, in.parents, in.cu, in.q, in.p, in.seeds, in.positions, std::nullopt, block_options());
+  }, "method: expected token for tree verification (block verification applies to chains), got block");
+}
+
+
 #if defined(SPECDEC_TORCH_HAS_CUDA)
 // The CUDA path of the tensor front (built when the libtorch found has CUDA; skipped without a device): the same
 // tokens as the CPU path for mixed draft kinds, and the per-request errors named.
@@ -420,6 +471,21 @@ TEST(TorchCuda, MixedDraftKindsSameAsCpu) {
                                             dev(in.seeds), dev(in.positions), dev(in.greedy), {}, dev(flags));
     EXPECT_TRUE(at::equal(tcpu.output_token_ids, tgpu.output_token_ids.cpu())) << seed;
     EXPECT_TRUE(at::equal(tcpu.accepted_nodes, tgpu.accepted_nodes.cpu())) << seed;
+  }
+}
+
+TEST(TorchCuda, BlockVerificationSameAsCpu) {
+  if (!::torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    at::Tensor flags;
+    const Inputs in = mixed_inputs(32, 1500, seed + 60, flags);
+    const auto cpu = rejection_sample(in.ids, in.cu, in.q, in.p, in.seeds, in.positions, in.greedy, block_options(), flags);
+    const auto dev = [](const at::Tensor& t) { return t.to(at::kCUDA); };
+    const auto gpu = rejection_sample(dev(in.ids), dev(in.cu), dev(in.q), dev(in.p), dev(in.seeds), dev(in.positions),
+                                      dev(in.greedy), block_options(), dev(flags));
+    EXPECT_TRUE(at::equal(cpu.output_token_ids, gpu.output_token_ids.cpu())) << seed;
+    EXPECT_TRUE(at::equal(cpu.num_accepted, gpu.num_accepted.cpu())) << seed;
+    EXPECT_TRUE(at::equal(cpu.accepted, gpu.accepted.cpu())) << seed;
   }
 }
 

@@ -82,12 +82,20 @@ struct DraftBatch {
   std::vector<std::int64_t> token_ids;      ///< [N] drafts of request 0, then request 1, ...
   std::vector<std::int64_t> cu_num_drafts;  ///< [B + 1] prefix sums, cu[0] = 0 (B = number of ProposeRequests)
   at::Tensor probs;                         ///< [N, V] float32, or undefined for deterministic drafts (whole batch)
+  /// Per-request draft kind, for batches that mix them (a ProposerChain whose members differ): empty = every request is as
+  /// `probs` says; otherwise [B] entries, 1 = request b's rows of `probs` are its draft distributions, 0 = its drafts are
+  /// deterministic (its rows of `probs` are never read). A 1 needs `probs` defined.
+  std::vector<std::uint8_t> has_probs;
   /// Empty = every request's drafts form a chain. Otherwise [B] entries, each empty (chain) or one parent node per draft of
   /// that request: draft j is node j + 1 and parents[j] is in [0, j] (node 0 = the root, the last context token).
   std::vector<std::vector<std::int64_t>> parents;
 
   std::int64_t num_requests() const { return cu_num_drafts.empty() ? 0 : static_cast<std::int64_t>(cu_num_drafts.size()) - 1; }
   std::int64_t num_drafts(std::int64_t b) const { return cu_num_drafts[b + 1] - cu_num_drafts[b]; }
+  /// Whether request b's drafts come with probabilities (has_probs[b], or probs.defined() when has_probs is empty).
+  bool request_has_probs(std::int64_t b) const {
+    return has_probs.empty() ? probs.defined() : has_probs[static_cast<std::size_t>(b)] != 0;
+  }
   /// Empty batch for `num_requests` requests (every request gets 0 drafts).
   static DraftBatch empty(std::int64_t num_requests) {
     DraftBatch d;

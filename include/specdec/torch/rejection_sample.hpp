@@ -32,12 +32,18 @@
 
 #include <optional>
 
+#include "specdec/sampling/block.hpp"
+
 namespace specdec::torch {
 
 struct RejectionSampleOptions {
   double lenience = 1.0;        ///< in (0, 1]; < 1 is lossy (chain only; see sampling/chain.hpp)
   bool validate_probs = true;   ///< scan every probability row for NaN/inf/negative values and zero mass;
                                 ///< off, only the values the verifier reads are checked
+  /// kBlock: block verification of every chain (sampling/block.hpp; vLLM's rejection_sample_method = "block"):
+  /// lossless, never fewer accepted drafts in expectation; greedy rows and deterministic drafts keep the token rule.
+  /// Needs lenience 1; chains only (tree_rejection_sample refuses it). CPU core or the CUDA block kernel.
+  VerifyMethod method = VerifyMethod::kToken;
 };
 
 struct RejectionSampleResult {

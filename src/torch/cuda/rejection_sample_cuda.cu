@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "specdec/cuda/block_verify.cuh"
 #include "specdec/cuda/chain_verify.cuh"
 #include "specdec/cuda/tree_verify.cuh"
 #include "specdec/torch/cuda_dispatch.hpp"
@@ -126,9 +127,45 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
   at::Tensor nacc = at::zeros({in.B}, at::TensorOptions().device(dev).dtype(at::kInt));
   at::Tensor accepted = at::zeros({in.N}, at::TensorOptions().device(dev).dtype(at::kByte));
   at::Tensor status = at::zeros({in.B}, at::TensorOptions().device(dev).dtype(at::kInt));
-  const auto ws_bytes = cuda::chain_verify_workspace_size(in.B, in.N, in.V);
+  const bool block = options.method == VerifyMethod::kBlock;
+  const auto ws_bytes = block ? cuda::block_verify_workspace_size(in.B, in.N, in.V)
+                              : cuda::chain_verify_workspace_size(in.B, in.N, in.V);
   at::Tensor ws = at::empty({static_cast<std::int64_t>(ws_bytes) + 1}, at::TensorOptions().device(dev).dtype(at::kByte));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  if (block) {
+    dispatch_probs(in.target.scalar_type(), [&](auto prob_tag) {
+      using P = decltype(prob_tag);
+      dispatch_ids(in.ids.scalar_type(), [&](auto id_tag) {
+        using I = decltype(id_tag);
+        cuda::BlockVerifyParams<P, I> a;
+        a.batch_size = in.B;
+        a.vocab_size = in.V;
+        a.num_draft_tokens = in.N;
+        a.cu_num_draft_tokens = ptr<I>(in.cu);
+        a.draft_token_ids = ptr<I>(in.ids);
+        a.draft_probs = ptr<P>(in.draft);
+        a.target_probs = ptr<P>(in.target);
+        a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
+        a.seeds = ptr<std::uint64_t>(in.seeds);
+        a.positions = ptr<std::int64_t>(in.positions);
+        a.greedy = ptr<std::uint8_t>(in.greedy);
+        a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
+        a.output_stride = in.stride;
+        a.num_accepted = nacc.data_ptr<std::int32_t>();
+        a.accepted = accepted.data_ptr<std::uint8_t>();
+        a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
+        a.draft_token_ids_size = in.ids.numel();
+        a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
+        a.target_probs_size = in.target.numel();
+        const VerifyResult check = cuda::block_verify_check_arguments(a);
+        TORCH_CHECK(check.ok(), "rejection_sample (CUDA, block): ", to_string(check));
+        const Status s = cuda::block_verify(a, ws.data_ptr(), ws_bytes, stream);
+        TORCH_CHECK(s == Status::kSuccess, "rejection_sample (CUDA, block): ", to_string(s));
+      });
+    });
+    check_statuses(status, "rejection_sample (CUDA, block)");
+    return {out, nacc, accepted.to(at::kBool)};
+  }
   dispatch_probs(in.target.scalar_type(), [&](auto prob_tag) {
     using P = decltype(prob_tag);
     dispatch_ids(in.ids.scalar_type(), [&](auto id_tag) {

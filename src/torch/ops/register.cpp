@@ -1,4 +1,5 @@
-// specdec — torch custom ops: torch.ops.specdec.rejection_sample and torch.ops.specdec.tree_rejection_sample.
+// specdec — torch custom ops: torch.ops.specdec.rejection_sample, block_rejection_sample (block verification of chains)
+// and tree_rejection_sample.
 // Built as the loadable module libspecdec_ops.so, for `torch.ops.load_library(path)` in Python engines.
 // The per-request draft kind (has_draft_probs) is a second overload of each op, ".draft_kinds", whose schema is the
 // first one's plus `Tensor? has_draft_probs=None` at the end: the default overload keeps its schema exactly, so boxed
@@ -35,6 +36,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_op(
                                    greedy, lenience, validate_probs, c10::nullopt);
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> block_rejection_sample_op(
+    const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
+    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
+    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs,
+    const c10::optional<at::Tensor>& has_draft_probs) {
+  specdec::torch::RejectionSampleOptions o;
+  o.validate_probs = validate_probs;
+  o.method = specdec::VerifyMethod::kBlock;
+  auto r = specdec::torch::rejection_sample(draft_token_ids, cu_num_draft_tokens, to_std(draft_probs), target_probs,
+                                            seeds, positions, to_std(greedy), o, to_std(has_draft_probs));
+  return {r.output_token_ids, r.num_accepted, r.accepted};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_kinds_op(
     const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
     const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
@@ -68,6 +82,11 @@ TORCH_LIBRARY(specdec, m) {
       "bool validate_probs=True, Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, "
       "Tensor accepted)",
       &rejection_sample_kinds_op);
+  m.def(
+      "block_rejection_sample(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
+      "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, bool validate_probs=True, "
+      "Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted)",
+      &block_rejection_sample_op);
   m.def(
       "tree_rejection_sample(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
       "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "

@@ -1,0 +1,189 @@
+// ProposerChain: several proposers in priority order (llama.cpp's --spec-type lists; suffix decoding then a draft model).
+//
+// Each step, the first member drafts for every request that may draft (max_drafts > 0); the requests it leaves without a
+// draft go to the next member, and so on. A request's drafts therefore come from exactly one member per step, chosen from
+// that request's own context by the members before it, so verification stays lossless: given the context, the drafts are
+// either a lookup's deterministic tokens (accepted with probability p(x)) or a sampling member's draws with their
+// distributions, and the DraftBatch says which per request (DraftBatch::has_probs when the batch mixes them).
+//
+// Every member sees every request: begin_request, observe (the whole step's feedback, whichever member drafted: members
+// keep their own state in step with the context, as the draft model's cache catches up with tokens it did not draft) and
+// end_request. Members are held by reference and must outlive the chain.
+//
+// Capabilities: the chain may return trees (a member that does not support them never returns one). Members that read
+// target hidden states (EAGLE) are refused by add(): the chain does not route features yet. The chain has no vocab_size():
+// the decoder's per-step check of draft ids and probability rows against the target's vocabulary still applies, and
+// add() refuses members whose vocabularies differ from each other.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "specdec/proposers/proposer.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec::proposers {
+
+class ProposerChain {
+ public:
+  static constexpr bool supports_trees = true;
+
+  ProposerChain() = default;
+  ProposerChain(const ProposerChain&) = delete;
+  ProposerChain& operator=(const ProposerChain&) = delete;
+
+  /// Appends a member (lowest priority so far). Refuses members that want target features, members added after requests
+  /// began, and a vocabulary that differs from an earlier member's.
+  template <Proposer P>
+  ProposerChain& add(P& member, std::string name = "member") {
+    if (live_ > 0) throw error(Status::kInvalidArgument, "ProposerChain::add: " + name + ": requests are live; add members first");
+    if constexpr (wants_target_features<P>) {
+      throw error(Status::kInvalidArgument,
+                  "ProposerChain::add: " + name + ": members that read target hidden states are not supported in a chain");
+    } else {
+      if constexpr (has_vocab_size<P>) {
+        const std::int64_t v = member.vocab_size();
+        if (vocab_size_ >= 0 && v != vocab_size_)
+          throw error(Status::kInvalidArgument, "ProposerChain::add: " + name + ": vocab_size " + std::to_string(v) +
+                                                    "; expected " + std::to_string(vocab_size_) + " as the earlier members");
+        vocab_size_ = v;
+      }
+      members_.push_back(std::make_unique<Model<P>>(member, std::move(name)));
+      drafted_by_.push_back(0);
+    }
+    return *this;
+  }
+
+  std::size_t size() const { return members_.size(); }
+  const std::string& name(std::size_t i) const { return members_.at(i)->name; }
+  /// (request, step) pairs whose drafts member i supplied, since construction.
+  std::int64_t drafted_by(std::size_t i) const { return drafted_by_.at(i); }
+
+  void begin_request(const RequestContext& ctx) {
+    if (members_.empty()) throw error(Status::kInvalidArgument, "ProposerChain::begin_request: the chain has no members");
+    std::size_t begun = 0;
+    try {
+      for (; begun < members_.size(); ++begun) members_[begun]->begin_request(ctx);
+    } catch (...) {
+      for (std::size_t i = 0; i < begun; ++i) members_[i]->end_request(ctx.id);  // leave no member holding the request
+      throw;
+    }
+    ++live_;
+  }
+
+  void end_request(RequestId id) {
+    for (auto& m : members_) m->end_request(id);
+    if (live_ > 0) --live_;
+  }
+
+  void observe(std::span<const StepFeedback> feedback) {
+    for (auto& m : members_) m->observe(feedback);
+  }
+
+  DraftBatch propose(std::span<const ProposeRequest> requests) {
+    const auto B = static_cast<std::int64_t>(requests.size());
+    struct Owned {
+      std::int64_t member = -1;
+      std::vector<std::int64_t> drafts, parents;
+      at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
+    };
+    std::vector<Owned> owned(static_cast<std::size_t>(B));
+    std::vector<std::int64_t> waiting;  // indices of requests still without drafts
+    for (std::int64_t b = 0; b < B; ++b)
+      if (requests[static_cast<std::size_t>(b)].max_drafts > 0) waiting.push_back(b);
+    std::vector<ProposeRequest> sub;
+    for (std::size_t m = 0; m < members_.size() && !waiting.empty(); ++m) {
+      sub.clear();
+      for (auto b : waiting) sub.push_back(requests[static_cast<std::size_t>(b)]);
+      const DraftBatch d = members_[m]->propose(sub);
+      if (d.num_requests() != static_cast<std::int64_t>(sub.size()))
+        throw error(Status::kInvalidArgument, "ProposerChain::propose: " + members_[m]->name + " returned " +
+                                                  std::to_string(d.num_requests()) + " requests; expected " +
+                                                  std::to_string(sub.size()));
+      std::vector<std::int64_t> still;
+      for (std::int64_t j = 0; j < d.num_requests(); ++j) {
+        const std::int64_t b = waiting[static_cast<std::size_t>(j)], k = d.num_drafts(j);
+        if (k == 0) {
+          still.push_back(b);
+          continue;
+        }
+        Owned& o = owned[static_cast<std::size_t>(b)];
+        o.member = static_cast<std::int64_t>(m);
+        const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(j)];
+        o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
+        if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
+        if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
+        ++drafted_by_[m];
+      }
+      waiting = std::move(still);
+    }
+    DraftBatch out;
+    out.cu_num_drafts.push_back(0);
+    bool any_probs = false, any_plain = false;
+    at::Tensor like;
+    for (const auto& o : owned) {
+      out.append(o.drafts, o.parents);
+      if (o.drafts.empty()) continue;
+      if (o.probs.defined()) {
+        any_probs = true;
+        like = o.probs;
+      } else {
+        any_plain = true;
+      }
+    }
+    if (!out.parents.empty()) out.parents.resize(static_cast<std::size_t>(B));
+    if (any_probs) {
+      const auto N = static_cast<std::int64_t>(out.token_ids.size());
+      out.probs = at::zeros({N, like.size(1)}, like.options());  // rows of deterministic requests stay 0 and are never read
+      for (std::int64_t b = 0; b < B; ++b) {
+        const Owned& o = owned[static_cast<std::size_t>(b)];
+        if (o.probs.defined()) out.probs.narrow(0, out.cu_num_drafts[static_cast<std::size_t>(b)], o.probs.size(0)).copy_(o.probs);
+      }
+      if (any_plain) {
+        out.has_probs.resize(static_cast<std::size_t>(B));
+        for (std::int64_t b = 0; b < B; ++b) out.has_probs[static_cast<std::size_t>(b)] = owned[static_cast<std::size_t>(b)].probs.defined();
+      }
+    }
+    return out;
+  }
+
+ private:
+  struct Member {
+    explicit Member(std::string n) : name(std::move(n)) {}
+    virtual ~Member() = default;
+    virtual void begin_request(const RequestContext& ctx) = 0;
+    virtual void end_request(RequestId id) = 0;
+    virtual DraftBatch propose(std::span<const ProposeRequest> requests) = 0;
+    virtual void observe(std::span<const StepFeedback> feedback) = 0;
+    std::string name;
+  };
+  template <class P>
+  struct Model final : Member {
+    Model(P& p, std::string n) : Member(std::move(n)), p(&p) {}
+    void begin_request(const RequestContext& ctx) override { p->begin_request(ctx); }
+    void end_request(RequestId id) override { p->end_request(id); }
+    DraftBatch propose(std::span<const ProposeRequest> requests) override {
+      DraftBatch d = p->propose(requests);
+      if constexpr (!proposers::supports_trees<P>) {
+        if (!d.parents.empty())
+          throw error(Status::kInvalidArgument, "ProposerChain::propose: " + name + " returned a tree but does not declare trees");
+      }
+      return d;
+    }
+    void observe(std::span<const StepFeedback> feedback) override { p->observe(feedback); }
+    P* p;
+  };
+
+  std::vector<std::unique_ptr<Member>> members_;
+  std::vector<std::int64_t> drafted_by_;
+  std::int64_t vocab_size_ = -1;
+  std::int64_t live_ = 0;
+};
+
+}  // namespace specdec::proposers

@@ -1,0 +1,234 @@
+// ProposerChain: priority order (the first member that drafts for a request wins; the rest are asked only for the requests
+// left without drafts), the merged DraftBatch with per-request draft kinds, every member kept in step with the context,
+// protocol errors, and through the decoder: greedy output equal to plain decoding for lookup-then-draft-model and
+// suffix-then-n-gram chains, and a request's sampled tokens independent of its batch. The joint distribution of a mixed
+// batch is in tests/decoder/test_decoder_distribution.cpp.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
+#include "specdec/proposers/suffix.hpp"
+
+namespace {
+
+using namespace specdec::test;
+
+using Tokens = std::vector<std::int64_t>;
+
+std::vector<Tokens> generate_all(sp::ProposerChain& chain, sm::LlamaModel& target, const std::vector<sd::GenerationRequest>& rs,
+                                 int g) {
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = g;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(chain, target, o);
+  std::vector<Tokens> out;
+  for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+  return out;
+}
+
+std::vector<Tokens> plain(sm::LlamaModel& target, const std::vector<sd::GenerationRequest>& rs) {
+  sp::NoProposer none;
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 0;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(none, target, o);
+  std::vector<Tokens> out;
+  for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+  return out;
+}
+
+void begin(sp::ProposerChain& c, sp::RequestId id, const Tokens& ctx, const specdec::SamplingParams* params) {
+  sp::RequestContext rc;
+  rc.id = id;
+  rc.context = ctx;
+  rc.params = params;
+  c.begin_request(rc);
+}
+
+sp::ProposeRequest request(sp::RequestId id, const Tokens& ctx, const specdec::SamplingParams* params, std::int32_t g) {
+  sp::ProposeRequest r;
+  r.id = id;
+  r.context = ctx;
+  r.params = params;
+  r.max_drafts = g;
+  r.position = static_cast<std::int64_t>(ctx.size());
+  return r;
+}
+
+TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
+  auto draft_model = tiny_model(31);
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(draft, "draft");
+  specdec::SamplingParams sampled;
+  sampled.temperature = 1.0f;
+  sampled.seed = 7;
+  const Tokens lookup = {1, 5, 2, 7, 3, 1, 5};  // "1 5" recurs: the n-gram drafts "2 7 3"
+  const Tokens fresh = {9, 4, 11, 6};           // nothing recurs: the draft model drafts
+  begin(chain, 0, lookup, &sampled);
+  begin(chain, 1, fresh, &sampled);
+  begin(chain, 2, lookup, &sampled);
+  const sp::ProposeRequest rs[] = {request(0, lookup, &sampled, 3), request(1, fresh, &sampled, 3),
+                                   request(2, lookup, &sampled, 0)};
+  const sp::DraftBatch d = chain.propose(rs);
+  ASSERT_EQ(d.num_requests(), 3);
+  EXPECT_EQ(Tokens(d.token_ids.begin(), d.token_ids.begin() + 3), (Tokens{2, 7, 3}));
+  EXPECT_EQ(d.num_drafts(1), 3);
+  EXPECT_EQ(d.num_drafts(2), 0);  // max_drafts 0: nobody is asked
+  ASSERT_TRUE(d.probs.defined());
+  EXPECT_EQ(d.probs.size(0), 6);
+  EXPECT_EQ(d.probs.size(1), draft_model.vocab_size());
+  EXPECT_EQ(d.has_probs, (std::vector<std::uint8_t>{0, 1, 0}));
+  EXPECT_TRUE(d.probs.narrow(0, 0, 3).eq(0).all().item<bool>());  // the n-gram's rows are never read
+  for (int j = 3; j < 6; ++j) EXPECT_NEAR(d.probs[j].sum().item<float>(), 1.0f, 1e-5f);
+  EXPECT_EQ(chain.drafted_by(0), 1);
+  EXPECT_EQ(chain.drafted_by(1), 1);
+  EXPECT_EQ(chain.name(1), "draft");
+  for (sp::RequestId id : {0, 1, 2}) chain.end_request(id);
+
+  // A batch drafted by one member only keeps the whole-batch form.
+  begin(chain, 3, lookup, &sampled);
+  const sp::ProposeRequest one[] = {request(3, lookup, &sampled, 2)};
+  const sp::DraftBatch only = chain.propose(one);
+  EXPECT_FALSE(only.probs.defined());
+  EXPECT_TRUE(only.has_probs.empty());
+  chain.end_request(3);
+}
+
+/// A proposer that records its calls and fails on demand.
+struct Recorder {
+  std::vector<sp::RequestId> begun, ended;
+  std::int64_t proposed = 0, observed = 0;
+  bool fail_begin = false, wrong_count = false;
+  void begin_request(const sp::RequestContext& c) {
+    if (fail_begin) throw std::runtime_error("recorder: begin_request failed");
+    begun.push_back(c.id);
+  }
+  void end_request(sp::RequestId id) { ended.push_back(id); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
+    proposed += static_cast<std::int64_t>(rs.size());
+    return sp::DraftBatch::empty(static_cast<std::int64_t>(rs.size()) + (wrong_count ? 1 : 0));
+  }
+  void observe(std::span<const sp::StepFeedback> f) { observed += static_cast<std::int64_t>(f.size()); }
+};
+
+struct WantsFeatures : Recorder {
+  sp::TargetFeatureSpec target_feature_spec() const { return {true, {}}; }
+};
+
+TEST(ProposerChain, ProtocolErrorsAndRollback) {
+  specdec::SamplingParams greedy;
+  const Tokens ctx = {1, 2, 3};
+  {
+    sp::ProposerChain empty;
+    EXPECT_THROW(begin(empty, 0, ctx, &greedy), specdec::error);
+  }
+  {
+    WantsFeatures w;
+    sp::ProposerChain c;
+    EXPECT_THROW(c.add(w, "eagle-like"), specdec::error);
+    EXPECT_EQ(c.size(), 0u);
+  }
+  {
+    // A member that fails begin_request leaves no earlier member holding the request.
+    Recorder first, second;
+    second.fail_begin = true;
+    sp::ProposerChain c;
+    c.add(first).add(second);
+    EXPECT_THROW(begin(c, 4, ctx, &greedy), std::runtime_error);
+    EXPECT_EQ(first.begun, (std::vector<sp::RequestId>{4}));
+    EXPECT_EQ(first.ended, (std::vector<sp::RequestId>{4}));
+    second.fail_begin = false;
+    begin(c, 5, ctx, &greedy);
+    Recorder late;
+    EXPECT_THROW(c.add(late), specdec::error);  // members only before requests begin
+    c.end_request(5);
+  }
+  {
+    Recorder bad;
+    bad.wrong_count = true;
+    sp::ProposerChain c;
+    c.add(bad, "bad");
+    begin(c, 0, ctx, &greedy);
+    const sp::ProposeRequest rs[] = {request(0, ctx, &greedy, 2)};
+    try {
+      (void)c.propose(rs);
+      ADD_FAILURE() << "expected an error";
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad returned 2 requests; expected 1"), std::string::npos) << e.what();
+    }
+  }
+  {
+    auto a = tiny_model(1, 64), b = tiny_model(2, 32);
+    sp::DraftModelProposer<sm::LlamaModel> da(a), db(b);
+    sp::ProposerChain c;
+    c.add(da);
+    EXPECT_THROW(c.add(db), specdec::error);  // vocabularies differ
+  }
+}
+
+TEST(ProposerChain, EveryMemberSeesEveryRequestAndStep) {
+  auto target = tiny_model(5);
+  sp::NgramProposer ngram;
+  Recorder tail;
+  sp::ProposerChain chain;
+  chain.add(ngram).add(tail);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 3; ++b) rs.push_back(make_request(make_prompt(12, 64, static_cast<std::uint64_t>(b)), 10));
+  EXPECT_EQ(generate_all(chain, target, rs, 3), plain(target, rs));
+  EXPECT_EQ(tail.begun.size(), 3u);
+  EXPECT_EQ(tail.ended.size(), 3u);
+  EXPECT_GT(tail.observed, 0);
+  EXPECT_GT(tail.proposed, 0);                 // asked where the n-gram found nothing
+  EXPECT_EQ(chain.drafted_by(1), 0);           // and drafted nothing
+}
+
+TEST(ProposerChain, GreedyOutputEqualsPlainDecoding) {
+  auto target = tiny_model(3);
+  auto draft_model = tiny_model(8);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 4; ++b) rs.push_back(make_request(make_prompt(14 + 4 * b, 64, static_cast<std::uint64_t>(b)), 24));
+  const auto expected = plain(target, rs);
+  for (int g : {2, 5}) {
+    sp::NgramProposer ngram;
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    sp::ProposerChain lookup_then_draft;
+    lookup_then_draft.add(ngram, "ngram").add(draft, "draft");
+    EXPECT_EQ(generate_all(lookup_then_draft, target, rs, g), expected) << "ngram,draft g " << g;
+    EXPECT_GT(lookup_then_draft.drafted_by(0), 0);
+    EXPECT_GT(lookup_then_draft.drafted_by(1), 0);
+
+    sp::SuffixOptions so;
+    so.max_width = 4;
+    so.min_path_probability = 0.0;
+    sp::SuffixProposer suffix(so);
+    sp::NgramProposer ngram2;
+    sp::ProposerChain trees_then_chains;
+    trees_then_chains.add(suffix, "suffix").add(ngram2, "ngram");
+    EXPECT_EQ(generate_all(trees_then_chains, target, rs, g), expected) << "suffix,ngram g " << g;
+  }
+}
+
+TEST(ProposerChain, SampledTokensDoNotDependOnTheBatch) {
+  auto target = tiny_model(4);
+  auto draft_model = tiny_model(9);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 3; ++b)
+    rs.push_back(make_request(make_prompt(20, 64, static_cast<std::uint64_t>(b)), 16, 1.0f, 500 + static_cast<std::uint64_t>(b)));
+  auto run = [&](const std::vector<sd::GenerationRequest>& batch) {
+    sp::NgramProposer ngram;
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    sp::ProposerChain chain;
+    chain.add(ngram).add(draft);
+    return generate_all(chain, target, batch, 3);
+  };
+  const auto all = run(rs);
+  for (std::size_t b = 0; b < rs.size(); ++b) EXPECT_EQ(run({rs[b]})[0], all[b]) << b;
+}
+
+}  // namespace
