@@ -3,6 +3,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <cstdio>
+#include <cstring>
+#include <random>
 
 #include "specdec/sampling/logits.hpp"
 
@@ -100,6 +103,198 @@ TEST(Logits, BadInputIsReported) {
   sp.min_p = 1.5f;
   EXPECT_EQ(validate(sp, &msg), Status::kInvalidArgument);
   EXPECT_EQ(msg, "min_p: expected a value in [0, 1], got 1.500000");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The shared arithmetic (logits_core.hpp) against fp64.
+
+TEST(Logits, DeterministicExpWithin2UlpOfFp64) {
+  double worst = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -104.0f * static_cast<float>(i) / 2000000.0f;
+    const float got = detail::exp_nonpositive(x);
+    const double ref = std::exp(static_cast<double>(x));
+    if (ref < 1.2e-38) {  // denormal results: within one denormal step (plus the exp's own error)
+      EXPECT_LE(std::abs(got - ref), 2.0 * 1.4013e-45 + 3e-7 * ref) << x;
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(ref) - 23);
+    worst = std::max(worst, std::abs(got - ref) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(detail::exp_nonpositive(0.0f), 1.0f);
+  EXPECT_EQ(detail::exp_nonpositive(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(detail::exp_nonpositive(-200.0f), 0.0f);
+}
+
+double worst_relative_error = 0;  // over every check_against_fp64 call, printed by the large-vocabulary test
+
+/// fp64 check of one processed row: the kept set is a prefix of the fp64 order (to `tol`), each cut's rule holds in
+/// fp64 to `tol`, and every kept probability is within `tol` (relative) of e64_x / sum over the kept set.
+void check_against_fp64(const std::vector<float>& logits, const SamplingParams& sp, const std::vector<float>& p,
+                        double tol) {
+  const std::size_t n = logits.size();
+  double m = -1e300;
+  for (float l : logits) m = std::max<double>(m, l);
+  std::vector<double> e(n);
+  for (std::size_t i = 0; i < n; ++i) e[i] = std::exp((static_cast<double>(logits[i]) - m) / sp.temperature);
+  double kept_mass = 0, min_kept = 1e300, max_dropped = 0;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p[i] > 0) {
+      kept_mass += e[i];
+      min_kept = std::min(min_kept, e[i]);
+      ++kept;
+    } else if (e[i] > 1e-30) {
+      max_dropped = std::max(max_dropped, e[i]);
+    }
+  }
+  ASSERT_GT(kept, 0u);
+  EXPECT_GE(min_kept, max_dropped * (1 - tol)) << "kept set is not a prefix of the descending order";
+  if (sp.top_k > 0) {
+    EXPECT_LE(kept, static_cast<std::size_t>(sp.top_k));
+  }
+  if (sp.min_p > 0) {
+    EXPECT_GE(min_kept, sp.min_p * (1 - tol));
+  }
+  if (sp.top_p < 1 && sp.top_k == 0 && sp.min_p == 0) {
+    double all = 0;
+    for (double v : e) all += v;
+    const double target = sp.top_p * all;
+    EXPECT_GE(kept_mass, target * (1 - tol)) << "top-p set does not reach the target";
+    EXPECT_LT(kept_mass - min_kept, target * (1 + tol)) << "top-p set is not the smallest reaching the target";
+  }
+  if (sp.top_k > 0 && sp.top_p == 1 && sp.min_p == 0) {
+    EXPECT_EQ(kept, std::min<std::size_t>(sp.top_k, n));
+  }
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    sum += p[i];
+    if (p[i] == 0) continue;
+    const double ref = e[i] / kept_mass;
+    ASSERT_LE(std::abs(p[i] - ref), tol * ref + 1e-30) << i << " got " << p[i] << " want " << ref;
+    worst_relative_error = std::max(worst_relative_error, std::abs(p[i] - ref) / ref);
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(Logits, LargeVocabulariesMatchFp64WithinStatedTolerance) {
+  // The rule's tolerance against fp64: 2e-6 relative on every kept probability (the deterministic exp is within
+  // 2 ulp, the fixed-order float sums within a few ulp of the mass), and the cut's conditions to the same 2e-6.
+  constexpr double kTol = 2e-6;
+  std::mt19937 rng(7);
+  for (std::size_t v : {std::size_t{1}, std::size_t{7}, std::size_t{1023}, std::size_t{1025}, std::size_t{32000},
+                        std::size_t{128256}, std::size_t{151936}}) {
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> logits(v);
+    for (auto& l : logits) l = nd(rng);
+    if (v > 10) logits[v / 3] = -std::numeric_limits<float>::infinity();
+    const SamplingParams cases[] = {
+        {1.0f, 0, 1.0f, 0.0f, 0},   {0.7f, 40, 1.0f, 0.0f, 0},  {1.3f, 0, 0.9f, 0.0f, 0},
+        {1.0f, 0, 1.0f, 0.05f, 0},  {0.8f, 50, 0.8f, 0.02f, 0}, {2.5f, 1000, 0.95f, 0.0f, 0},
+        {0.05f, 0, 0.5f, 0.0f, 0},  {1.0f, 1, 1.0f, 0.0f, 0},
+    };
+    for (const auto& sp : cases) {
+      SCOPED_TRACE(testing::Message() << "V=" << v << " T=" << sp.temperature << " k=" << sp.top_k << " p=" << sp.top_p
+                                      << " min_p=" << sp.min_p);
+      const auto p = logits_to_probs(logits, sp);
+      check_against_fp64(logits, sp, p, kTol);
+    }
+  }
+  std::printf("worst relative error of a kept probability against fp64: %.3g (tolerance %.1g)\n",
+              worst_relative_error, kTol);
+}
+
+TEST(Logits, TopKTiesAtTheCutKeepLowerIds) {
+  // 10 tokens at 5, 100 at 3 (ids scattered over 3 tiles, one partial), the rest below 2: top_k = 50 keeps the 10
+  // and the 40 lowest ids of the 3-group.
+  const std::size_t v = 3001;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> low(-4.0f, 2.0f);
+  std::vector<float> logits(v);
+  for (auto& l : logits) l = low(rng);
+  std::vector<std::size_t> ids(v);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<std::size_t> threes(ids.begin() + 10, ids.begin() + 110);
+  for (std::size_t i = 0; i < 10; ++i) logits[ids[i]] = 5.0f;
+  for (auto id : threes) logits[id] = 3.0f;
+  std::sort(threes.begin(), threes.end());
+  SamplingParams sp;
+  sp.top_k = 50;
+  const auto p = logits_to_probs(logits, sp);
+  std::vector<bool> want(v, false);
+  for (std::size_t i = 0; i < 10; ++i) want[ids[i]] = true;
+  for (std::size_t i = 0; i < 40; ++i) want[threes[i]] = true;
+  for (std::size_t x = 0; x < v; ++x) ASSERT_EQ(p[x] > 0.0f, want[x]) << x;
+}
+
+TEST(Logits, TopPTiesAtTheCutKeepTheSmallestPrefixByLowerIds) {
+  // Equal logits: every weight is 1, masses are exact integers, target 0.5 * 3001 = 1500.5, so the smallest prefix
+  // reaching it is the 1501 lowest ids, each with probability 1/1501.
+  const std::vector<float> logits(3001, 0.25f);
+  SamplingParams sp;
+  sp.top_p = 0.5f;
+  const auto p = logits_to_probs(logits, sp);
+  for (std::size_t x = 0; x < logits.size(); ++x) ASSERT_EQ(p[x], x < 1501 ? 1.0f / 1501.0f : 0.0f) << x;
+  // With top-k first: the top-k set's mass is the target's base (10 equal tokens, p = 0.35 -> 4 of them).
+  sp.top_k = 10;
+  sp.top_p = 0.35f;
+  const auto q = logits_to_probs(logits, sp);
+  for (std::size_t x = 0; x < logits.size(); ++x) ASSERT_EQ(q[x], x < 4 ? 0.25f : 0.0f) << x;
+}
+
+TEST(Logits, TemperatureNearZero) {
+  std::vector<float> logits = {0.0f, 1.0f, 1.0f - 1e-3f, 1.0f, -std::numeric_limits<float>::infinity(), 0.5f};
+  for (float t : {1e-6f, 1e-30f, 1e-40f /* denormal: 1/T overflows */}) {
+    SamplingParams sp;
+    sp.temperature = t;
+    EXPECT_EQ(logits_to_probs(logits, sp), (std::vector<float>{0, 0.5f, 0, 0.5f, 0, 0})) << t;
+    sp.top_k = 1;
+    EXPECT_EQ(logits_to_probs(logits, sp), (std::vector<float>{0, 1, 0, 0, 0, 0})) << t;
+  }
+  // T = 1e-4: the 1e-3 gap gives e^-10 exactly as fp64 says.
+  SamplingParams sp;
+  sp.temperature = 1e-4f;
+  const auto p = logits_to_probs(logits, sp);
+  check_against_fp64(logits, sp, p, 2e-5);  // (l - max) / T is itself rounded: 1e-3 / 1e-4 carries ~1e-6
+}
+
+TEST(Logits, BatchEqualsRowByRowAndReportsPerRow) {
+  const std::int64_t v = 2050;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  // Two requests with K = 2 and K = 0 drafts: target rows [0, 3) and [3, 4) (rows_extra = 1); a 5th row no request
+  // owns; request 1 has a NaN.
+  const std::int64_t rows = 5;
+  std::vector<float> logits(static_cast<std::size_t>(rows * (v + 3)));
+  for (auto& l : logits) l = nd(rng);
+  logits[static_cast<std::size_t>(3 * (v + 3) + 17)] = std::nanf("");
+  const std::vector<std::int32_t> cu = {0, 2, 2};
+  const LogitsParams params[2] = {{0.9f, 30, 0.9f, 0.01f}, {1.0f, 0, 1.0f, 0.0f}};
+  std::vector<float> probs(static_cast<std::size_t>(rows * v), -1.0f);
+  std::vector<Status> status(rows, Status::kCudaError);
+  ASSERT_EQ(logits_to_probs_batch<std::int32_t>(logits.data(), rows, v, v + 3, params, 2, cu.data(), 1, probs.data(),
+                                                status.data()),
+            Status::kSuccess);
+  EXPECT_EQ(status, (std::vector<Status>{Status::kSuccess, Status::kSuccess, Status::kSuccess,
+                                         Status::kInvalidProbability, Status::kInvalidArgument}));
+  SamplingParams sp{0.9f, 30, 0.9f, 0.01f, 0};
+  for (std::int64_t r = 0; r < 3; ++r) {
+    const auto want = logits_to_probs(std::span<const float>(logits.data() + r * (v + 3), v), sp);
+    EXPECT_EQ(0, std::memcmp(want.data(), probs.data() + r * v, v * sizeof(float))) << r;
+  }
+  for (std::int64_t r = 3; r < 5; ++r)
+    for (std::int64_t x = 0; x < v; ++x) ASSERT_EQ(probs[static_cast<std::size_t>(r * v + x)], 0.0f);
+  // Bad sizes: nothing written.
+  EXPECT_EQ(logits_to_probs_batch<std::int32_t>(logits.data(), rows, v, v - 1, params, 2, cu.data(), 1, probs.data(),
+                                                status.data()),
+            Status::kInvalidArgument);
+  const LogitsParams bad[1] = {{-1.0f, 0, 1.0f, 0.0f}};
+  std::vector<Status> one(1);
+  EXPECT_EQ(logits_to_probs_batch<std::int64_t>(logits.data(), 1, v, v, bad, 1, nullptr, 0, probs.data(), one.data()),
+            Status::kSuccess);
+  EXPECT_EQ(one[0], Status::kInvalidArgument);
 }
 
 }  // namespace

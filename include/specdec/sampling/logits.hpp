@@ -4,94 +4,159 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "specdec/sampling/logits_core.hpp"
 #include "specdec/sampling/params.hpp"
 
 namespace specdec {
 
-/// Writes the processed distribution for `logits` into `probs` (same length V).
-///  - temperature 0: one-hot on the argmax (lowest id on ties);
-///  - otherwise: softmax(logits / temperature) (max-subtracted, float exp, double accumulation), then top-k
-///    (the k largest; ties broken by lower id), top-p (the smallest prefix of the descending order whose mass
-///    reaches top_p, the crossing token included), min-p (drop p < min_p * p_max), and renormalisation.
-/// Masked tokens get exactly 0. Logits may contain -inf (a banned token); NaN or +inf is an error.
-/// Returns kInvalidArgument for bad params or mismatched sizes, kInvalidProbability for NaN/+inf logits,
-/// kZeroMass when every logit is -inf.
-inline Status logits_to_probs(std::span<const float> logits, const SamplingParams& params, std::span<float> probs) {
-  if (validate(params) != Status::kSuccess || logits.size() != probs.size() || logits.empty())
-    return Status::kInvalidArgument;
-  const std::size_t n = logits.size();
-  std::size_t argmax = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = logits[i];
-    if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) return Status::kInvalidProbability;
-    if (v > logits[argmax]) argmax = i;
+namespace detail {
+
+/// Scratch of the CPU reference (reused across rows of a batch).
+struct LogitsScratch {
+  std::vector<std::int32_t> candidates;
+  std::vector<float> lanes;   ///< [tiles][32][16] lane sums of a digit pass
+  std::vector<float> masses;  ///< [16][tiles] tile masses
+};
+
+inline LogitsParams logits_params(const SamplingParams& p) {
+  return LogitsParams{p.temperature, p.top_k, p.top_p, p.min_p};
+}
+
+/// The masked masses M(max(floor, base | c << shift)) for c = 0..15 over the candidates (ascending ids; every token
+/// with weight > 0 and key >= max(floor, base) is among them): the fixed order of logits_core.hpp, skipping the rest.
+inline void candidate_masses(const float* w, std::int64_t vocab_size, const std::vector<std::int32_t>& cand,
+                             std::uint64_t floor, std::uint64_t base, int shift, LogitsScratch& s,
+                             float (&out)[kCutDigitValues]) {
+  const std::int64_t tiles = num_tiles(vocab_size);
+  s.lanes.assign(static_cast<std::size_t>(tiles * kTileLanes * kCutDigitValues), 0.0f);
+  s.masses.resize(static_cast<std::size_t>(tiles * kCutDigitValues));
+  for (const std::int32_t x : cand) {
+    const float v = w[x];
+    const std::uint64_t key = cut_key(v, x, vocab_size);
+    if (key < floor) continue;
+    const int d = cut_digit(key, base, shift);
+    float* lane = s.lanes.data() + ((x / kTileSize) * kTileLanes + (x % kTileLanes)) * kCutDigitValues;
+    for (int c = 0; c <= d; ++c) lane[c] += v;
+  }
+  for (std::int64_t t = 0; t < tiles; ++t)
+    for (int c = 0; c < kCutDigitValues; ++c) {
+      float acc[kTileLanes];
+      for (int l = 0; l < kTileLanes; ++l) acc[l] = s.lanes[static_cast<std::size_t>((t * kTileLanes + l) * kCutDigitValues + c)];
+      s.masses[static_cast<std::size_t>(c * tiles + t)] = reduce_lanes(acc);
+    }
+  for (int c = 0; c < kCutDigitValues; ++c) out[c] = combine_tiles(s.masses.data() + c * tiles, tiles, 1);
+}
+
+/// M(floor) over the whole row.
+inline float row_mass(const float* w, std::int64_t vocab_size, std::uint64_t floor, LogitsScratch& s) {
+  const std::int64_t tiles = num_tiles(vocab_size);
+  s.masses.resize(static_cast<std::size_t>(tiles));
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    float acc[kTileLanes];
+    for (int l = 0; l < kTileLanes; ++l) acc[l] = masked_lane_sum(w, t, l, vocab_size, floor);
+    s.masses[static_cast<std::size_t>(t)] = reduce_lanes(acc);
+  }
+  return combine_tiles(s.masses.data(), tiles, 1);
+}
+
+inline void keep_above(const float* w, std::int64_t vocab_size, std::uint64_t floor, std::vector<std::int32_t>& cand) {
+  std::erase_if(cand, [&](std::int32_t x) { return cut_key(w[x], x, vocab_size) < floor; });
+}
+
+/// One row (logits_core.hpp steps 1-4). On success `probs` holds the distribution; on failure it is untouched
+/// unless `zero_on_error`.
+inline Status logits_row(const float* logits, std::int64_t vocab_size, const LogitsParams& p, float* probs,
+                         LogitsScratch& s, bool zero_on_error) {
+  auto fail = [&](Status st) {
+    if (zero_on_error) std::fill(probs, probs + vocab_size, 0.0f);
+    return st;
+  };
+  if (!logits_params_ok(p) || vocab_size <= 0 || vocab_size > 0x7fffffffLL) return fail(Status::kInvalidArgument);
+  const std::int64_t n = vocab_size;
+  std::int64_t argmax = 0;
+  for (std::int64_t x = 0; x < n; ++x) {
+    const float v = logits[x];
+    if (logit_invalid(v)) return fail(Status::kInvalidProbability);
+    if (v > logits[argmax]) argmax = x;
   }
   const float max_logit = logits[argmax];
-  if (max_logit == -std::numeric_limits<float>::infinity()) return Status::kZeroMass;
-  if (params.greedy()) {
-    std::fill(probs.begin(), probs.end(), 0.0f);
+  if (max_logit == -std::numeric_limits<float>::infinity()) return fail(Status::kZeroMass);
+  if (p.temperature == 0.0f) {
+    std::fill(probs, probs + n, 0.0f);
     probs[argmax] = 1.0f;
     return Status::kSuccess;
   }
-  const float inv_t = 1.0f / params.temperature;
-  double sum = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const float e = std::exp((logits[i] - max_logit) * inv_t);
-    probs[i] = e;
-    sum += e;
-  }
-  const bool truncate = (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < n) || params.top_p < 1.0f ||
-                        params.min_p > 0.0f;
-  if (truncate) {
-    // Descending order, ties by lower id, over the tokens that still have mass.
-    std::vector<std::int32_t> order;
-    order.reserve(n);
-    for (std::size_t i = 0; i < n; ++i)
-      if (probs[i] > 0.0f) order.push_back(static_cast<std::int32_t>(i));
-    auto before = [&](std::int32_t a, std::int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); };
-    std::size_t keep = order.size();
-    if (params.top_k > 0) keep = std::min<std::size_t>(keep, static_cast<std::size_t>(params.top_k));
-    if (keep < order.size()) {
-      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), before);
-      order.resize(keep);
-    }
-    std::sort(order.begin(), order.end(), before);
-    if (params.top_p < 1.0f) {
-      double kept_mass = 0.0;
-      for (auto id : order) kept_mass += probs[id];
-      const double target = static_cast<double>(params.top_p) * kept_mass;
-      double cum = 0.0;
-      std::size_t k = 0;
-      while (k < order.size()) {
-        cum += probs[order[k]];
-        ++k;
-        if (cum >= target) break;
+  for (std::int64_t x = 0; x < n; ++x) probs[x] = logit_weight(logits[x], max_logit, p.temperature);
+  const CutSteps steps = cut_steps(p, n);
+  std::uint64_t floor = 0;
+  if (steps.top_k || steps.top_p) {
+    int shifts[kMaxCutDigits];
+    const int digits = cut_digit_shifts(n, shifts);
+    auto& cand = s.candidates;
+    cand.clear();
+    for (std::int64_t x = 0; x < n; ++x)
+      if (probs[x] > 0.0f) cand.push_back(static_cast<std::int32_t>(x));
+    if (steps.top_k && static_cast<std::int64_t>(p.top_k) < static_cast<std::int64_t>(cand.size())) {
+      std::uint64_t base = 0;
+      for (int i = 0; i < digits; ++i) {
+        std::int64_t hist[kCutDigitValues] = {};
+        for (const std::int32_t x : cand) {
+          const int d = cut_digit(cut_key(probs[x], x, n), base, shifts[i]);
+          if (d >= 0) ++hist[d];
+        }
+        base |= static_cast<std::uint64_t>(pick_count_digit(hist, p.top_k)) << shifts[i];
+        keep_above(probs, n, base, cand);
       }
-      order.resize(k);
+      floor = base;
     }
-    if (params.min_p > 0.0f && !order.empty()) {
-      const float threshold = params.min_p * probs[order.front()];
-      std::size_t k = 1;
-      while (k < order.size() && probs[order[k]] >= threshold) ++k;
-      order.resize(k);
+    if (steps.top_p) {
+      float m[kCutDigitValues];
+      candidate_masses(probs, n, cand, floor, 0, 0, s, m);  // m[0] = M(floor), the top-k set's mass
+      const float target = p.top_p * m[0];
+      std::uint64_t base = 0;
+      for (int i = 0; i < digits; ++i) {
+        candidate_masses(probs, n, cand, floor, base, shifts[i], s, m);
+        base |= static_cast<std::uint64_t>(pick_mass_digit(m, target)) << shifts[i];
+        keep_above(probs, n, std::max(base, floor), cand);
+      }
+      floor = std::max(floor, std::min(base, cut_key(probs[argmax], argmax, n)));
     }
-    std::vector<float> kept(order.size());
-    sum = 0.0;
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      kept[j] = probs[order[j]];
-      sum += kept[j];
-    }
-    std::fill(probs.begin(), probs.end(), 0.0f);
-    for (std::size_t j = 0; j < order.size(); ++j) probs[order[j]] = kept[j];
   }
-  const float inv_sum = static_cast<float>(1.0 / sum);
-  for (std::size_t i = 0; i < n; ++i) probs[i] *= inv_sum;
+  floor = std::max(floor, min_p_floor(p.min_p, probs[argmax]));
+  const float mass = row_mass(probs, n, floor, s);
+  for (std::int64_t x = 0; x < n; ++x) {
+    const float v = probs[x];
+    probs[x] = v > 0.0f && cut_key(v, x, n) >= floor ? v / mass : 0.0f;
+  }
   return Status::kSuccess;
+}
+
+}  // namespace detail
+
+/// Writes the processed distribution for `logits` into `probs` (same length V).
+///  - temperature 0: one-hot on the argmax (lowest id on ties);
+///  - otherwise: softmax(logits / temperature) (max-subtracted, with the deterministic exp of logits_core.hpp), then
+///    top-k (the k largest; ties broken by lower id), top-p (the smallest prefix of the descending order whose mass
+///    reaches top_p times the top-k set's mass, the crossing token included), min-p (drop p < min_p * p_max), and
+///    renormalisation. Every sum is a float sum in the fixed order of logits_core.hpp, so the CUDA kernel
+///    (cuda/logits.cuh) writes the same bits. Within 2e-6 relative of an fp64 computation of the same rule
+///    (tests/core/test_logits.cpp).
+/// Masked tokens get exactly 0. Logits may contain -inf (a banned token); NaN or +inf is an error.
+/// Returns kInvalidArgument for bad params or mismatched sizes, kInvalidProbability for NaN/+inf logits,
+/// kZeroMass when every logit is -inf. On failure `probs` is left untouched.
+inline Status logits_to_probs(std::span<const float> logits, const SamplingParams& params, std::span<float> probs) {
+  if (validate(params) != Status::kSuccess || logits.size() != probs.size() || logits.empty())
+    return Status::kInvalidArgument;
+  detail::LogitsScratch scratch;
+  return detail::logits_row(logits.data(), static_cast<std::int64_t>(logits.size()), detail::logits_params(params),
+                            probs.data(), scratch, false);
 }
 
 /// Convenience form returning a vector; throws specdec::error on bad input.
@@ -101,6 +166,45 @@ inline std::vector<float> logits_to_probs(std::span<const float> logits, const S
   const Status s = logits_to_probs(logits, params, std::span<float>(probs));
   if (s != Status::kSuccess) throw error(s, std::string("logits_to_probs: ") + to_string(s));
   return probs;
+}
+
+/// A batch of rows [num_rows, V] (logits rows `logits_stride` apart, probs contiguous), each with the parameters of
+/// its request (the CPU twin of cuda::logits_to_probs, same layout and bits):
+///  - cu == nullptr: row r uses params[r] (num_requests == num_rows);
+///  - otherwise request b owns rows [cu[b] + extra * b, cu[b + 1] + extra * (b + 1)) with extra = rows_extra: 0 for
+///    draft rows (cu = cu_num_draft_tokens), 1 for target rows (K_b + 1 rows each).
+/// status[r] gets each row's Status; a failed row's probs are all 0; a row no request owns is kInvalidArgument.
+/// Returns kInvalidArgument (nothing written) when a pointer or size is bad, else kSuccess.
+template <class IdT = std::int64_t>
+inline Status logits_to_probs_batch(const float* logits, std::int64_t num_rows, std::int64_t vocab_size,
+                                    std::int64_t logits_stride, const LogitsParams* params, std::int64_t num_requests,
+                                    const IdT* cu, std::int32_t rows_extra, float* probs, Status* status) {
+  if (num_rows < 0 || vocab_size <= 0 || vocab_size > 0x7fffffffLL || logits_stride < vocab_size ||
+      num_requests < 0 || (rows_extra != 0 && rows_extra != 1) || (cu == nullptr && num_requests != num_rows))
+    return Status::kInvalidArgument;
+  if (num_rows == 0) return Status::kSuccess;
+  if (!logits || !params || !probs || !status) return Status::kInvalidArgument;
+  detail::LogitsScratch scratch;
+  for (std::int64_t r = 0; r < num_rows; ++r) {
+    float* out = probs + r * vocab_size;
+    std::int64_t b = r;
+    if (cu) {
+      b = -1;
+      for (std::int64_t i = 0; i < num_requests; ++i)
+        if (static_cast<std::int64_t>(cu[i]) + rows_extra * i <= r &&
+            r < static_cast<std::int64_t>(cu[i + 1]) + rows_extra * (i + 1)) {
+          b = i;
+          break;
+        }
+    }
+    if (b < 0) {
+      std::fill(out, out + vocab_size, 0.0f);
+      status[r] = Status::kInvalidArgument;
+      continue;
+    }
+    status[r] = detail::logits_row(logits + r * logits_stride, vocab_size, params[b], out, scratch, true);
+  }
+  return Status::kSuccess;
 }
 
 }  // namespace specdec

@@ -1,0 +1,222 @@
+// specdec — the arithmetic of logits processing (temperature, top-k, top-p, min-p -> probabilities) shared by the CPU
+// reference (sampling/logits.hpp) and the CUDA kernel (cuda/logits.cuh). Every value that decides a probability is
+// computed by the SPECDEC_HD functions below, from integer operations, single IEEE float operations and explicit
+// fused multiply-adds only, so the host and the device produce the same float bits (build without fast-math; see
+// philox.hpp for why no separate multiply ever feeds an add).
+//
+// One row of V logits l_x, parameters (T, k, p, m):
+//  1. Checks: NaN or +inf anywhere -> kInvalidProbability; every l_x = -inf -> kZeroMass. The argmax is the largest
+//     l_x, lowest id on ties. T = 0: one-hot on the argmax.
+//  2. Weights e_x = exp_nonpositive((l_x - l_max) / T): a deterministic exp (range reduction by ln 2, Cephes
+//     polynomial, exact scaling by 2^n, denormals kept), so e_argmax = 1 exactly and -inf logits give 0.
+//  3. The cut. The descending order of the tokens with e_x > 0, ties broken by lower id, is the order of the 64-bit
+//     key(x) = bits(e_x) << 32 | (V - 1 - x) (positive floats order like their bit patterns). Top-k, top-p and min-p
+//     each keep a prefix of that order, i.e. the set {x : e_x > 0, key(x) >= T} for a threshold key T; the kept set
+//     is that of the largest of the three thresholds:
+//       top-k (0 < k < number of positive weights): T_k = the k-th largest key;
+//       top-p (p < 1): T_p = the largest T with M(max(T, T_k)) >= p * M(T_k), where M(T) is the masked mass below:
+//         the smallest prefix (inside the top-k set) whose mass reaches p times the top-k set's mass, the crossing
+//         token included;
+//       min-p (m > 0): T_m = bits(m * e_argmax) << 32, i.e. {e_x >= m * e_max}.
+//     M(T), the masked mass, is the float sum of e_x over {e_x > 0, key(x) >= T} in the fixed order of residual.hpp
+//     step 1 (tiles of 1024, lane l adds tokens 32 j + l in increasing j, lanes halve 16, 8, .., 1), and tiles
+//     combined pairwise: for s = 1, 2, 4, ..: m[t] += m[t + s] for t = 0, 2s, 4s, ... (combine_tiles). Rounding is
+//     monotone, so M is non-increasing in T, and both thresholds are found by a digit search on the key, 4 bits at a
+//     time from the top (8 digits for the weight, ceil(bits(V - 1) / 4) for the id): at each digit the 15 thresholds
+//     base | c << shift (c = 1..15) are measured together (a count for top-k, M for top-p) and the largest c that
+//     still reaches the target is kept. The CPU sums only the candidates still above the base (adding 0.0f to a
+//     lane is exact, so skipping an excluded token is the same as adding 0); the kernel sums every token.
+//  4. probs_x = e_x / M(T) for the kept tokens, exactly 0 for the others.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "specdec/sampling/config.hpp"
+#include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/residual.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace specdec {
+
+/// How one row turns logits into probabilities: SamplingParams without the seed (the layout the kernels read).
+struct LogitsParams {
+  float temperature = 1.0f;  ///< 0 = greedy
+  std::int32_t top_k = 0;    ///< 0 = off
+  float top_p = 1.0f;        ///< 1 = off
+  float min_p = 0.0f;        ///< 0 = off
+};
+
+namespace detail {
+
+/// Digits of the cut search: 15 thresholds are measured per pass.
+inline constexpr int kCutDigitBits = 4;
+inline constexpr int kCutDigitValues = 1 << kCutDigitBits;  // 16: slot 0 is the base itself
+inline constexpr int kMaxCutDigits = 16;
+
+SPECDEC_INLINE std::uint32_t float_bits(float v) {
+#if defined(SPECDEC_ON_DEVICE)
+  return __float_as_uint(v);
+#else
+  std::uint32_t u;
+  __builtin_memcpy(&u, &v, sizeof u);
+  return u;
+#endif
+}
+
+SPECDEC_INLINE float bits_float(std::uint32_t u) {
+#if defined(SPECDEC_ON_DEVICE)
+  return __uint_as_float(u);
+#else
+  float v;
+  __builtin_memcpy(&v, &u, sizeof v);
+  return v;
+#endif
+}
+
+/// The domain of every parameter (validate() of params.hpp without the messages).
+SPECDEC_INLINE bool logits_params_ok(const LogitsParams& p) {
+  return p.temperature >= 0.0f && p.temperature <= FLT_MAX && p.top_k >= 0 && p.top_p > 0.0f && p.top_p <= 1.0f &&
+         p.min_p >= 0.0f && p.min_p <= 1.0f;
+}
+
+/// NaN or +inf (a logit may be -inf: a banned token).
+SPECDEC_INLINE bool logit_invalid(float v) { return !(v <= FLT_MAX); }
+
+SPECDEC_INLINE float rint_hd(float v) {
+#if defined(SPECDEC_ON_DEVICE)
+  return rintf(v);
+#else
+  return std::rint(v);  // round to nearest even (the default rounding mode), as rintf on the device
+#endif
+}
+
+/// exp(x) for x <= 0 (or -inf, or NaN -> 0), within 2 ulp of the true value, the same bits on host and device.
+/// exp(0) = 1 exactly; results below 2^-126 are denormals, below ~2^-150 zero.
+SPECDEC_INLINE float exp_nonpositive(float x) {
+  if (!(x > -104.0f)) return 0.0f;  // exp(-104) < 2^-150: rounds to 0 (also -inf and NaN)
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // Cephes' split of ln 2
+  const float n = rint_hd(x * kLog2e);                              // in [-150, 0]
+  float r = detail::fma_rn(-n, kLn2Hi, x);
+  r = detail::fma_rn(-n, kLn2Lo, r);  // |r| <= ~0.347
+  // Cephes expf: e^r = 1 + r + r^2 * P(r).
+  float poly = detail::fma_rn(1.9875691500e-4f, r, 1.3981999507e-3f);
+  poly = detail::fma_rn(poly, r, 8.3334519073e-3f);
+  poly = detail::fma_rn(poly, r, 4.1665795894e-2f);
+  poly = detail::fma_rn(poly, r, 1.6666665459e-1f);
+  poly = detail::fma_rn(poly, r, 5.0000001201e-1f);
+  const float r2 = r * r;
+  const float y = detail::fma_rn(poly, r2, r) + 1.0f;
+  const int ni = static_cast<int>(n);
+  if (ni >= -126) return y * bits_float(static_cast<std::uint32_t>(ni + 127) << 23);
+  // Denormal range: scale in two exact-exponent steps (the first stays normal).
+  return y * bits_float(static_cast<std::uint32_t>(ni + 64 + 127) << 23) * bits_float(static_cast<std::uint32_t>(127 - 64) << 23);
+}
+
+/// The unnormalised weight of one logit (step 2): exp((logit - max_logit) / temperature), temperature > 0.
+SPECDEC_INLINE float logit_weight(float logit, float max_logit, float temperature) {
+  return exp_nonpositive((logit - max_logit) / temperature);
+}
+
+/// The order key of step 3 (only meaningful for weight > 0).
+SPECDEC_INLINE std::uint64_t cut_key(float weight, std::int64_t x, std::int64_t vocab_size) {
+  return (static_cast<std::uint64_t>(float_bits(weight)) << 32) |
+         static_cast<std::uint64_t>(static_cast<std::uint32_t>(vocab_size - 1 - x));
+}
+
+/// The shifts of the digit search, most significant first; returns their number (<= kMaxCutDigits).
+SPECDEC_INLINE int cut_digit_shifts(std::int64_t vocab_size, int* shifts) {
+  int n = 0;
+  for (int s = 64 - kCutDigitBits; s >= 32; s -= kCutDigitBits) shifts[n++] = s;
+  int id_bits = 0;
+  while (id_bits < 32 && (static_cast<std::uint64_t>(vocab_size - 1) >> id_bits) != 0) ++id_bits;
+  const int id_digits = (id_bits + kCutDigitBits - 1) / kCutDigitBits;
+  for (int d = id_digits - 1; d >= 0; --d) shifts[n++] = d * kCutDigitBits;
+  return n;
+}
+
+/// How many of the thresholds base | c << shift (c = 1..15) `key` reaches (0..15), or -1 when key < base. The bits
+/// of base below shift + 4 are zero (the digits not yet decided).
+SPECDEC_INLINE int cut_digit(std::uint64_t key, std::uint64_t base, int shift) {
+  if (key < base) return -1;
+  if (((key >> shift) >> kCutDigitBits) > ((base >> shift) >> kCutDigitBits)) return kCutDigitValues - 1;
+  return static_cast<int>((key >> shift) & static_cast<std::uint64_t>(kCutDigitValues - 1));
+}
+
+/// Lane `lane` of tile `tile` of the masked sums (step 3's M): acc[c] (c = 1..15) is the sum in increasing j of the
+/// weights w[x], x = tile * 1024 + 32 j + lane < V, with w[x] > 0, key(x) >= floor and key(x) >= base | c << shift;
+/// acc[0] is the sum over key(x) >= max(floor, base). The kernel's threads and the emulation test call exactly this.
+SPECDEC_INLINE void cut_lane_sums(const float* w, std::int64_t tile, int lane, std::int64_t vocab_size,
+                                  std::uint64_t floor, std::uint64_t base, int shift,
+                                  float (&acc)[kCutDigitValues]) {
+  for (int c = 0; c < kCutDigitValues; ++c) acc[c] = 0.0f;
+  for (int j = 0; j < kTileSize / kTileLanes; ++j) {
+    const std::int64_t x = tile * kTileSize + j * kTileLanes + lane;
+    if (x >= vocab_size) break;
+    const float v = w[x];
+    if (!(v > 0.0f)) continue;
+    const std::uint64_t key = cut_key(v, x, vocab_size);
+    if (key < floor) continue;
+    const int d = cut_digit(key, base, shift);
+    for (int c = 0; c < kCutDigitValues; ++c)
+      if (c <= d) acc[c] += v;
+  }
+}
+
+/// Lane `lane` of tile `tile` of one masked sum M(floor).
+SPECDEC_INLINE float masked_lane_sum(const float* w, std::int64_t tile, int lane, std::int64_t vocab_size,
+                                     std::uint64_t floor) {
+  float acc = 0.0f;
+  for (int j = 0; j < kTileSize / kTileLanes; ++j) {
+    const std::int64_t x = tile * kTileSize + j * kTileLanes + lane;
+    if (x >= vocab_size) break;
+    const float v = w[x];
+    if (v > 0.0f && cut_key(v, x, vocab_size) >= floor) acc += v;
+  }
+  return acc;
+}
+
+/// The pairwise combine of tile masses m[t * stride], t < tiles (in place); returns the total.
+SPECDEC_INLINE float combine_tiles(float* m, std::int64_t tiles, std::int64_t stride) {
+  for (std::int64_t s = 1; s < tiles; s *= 2)
+    for (std::int64_t t = 0; t + s < tiles; t += 2 * s) m[t * stride] += m[(t + s) * stride];
+  return m[0];
+}
+
+/// The digit of a count search: the largest c in 1..15 with count(base | c << shift) >= k, else 0.
+/// hist[d] counts the candidates whose cut_digit is d (count(c) = sum over d >= c).
+SPECDEC_INLINE int pick_count_digit(const std::int64_t (&hist)[kCutDigitValues], std::int64_t k) {
+  std::int64_t count = 0;
+  for (int c = kCutDigitValues - 1; c >= 1; --c) {
+    count += hist[c];
+    if (count >= k) return c;
+  }
+  return 0;
+}
+
+/// The digit of a mass search: the largest c in 1..15 with mass[c] >= target, else 0.
+SPECDEC_INLINE int pick_mass_digit(const float (&mass)[kCutDigitValues], float target) {
+  for (int c = kCutDigitValues - 1; c >= 1; --c)
+    if (mass[c] >= target) return c;
+  return 0;
+}
+
+/// The min-p threshold key (0 when min_p is 0).
+SPECDEC_INLINE std::uint64_t min_p_floor(float min_p, float max_weight) {
+  return static_cast<std::uint64_t>(float_bits(min_p * max_weight)) << 32;
+}
+
+/// Which cut steps a row needs.
+struct CutSteps {
+  bool top_k;  ///< 0 < k < V (the kernel also skips it when k >= the number of positive weights)
+  bool top_p;  ///< p < 1
+};
+
+SPECDEC_INLINE CutSteps cut_steps(const LogitsParams& p, std::int64_t vocab_size) {
+  return CutSteps{p.top_k > 0 && static_cast<std::int64_t>(p.top_k) < vocab_size, p.top_p < 1.0f};
+}
+
+}  // namespace detail
+}  // namespace specdec
