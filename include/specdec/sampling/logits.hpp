@@ -187,16 +187,7 @@ inline Status logits_to_probs_batch(const float* logits, std::int64_t num_rows, 
   detail::LogitsScratch scratch;
   for (std::int64_t r = 0; r < num_rows; ++r) {
     float* out = probs + r * vocab_size;
-    std::int64_t b = r;
-    if (cu) {
-      b = -1;
-      for (std::int64_t i = 0; i < num_requests; ++i)
-        if (static_cast<std::int64_t>(cu[i]) + rows_extra * i <= r &&
-            r < static_cast<std::int64_t>(cu[i + 1]) + rows_extra * (i + 1)) {
-          b = i;
-          break;
-        }
-    }
+    const std::int64_t b = detail::logits_row_request(cu, num_requests, rows_extra, r);
     if (b < 0) {
       std::fill(out, out + vocab_size, 0.0f);
       status[r] = Status::kInvalidArgument;

@@ -185,6 +185,47 @@ SPECDEC_INLINE float combine_tiles(float* m, std::int64_t tiles, std::int64_t st
   return m[0];
 }
 
+/// The request that owns row r: request b owns rows [cu[b] + extra * b, cu[b + 1] + extra * (b + 1)) (extra = 0: draft
+/// rows, cu = cu_num_draft_tokens; extra = 1: target rows, K_b + 1 each); cu == nullptr: row r is request r. Returns
+/// -1 when no request owns r. A binary search (cu is read at O(log B) places); a decreasing cu can only name a wrong
+/// owner or none, never read outside cu[0 .. B].
+template <class IdT>
+SPECDEC_HD std::int64_t logits_row_request(const IdT* cu, std::int64_t num_requests, std::int32_t rows_extra,
+                                           std::int64_t r) {
+  if (cu == nullptr) return r >= 0 && r < num_requests ? r : -1;
+  std::int64_t lo = 0, hi = num_requests - 1, found = -1;
+  while (lo <= hi) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (static_cast<std::int64_t>(cu[mid]) + rows_extra * mid <= r) {
+      found = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  if (found < 0 || r >= static_cast<std::int64_t>(cu[found + 1]) + rows_extra * (found + 1)) return -1;
+  return found;
+}
+
+/// Request b's parameters from per-request arrays (a null array means the parameter is off; temperature 1).
+SPECDEC_INLINE LogitsParams request_logits_params(const float* temperature, const std::int32_t* top_k,
+                                                  const float* top_p, const float* min_p, std::int64_t b) {
+  LogitsParams p;
+  if (temperature) p.temperature = temperature[b];
+  if (top_k) p.top_k = top_k[b];
+  if (top_p) p.top_p = top_p[b];
+  if (min_p) p.min_p = min_p[b];
+  return p;
+}
+
+/// One level of the pairwise combine (combine_tiles), split into independent pairs: pair i adds m[(t + s) * stride]
+/// into m[t * stride], t = 2 s i (nothing when t + s >= tiles). Running every pair of level s = 1, 2, 4, .. in turn
+/// is combine_tiles.
+SPECDEC_INLINE void combine_pair(float* m, std::int64_t tiles, std::int64_t stride, std::int64_t s, std::int64_t i) {
+  const std::int64_t t = 2 * s * i;
+  if (t + s < tiles) m[t * stride] += m[(t + s) * stride];
+}
+
 /// The digit of a count search: the largest c in 1..15 with count(base | c << shift) >= k, else 0.
 /// hist[d] counts the candidates whose cut_digit is d (count(c) = sum over d >= c).
 SPECDEC_INLINE int pick_count_digit(const std::int64_t (&hist)[kCutDigitValues], std::int64_t k) {
