@@ -2,7 +2,7 @@
 # Builds and checks specdec's CUDA kernels on a GPU machine that has nvcc, CMake and PyTorch but no internet and
 # no apt. Results go to $OUT if set, else out/gpu-check/:
 #   build-kernels.log, ctest.log          CUDA tests (tests/cuda: device tests and the host emulation)
-#   memcheck-*.log, racecheck-*.log       compute-sanitizer on the device tests
+#   memcheck-*.log, racecheck-*.log       compute-sanitizer on the device tests (verifiers, block, logits)
 #   bench.json, bench.txt                 bench_verify_cuda (Google Benchmark)
 #   build-torch.log, ctest-torch.log      second configure against the machine's PyTorch libtorch (torch CUDA glue,
 #   bench-torch.json                      torch-ops baseline, AtenLlamaModel and the custom target on CUDA); skipped
@@ -46,7 +46,8 @@ note "device: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2
 b1="$root/build-gpu-check"
 cmake -S "$root" -B "$b1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=OFF -DSPECDEC_BUILD_EXAMPLES=OFF \
   -DSPECDEC_WITH_CUDA=ON -DCMAKE_PREFIX_PATH="$prefix_path" >"$out/build-kernels.log" 2>&1 &&
-  cmake --build "$b1" -j "$jobs" --target test_cuda_verify test_cuda_emulation test_block_emulation bench_verify_cuda >>"$out/build-kernels.log" 2>&1
+  cmake --build "$b1" -j "$jobs" --target test_cuda_verify test_cuda_emulation test_block_emulation test_cuda_logits test_logits_emulation \
+    bench_verify_cuda >>"$out/build-kernels.log" 2>&1
 note "build (kernels): rc=$?"
 (cd "$b1" && ctest -R cuda --output-on-failure) >"$out/ctest.log" 2>&1
 note "ctest -R cuda: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1))"
@@ -60,6 +61,9 @@ if command -v "$san" >/dev/null 2>&1; then
   "$san" --tool memcheck --error-exitcode 1 "$b1/bin/test_block_emulation" --gtest_filter='cuda_block_device*' \
     >"$out/memcheck-block.log" 2>&1
   note "memcheck (block verification): rc=$?"
+  "$san" --tool memcheck --error-exitcode 1 "$b1/bin/test_cuda_logits" --gtest_filter='cuda_logits.Edge*:cuda_logits.Workspace*' \
+    >"$out/memcheck-logits.log" 2>&1
+  note "memcheck (logits): rc=$?"
   if [[ $quick == 0 ]]; then
     "$san" --tool racecheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter='cuda_verify*BadInput*:cuda_verify_graph*' \
       >"$out/racecheck-verify.log" 2>&1
@@ -67,6 +71,9 @@ if command -v "$san" >/dev/null 2>&1; then
     "$san" --tool synccheck --error-exitcode 1 "$b1/bin/test_cuda_verify" --gtest_filter='cuda_verify*BadInput*' \
       >"$out/synccheck-verify.log" 2>&1
     note "synccheck: rc=$?"
+    "$san" --tool racecheck --error-exitcode 1 "$b1/bin/test_cuda_logits" --gtest_filter='cuda_logits.Edge*' \
+      >"$out/racecheck-logits.log" 2>&1
+    note "racecheck (logits): rc=$?"
   fi
 else
   note "compute-sanitizer not found: sanitizers skipped"
