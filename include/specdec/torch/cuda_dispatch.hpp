@@ -3,7 +3,7 @@
 // specdec_torch by src/torch/cuda/CMakeLists.txt). Same tensor signatures as the CPU front; the caller validates
 // dtypes and shapes first (these functions re-check what they rely on). Each call runs on the current CUDA stream,
 // allocates its outputs and workspace with the caching allocator, and synchronises once to read the per-request
-// statuses and raise c10::Error naming the first failed request.
+// statuses and raise c10::Error naming the first failed request; verify_logits_cuda never synchronises.
 #pragma once
 
 #if defined(SPECDEC_TORCH_HAS_CUDA)
@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "specdec/torch/rejection_sample.hpp"
+#include "specdec/torch/verify_logits_detail.hpp"
 
 namespace specdec::torch {
 
@@ -29,6 +30,11 @@ TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_tok
                                                      const std::optional<at::Tensor>& greedy,
                                                      const RejectionSampleOptions& options,
                                                      const std::optional<at::Tensor>& has_draft_probs);
+
+/// verify_logits on CUDA tensors (shapes already checked): no host synchronisation, statuses left on the device.
+VerifyLogitsResult verify_logits_cuda(const VerifyLogitsArgs& args, const detail::Shapes& shapes);
+std::int64_t verify_logits_workspace_bytes_cuda(std::int64_t batch_size, std::int64_t num_draft_tokens,
+                                                std::int64_t vocab_size, bool tree, bool draft_rows);
 
 }  // namespace specdec::torch
 

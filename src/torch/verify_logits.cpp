@@ -1,0 +1,247 @@
+// specdec — the engine-facing stateless verification entry (include/specdec/torch/verify_logits.hpp): host checks of
+// shapes, dtypes and devices, then the CPU path (the shared logits core and the single-request verifiers) or the CUDA
+// path (src/torch/cuda/verify_logits_cuda.cu).
+#include "specdec/torch/verify_logits.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "specdec/sampling/chain.hpp"
+#include "specdec/sampling/logits.hpp"
+#include "specdec/sampling/tree.hpp"
+#include "specdec/torch/verify_logits_detail.hpp"
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+#include "specdec/torch/cuda_dispatch.hpp"
+#endif
+
+namespace specdec::torch {
+namespace detail {
+
+namespace {
+
+std::string shape_str(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+void check_on(const at::Tensor& t, const char* name, const at::Device& dev) {
+  TORCH_CHECK(t.device() == dev, name, ": expected a tensor on ", dev.str(), " (the device of target_logits), got ",
+              t.device().str());
+}
+
+void check_vector(const at::Tensor& t, const char* name, std::int64_t n, const at::Device& dev,
+                  std::initializer_list<at::ScalarType> dtypes, const char* expected_dtype) {
+  TORCH_CHECK(t.defined(), name, ": expected a tensor, got an undefined tensor");
+  bool ok = false;
+  for (auto d : dtypes) ok |= t.scalar_type() == d;
+  TORCH_CHECK(ok, name, ": expected ", expected_dtype, ", got ", c10::toString(t.scalar_type()));
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == n, name, ": expected a 1-D tensor [", n, "], got shape ", shape_str(t));
+  check_on(t, name, dev);
+  TORCH_CHECK(t.is_contiguous(), name, ": expected a contiguous tensor");
+}
+
+bool is_float_type(at::ScalarType t) { return t == at::kFloat || t == at::kHalf || t == at::kBFloat16; }
+
+void check_rows(const at::Tensor& t, const char* name, std::int64_t rows, std::int64_t V, const at::Device& dev) {
+  TORCH_CHECK(is_float_type(t.scalar_type()), name, ": expected float32, float16 or bfloat16, got ",
+              c10::toString(t.scalar_type()));
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows && t.size(1) == V, name, ": expected a 2-D tensor [", rows, ", ", V,
+              "], got shape ", shape_str(t));
+  check_on(t, name, dev);
+  TORCH_CHECK(t.size(1) <= 1 || t.stride(1) == 1, name, ": expected a contiguous last dimension, got stride ",
+              t.stride(1));
+  TORCH_CHECK(t.size(0) <= 1 || t.stride(0) >= V, name, ": expected rows at least V = ", V,
+              " elements apart, got stride ", t.stride(0));
+}
+
+}  // namespace
+
+Shapes check_verify_logits(const VerifyLogitsArgs& a) {
+  const at::Tensor& logits = a.target_logits;
+  TORCH_CHECK(logits.defined(), "target_logits: expected a tensor, got an undefined tensor");
+  TORCH_CHECK(logits.dim() == 2, "target_logits: expected a 2-D tensor [N + B, V], got shape ", shape_str(logits));
+  const at::Device dev = logits.device();
+  Shapes s;
+  s.V = logits.size(1);
+  TORCH_CHECK(s.V >= 1 && s.V < (std::int64_t{1} << 31), "target_logits: expected V in [1, 2^31), got ", s.V);
+  const at::Tensor& ids = a.draft_token_ids;
+  TORCH_CHECK(ids.defined() && ids.dim() == 1, "draft_token_ids: expected a 1-D tensor [N], got ",
+              ids.defined() ? shape_str(ids) : std::string("an undefined tensor"));
+  s.N = ids.size(0);
+  check_vector(ids, "draft_token_ids", s.N, dev, {at::kInt, at::kLong}, "int32 or int64");
+  const at::Tensor& cu = a.cu_num_draft_tokens;
+  TORCH_CHECK(cu.defined() && cu.dim() == 1 && cu.size(0) >= 1,
+              "cu_num_draft_tokens: expected a 1-D tensor [B + 1], got ",
+              cu.defined() ? shape_str(cu) : std::string("an undefined tensor"));
+  s.B = cu.size(0) - 1;
+  TORCH_CHECK(cu.scalar_type() == ids.scalar_type(), "cu_num_draft_tokens: expected ",
+              c10::toString(ids.scalar_type()), " (the dtype of draft_token_ids), got ", c10::toString(cu.scalar_type()));
+  check_vector(cu, "cu_num_draft_tokens", s.B + 1, dev, {at::kInt, at::kLong}, "int32 or int64");
+  check_rows(logits, "target_logits", s.N + s.B, s.V, dev);
+  TORCH_CHECK(!(a.draft_probs && a.draft_logits), "draft_probs/draft_logits: expected at most one of them, got both");
+  if (a.draft_probs) {
+    check_rows(*a.draft_probs, "draft_probs", s.N, s.V, dev);
+    TORCH_CHECK(a.draft_probs->is_contiguous(), "draft_probs: expected a contiguous tensor");
+  }
+  if (a.draft_logits) check_rows(*a.draft_logits, "draft_logits", s.N, s.V, dev);
+  if (a.parents) {
+    TORCH_CHECK(a.parents->scalar_type() == ids.scalar_type(), "parents: expected ", c10::toString(ids.scalar_type()),
+                " (the dtype of draft_token_ids), got ", c10::toString(a.parents->scalar_type()));
+    check_vector(*a.parents, "parents", s.N, dev, {at::kInt, at::kLong}, "int32 or int64");
+  }
+  if (a.has_draft_probs) check_vector(*a.has_draft_probs, "has_draft_probs", s.B, dev, {at::kBool, at::kByte}, "bool or uint8");
+  if (a.temperature) check_vector(*a.temperature, "temperature", s.B, dev, {at::kFloat}, "float32");
+  if (a.top_k) check_vector(*a.top_k, "top_k", s.B, dev, {at::kInt}, "int32");
+  if (a.top_p) check_vector(*a.top_p, "top_p", s.B, dev, {at::kFloat}, "float32");
+  if (a.min_p) check_vector(*a.min_p, "min_p", s.B, dev, {at::kFloat}, "float32");
+  check_vector(a.seeds, "seeds", s.B, dev, {at::kLong}, "int64");
+  check_vector(a.positions, "positions", s.B, dev, {at::kLong}, "int64");
+  TORCH_CHECK(a.max_num_draft_tokens >= -1, "max_num_draft_tokens: expected >= 0 (or -1 on CPU), got ",
+              a.max_num_draft_tokens);
+  TORCH_CHECK(!logits.is_cuda() || a.max_num_draft_tokens >= 0,
+              "max_num_draft_tokens: expected a bound on every K_b on CUDA (reading it from cu_num_draft_tokens would "
+              "synchronise with the host), got -1");
+  s.tree = a.parents.has_value();
+  s.draft_rows = a.draft_logits.has_value() || (a.draft_probs && a.draft_probs->scalar_type() != at::kFloat);
+  if (a.workspace) {
+    const at::Tensor& w = *a.workspace;
+    TORCH_CHECK(w.scalar_type() == at::kByte && w.is_contiguous(), "workspace: expected a contiguous uint8 tensor, got ",
+                c10::toString(w.scalar_type()));
+    check_on(w, "workspace", dev);
+    const std::int64_t need = verify_logits_workspace_bytes(s.B, s.N, s.V, s.tree, s.draft_rows);
+    TORCH_CHECK(w.numel() >= need, "workspace: expected at least ", need,
+                " bytes (verify_logits_workspace_bytes), got ", w.numel());
+  }
+  return s;
+}
+
+}  // namespace detail
+
+namespace {
+
+template <class IdT>
+VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Shapes& s) {
+  const std::int64_t B = s.B, N = s.N, V = s.V;
+  const at::Tensor cu_t = a.cu_num_draft_tokens;
+  const auto* cu = cu_t.data_ptr<IdT>();
+  std::int64_t width = a.max_num_draft_tokens;
+  if (width < 0) {
+    width = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      width = std::max<std::int64_t>(width, static_cast<std::int64_t>(cu[b + 1]) - static_cast<std::int64_t>(cu[b]));
+  }
+  const std::int64_t stride = width + 1;
+  // Parameters.
+  std::vector<LogitsParams> params(static_cast<std::size_t>(B));
+  const float* temperature = a.temperature ? a.temperature->data_ptr<float>() : nullptr;
+  const std::int32_t* top_k = a.top_k ? a.top_k->data_ptr<std::int32_t>() : nullptr;
+  const float* top_p = a.top_p ? a.top_p->data_ptr<float>() : nullptr;
+  const float* min_p = a.min_p ? a.min_p->data_ptr<float>() : nullptr;
+  for (std::int64_t b = 0; b < B; ++b)
+    params[b] = specdec::detail::request_logits_params(temperature, top_k, top_p, min_p, b);
+  // Logits processing (rows in parallel is not needed for bits: each row is independent).
+  const at::Tensor logits = a.target_logits.scalar_type() == at::kFloat ? a.target_logits : a.target_logits.to(at::kFloat);
+  at::Tensor probs = at::empty({N + B, V}, at::TensorOptions().dtype(at::kFloat));
+  std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
+  if (N + B > 0)
+    logits_to_probs_batch<IdT>(logits.data_ptr<float>(), N + B, V, logits.stride(0), params.data(), B, cu, 1,
+                               probs.data_ptr<float>(), target_rows.data());
+  at::Tensor draft;
+  std::vector<Status> draft_rows;
+  if (a.draft_logits) {
+    const at::Tensor dl = a.draft_logits->scalar_type() == at::kFloat ? *a.draft_logits : a.draft_logits->to(at::kFloat);
+    draft = at::empty({N, V}, at::TensorOptions().dtype(at::kFloat));
+    draft_rows.assign(static_cast<std::size_t>(N), Status::kSuccess);
+    if (N > 0)
+      logits_to_probs_batch<IdT>(dl.data_ptr<float>(), N, V, dl.stride(0), params.data(), B, cu, 0,
+                                 draft.data_ptr<float>(), draft_rows.data());
+  } else if (a.draft_probs) {
+    draft = a.draft_probs->to(at::kFloat).contiguous();
+  }
+  // Verification, request by request.
+  const auto ids_opts = a.draft_token_ids.options();
+  VerifyLogitsResult r;
+  r.output_token_ids = at::full({B, stride}, -1, ids_opts);
+  r.num_accepted = at::zeros({B}, at::TensorOptions().dtype(at::kInt));
+  r.accepted = s.tree ? at::full({B, stride}, -1, ids_opts) : at::zeros({N}, at::TensorOptions().dtype(at::kBool));
+  r.status = at::zeros({B}, at::TensorOptions().dtype(at::kInt));
+  r.target_probs = probs;
+  const auto* ids = a.draft_token_ids.data_ptr<IdT>();
+  const IdT* parents = s.tree ? a.parents->data_ptr<IdT>() : nullptr;
+  const at::Tensor has_q_t = a.has_draft_probs ? a.has_draft_probs->to(at::kByte) : at::Tensor();
+  const std::uint8_t* has_q = has_q_t.defined() ? has_q_t.data_ptr<std::uint8_t>() : nullptr;
+  const auto* seeds = a.seeds.data_ptr<std::int64_t>();
+  const auto* positions = a.positions.data_ptr<std::int64_t>();
+  const float* p = probs.data_ptr<float>();
+  const float* q = draft.defined() ? draft.data_ptr<float>() : nullptr;
+  auto* out = r.output_token_ids.data_ptr<IdT>();
+  auto* nacc = r.num_accepted.data_ptr<std::int32_t>();
+  auto* flags = s.tree ? nullptr : reinterpret_cast<std::uint8_t*>(r.accepted.data_ptr<bool>());
+  auto* nodes = s.tree ? r.accepted.data_ptr<IdT>() : nullptr;
+  auto* status = r.status.data_ptr<std::int32_t>();
+  at::parallel_for(0, B, 1, [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<float> tiles(static_cast<std::size_t>(num_tiles(V)));
+    for (std::int64_t b = lo; b < hi; ++b) {
+      const detail::RequestRange range = detail::request_range(cu, b, B, N, stride, positions);
+      Status st = range.status;
+      if (st == Status::kSuccess && range.num_drafts > 0 && has_q && has_q[b] && !q) st = Status::kInvalidArgument;
+      if (st == Status::kSuccess)
+        st = detail::first_failed_row(target_rows.data(), draft_rows.empty() ? nullptr : draft_rows.data(), range, b);
+      if (st == Status::kSuccess) {
+        const std::int64_t start = range.start, k = range.num_drafts;
+        const float* qb = q && (!has_q || has_q[b]) ? q + start * V : nullptr;
+        const float* pb = p + (start + b) * V;
+        const bool greedy = params[b].temperature == 0.0f;
+        const auto seed = static_cast<std::uint64_t>(seeds[b]);
+        st = s.tree ? verify_tree_request<IdT>(V, k, ids + start, parents + start, qb, pb, seed, positions[b], greedy,
+                                               out + b * stride, nodes + b * stride, nacc + b, tiles.data())
+                    : verify_chain_request<IdT>(V, k, ids + start, qb, pb, seed, positions[b], greedy, 1.0f,
+                                                out + b * stride, nacc + b, flags + start, tiles.data());
+      }
+      status[b] = static_cast<std::int32_t>(st);
+    }
+  });
+  return r;
+}
+
+}  // namespace
+
+std::int64_t verify_logits_workspace_bytes(std::int64_t batch_size, std::int64_t num_draft_tokens,
+                                           std::int64_t vocab_size, bool tree, bool draft_rows) {
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+  return verify_logits_workspace_bytes_cuda(batch_size, num_draft_tokens, vocab_size, tree, draft_rows);
+#else
+  (void)batch_size, (void)num_draft_tokens, (void)vocab_size, (void)tree, (void)draft_rows;
+  return 0;  // the CPU path needs none
+#endif
+}
+
+VerifyLogitsResult verify_logits(const VerifyLogitsArgs& args) {
+  const detail::Shapes s = detail::check_verify_logits(args);
+  if (args.target_logits.is_cuda()) {
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+    return verify_logits_cuda(args, s);
+#else
+    TORCH_CHECK(false, "target_logits: expected a CPU tensor (this build of specdec has no CUDA glue), got ",
+                args.target_logits.device().str());
+#endif
+  }
+  TORCH_CHECK(args.target_logits.is_cpu(), "target_logits: expected a CPU or CUDA tensor, got ",
+              args.target_logits.device().str());
+  if (args.draft_token_ids.scalar_type() == at::kInt) return verify_logits_cpu<std::int32_t>(args, s);
+  return verify_logits_cpu<std::int64_t>(args, s);
+}
+
+void check_verify_status(const VerifyLogitsResult& result, const char* op) {
+  const at::Tensor host = result.status.to(at::kCPU, at::kInt).contiguous();
+  const auto* st = host.data_ptr<std::int32_t>();
+  for (std::int64_t b = 0; b < host.numel(); ++b)
+    TORCH_CHECK(st[b] == 0, op, ": request ", b, " failed: ", to_string(static_cast<Status>(st[b])), ": ",
+                detail::blame(static_cast<Status>(st[b])));
+}
+
+}  // namespace specdec::torch

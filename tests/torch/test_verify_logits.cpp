@@ -1,0 +1,392 @@
+// The engine-facing entry verify_logits: the same tokens, counts, flags / paths as processing the logits with
+// logits_to_probs and verifying with the batched core (verify_chain / verify_tree); float16/bfloat16 logits; per-request
+// statuses for bad values (the other requests untouched); named errors for bad shapes and dtypes; the op by name; the
+// CUDA path against the CPU where a GPU is present.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "specdec/sampling/chain.hpp"
+#include "specdec/sampling/logits.hpp"
+#include "specdec/sampling/tree.hpp"
+#include "specdec/torch/verify_logits.hpp"
+
+namespace {
+
+using specdec::Status;
+using specdec::torch::VerifyLogitsArgs;
+using specdec::torch::VerifyLogitsResult;
+
+/// A random engine step: B requests with K_b drafts, target logits [N + B, V], draft logits [N, V], parameters.
+struct Step {
+  std::int64_t B = 0, N = 0, V = 0;
+  std::vector<std::int64_t> cu, ids, parents, seeds, positions;
+  std::vector<float> target, draft;  ///< logits
+  std::vector<float> temperature, top_p, min_p;
+  std::vector<std::int32_t> top_k;
+  std::vector<std::uint8_t> has_q;
+};
+
+Step random_step(std::uint64_t seed, std::int64_t B, std::int64_t V, bool tree) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  Step s;
+  s.B = B;
+  s.V = V;
+  s.cu.push_back(0);
+  for (std::int64_t b = 0; b < B; ++b) s.cu.push_back(s.cu.back() + static_cast<std::int64_t>(rng() % 5));
+  s.N = s.cu.back();
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t k = s.cu[b + 1] - s.cu[b];
+    for (std::int64_t j = 0; j < k; ++j) s.parents.push_back(tree ? static_cast<std::int64_t>(rng() % (j + 1)) : j);
+  }
+  s.target.resize(static_cast<std::size_t>((s.N + B) * V));
+  s.draft.resize(static_cast<std::size_t>(s.N * V));
+  for (auto& v : s.target) v = nd(rng);
+  // Drafts correlated with the target (so some are accepted), each draft token drawn near the top of its row.
+  for (std::int64_t j = 0; j < s.N; ++j) {
+    for (std::int64_t x = 0; x < V; ++x) s.draft[j * V + x] = 0.7f * s.target[j * V + x] + 0.5f * nd(rng);
+    std::int64_t best = 0;
+    for (std::int64_t x = 1; x < V; ++x)
+      if (s.draft[j * V + x] > s.draft[j * V + best]) best = x;
+    s.ids.push_back(rng() % 3 == 0 ? static_cast<std::int64_t>(rng() % V) : best);
+  }
+  const float ts[] = {0.0f, 1.0f, 0.7f, 1.3f};
+  for (std::int64_t b = 0; b < B; ++b) {
+    s.temperature.push_back(ts[b % 4]);
+    s.top_k.push_back(b % 3 == 1 ? 20 : 0);
+    s.top_p.push_back(b % 5 == 2 ? 0.9f : 1.0f);
+    s.min_p.push_back(b % 7 == 3 ? 0.05f : 0.0f);
+    s.seeds.push_back(static_cast<std::int64_t>(1000 + 17 * b));
+    s.positions.push_back(static_cast<std::int64_t>(10 + b));
+    s.has_q.push_back(b % 2 == 0 ? 1 : 0);
+  }
+  return s;
+}
+
+template <class T>
+at::Tensor tensor_of(const std::vector<T>& v) {
+  return at::tensor(v);
+}
+
+at::Tensor rows(const std::vector<float>& v, std::int64_t r, std::int64_t V) {
+  return at::tensor(v).reshape({r, V});
+}
+
+VerifyLogitsArgs args_of(const Step& s, bool tree, bool draft_logits, bool kinds) {
+  VerifyLogitsArgs a;
+  a.target_logits = rows(s.target, s.N + s.B, s.V);
+  a.draft_token_ids = tensor_of(s.ids).to(at::kLong);
+  if (s.ids.empty()) a.draft_token_ids = at::zeros({0}, at::kLong);
+  a.cu_num_draft_tokens = tensor_of(s.cu);
+  if (draft_logits) a.draft_logits = rows(s.draft, s.N, s.V);
+  if (tree) a.parents = s.parents.empty() ? at::zeros({0}, at::kLong) : tensor_of(s.parents);
+  if (kinds) a.has_draft_probs = tensor_of(s.has_q).to(at::kBool);
+  a.temperature = tensor_of(s.temperature);
+  a.top_k = tensor_of(s.top_k);
+  a.top_p = tensor_of(s.top_p);
+  a.min_p = tensor_of(s.min_p);
+  a.seeds = tensor_of(s.seeds);
+  a.positions = tensor_of(s.positions);
+  return a;
+}
+
+/// The reference: every row through logits_to_probs with its request's parameters, then the batched core.
+struct Reference {
+  std::vector<float> p, q;
+  std::vector<std::int64_t> tokens, nodes;
+  std::vector<std::int32_t> counts;
+  std::vector<std::uint8_t> flags;
+  std::int64_t stride = 0;
+};
+
+Reference reference(const Step& s, bool tree, bool with_q, bool kinds) {
+  Reference r;
+  const std::int64_t V = s.V;
+  r.p.resize(s.target.size());
+  r.q.resize(s.draft.size());
+  std::int64_t max_k = 0;
+  for (std::int64_t b = 0; b < s.B; ++b) {
+    const specdec::SamplingParams sp{s.temperature[b], s.top_k[b], s.top_p[b], s.min_p[b], 0};
+    const std::int64_t k = s.cu[b + 1] - s.cu[b];
+    max_k = std::max(max_k, k);
+    for (std::int64_t i = 0; i <= k; ++i) {
+      const std::int64_t row = s.cu[b] + b + i;
+      EXPECT_EQ(specdec::logits_to_probs(std::span<const float>(s.target.data() + row * V, V), sp,
+                                         std::span<float>(r.p.data() + row * V, V)),
+                Status::kSuccess);
+    }
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int64_t row = s.cu[b] + i;
+      EXPECT_EQ(specdec::logits_to_probs(std::span<const float>(s.draft.data() + row * V, V), sp,
+                                         std::span<float>(r.q.data() + row * V, V)),
+                Status::kSuccess);
+    }
+  }
+  r.stride = max_k + 1;
+  std::vector<std::uint64_t> seeds(s.seeds.begin(), s.seeds.end());
+  std::vector<std::uint8_t> greedy;
+  for (float t : s.temperature) greedy.push_back(t == 0.0f);
+  r.tokens.assign(static_cast<std::size_t>(s.B * r.stride), -1);
+  r.nodes.assign(static_cast<std::size_t>(s.B * r.stride), -1);
+  r.counts.assign(static_cast<std::size_t>(s.B), 0);
+  r.flags.assign(static_cast<std::size_t>(s.N), 0);
+  if (tree) {
+    specdec::TreeVerifyArgs<std::int64_t, std::int64_t> a;
+    a.batch_size = s.B;
+    a.vocab_size = V;
+    a.cu_num_draft_tokens = s.cu.data();
+    a.draft_token_ids = s.ids.data();
+    a.parents = s.parents.data();
+    a.draft_probs = with_q ? r.q.data() : nullptr;
+    a.target_probs = r.p.data();
+    a.seeds = seeds.data();
+    a.positions = s.positions.data();
+    a.greedy = greedy.data();
+    a.has_draft_probs = kinds ? s.has_q.data() : nullptr;
+    const auto res = specdec::verify_tree(a, specdec::TreeVerifyOutputs<std::int64_t>{r.tokens.data(), r.stride,
+                                                                                       r.counts.data(), r.nodes.data()});
+    EXPECT_TRUE(res.ok()) << specdec::to_string(res);
+  } else {
+    specdec::ChainVerifyArgs<std::int64_t, std::int64_t> a;
+    a.batch_size = s.B;
+    a.vocab_size = V;
+    a.cu_num_draft_tokens = s.cu.data();
+    a.draft_token_ids = s.ids.data();
+    a.draft_probs = with_q ? r.q.data() : nullptr;
+    a.target_probs = r.p.data();
+    a.seeds = seeds.data();
+    a.positions = s.positions.data();
+    a.greedy = greedy.data();
+    a.has_draft_probs = kinds ? s.has_q.data() : nullptr;
+    const auto res = specdec::verify_chain(a, specdec::ChainVerifyOutputs<std::int64_t>{r.tokens.data(), r.stride,
+                                                                                         r.counts.data(), r.flags.data()});
+    EXPECT_TRUE(res.ok()) << specdec::to_string(res);
+  }
+  return r;
+}
+
+template <class T>
+std::vector<T> to_vec(const at::Tensor& t) {
+  const at::Tensor c = t.cpu().contiguous();
+  return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
+}
+
+void expect_equal(const VerifyLogitsResult& got, const Reference& want, bool tree) {
+  EXPECT_EQ(to_vec<std::int32_t>(got.status), std::vector<std::int32_t>(want.counts.size(), 0));
+  EXPECT_EQ(to_vec<std::int64_t>(got.output_token_ids), want.tokens);
+  EXPECT_EQ(to_vec<std::int32_t>(got.num_accepted), want.counts);
+  if (tree) {
+    EXPECT_EQ(to_vec<std::int64_t>(got.accepted), want.nodes);
+  } else {
+    const auto flags = to_vec<bool>(got.accepted);
+    EXPECT_EQ(std::vector<std::uint8_t>(flags.begin(), flags.end()), want.flags);
+  }
+  const auto probs = to_vec<float>(got.target_probs);
+  ASSERT_EQ(probs.size(), want.p.size());
+  EXPECT_EQ(0, std::memcmp(probs.data(), want.p.data(), probs.size() * sizeof(float)));
+}
+
+TEST(VerifyLogits, ChainEqualsLogitsToProbsThenVerifyChain) {
+  std::int64_t accepted = 0, drafts = 0;
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    const Step s = random_step(seed, 9, 1500, false);
+    const auto got = specdec::torch::verify_logits(args_of(s, false, true, false));
+    expect_equal(got, reference(s, false, true, false), false);
+    accepted += got.num_accepted.sum().item<std::int64_t>();
+    drafts += s.N;
+    // Per-request draft kinds: even requests use their draft rows, odd ones are deterministic drafts.
+    expect_equal(specdec::torch::verify_logits(args_of(s, false, true, true)), reference(s, false, true, true), false);
+    // No draft distribution at all (n-gram drafts).
+    expect_equal(specdec::torch::verify_logits(args_of(s, false, false, false)), reference(s, false, false, false),
+                 false);
+  }
+  EXPECT_GT(accepted, 0);  // the steps exercise acceptances and rejections alike
+  EXPECT_LT(accepted, drafts);
+}
+
+TEST(VerifyLogits, TreeEqualsLogitsToProbsThenVerifyTree) {
+  for (std::uint64_t seed : {4u, 5u}) {
+    const Step s = random_step(seed, 7, 1100, true);
+    expect_equal(specdec::torch::verify_logits(args_of(s, true, true, false)), reference(s, true, true, false), true);
+    expect_equal(specdec::torch::verify_logits(args_of(s, true, false, false)), reference(s, true, false, false), true);
+  }
+}
+
+TEST(VerifyLogits, DraftProbsAndHalfPrecisionLogits) {
+  const Step s = random_step(6, 6, 700, false);
+  const Reference want = reference(s, false, true, false);
+  // Draft probabilities given instead of draft logits (already processed): the same tokens.
+  VerifyLogitsArgs a = args_of(s, false, false, false);
+  a.draft_probs = rows(want.q, s.N, s.V);
+  expect_equal(specdec::torch::verify_logits(a), want, false);
+  // bfloat16 target logits: the same as float32 logits holding the bfloat16 values.
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    Step r = s;
+    const at::Tensor rounded = rows(s.target, s.N + s.B, s.V).to(dtype);
+    const auto back = to_vec<float>(rounded.to(at::kFloat));
+    r.target.assign(back.begin(), back.end());
+    VerifyLogitsArgs h = args_of(r, false, true, false);
+    h.target_logits = rounded;
+    expect_equal(specdec::torch::verify_logits(h), reference(r, false, true, false), false);
+  }
+  // Strided target rows (a slice of a wider buffer) read as the contiguous ones.
+  VerifyLogitsArgs w = args_of(s, false, true, false);
+  const at::Tensor wide = at::zeros({s.N + s.B, s.V + 13});
+  wide.narrow(1, 0, s.V).copy_(w.target_logits);
+  w.target_logits = wide.narrow(1, 0, s.V);
+  expect_equal(specdec::torch::verify_logits(w), reference(s, false, true, false), false);
+}
+
+TEST(VerifyLogits, BadValuesFailTheirRequestOnly) {
+  const Step s = random_step(7, 5, 300, false);
+  const Reference want = reference(s, false, true, false);
+  VerifyLogitsArgs a = args_of(s, false, true, false);
+  // Request 1: a NaN target logit; request 3: a bad temperature; request 4: K_4 > max_num_draft_tokens handled below.
+  a.target_logits = a.target_logits.clone();
+  a.target_logits[s.cu[1] + 1][17] = std::nanf("");
+  a.temperature = a.temperature->clone();
+  (*a.temperature)[3] = -1.0f;
+  const auto got = specdec::torch::verify_logits(a);
+  const auto status = to_vec<std::int32_t>(got.status);
+  const auto tokens = to_vec<std::int64_t>(got.output_token_ids);
+  const auto counts = to_vec<std::int32_t>(got.num_accepted);
+  for (std::int64_t b = 0; b < s.B; ++b) {
+    const Status expected = b == 1 ? Status::kInvalidProbability : b == 3 ? Status::kInvalidArgument : Status::kSuccess;
+    EXPECT_EQ(status[b], static_cast<std::int32_t>(expected)) << b;
+    for (std::int64_t i = 0; i < want.stride; ++i)
+      EXPECT_EQ(tokens[b * want.stride + i], expected == Status::kSuccess ? want.tokens[b * want.stride + i] : -1);
+    EXPECT_EQ(counts[b], expected == Status::kSuccess ? want.counts[b] : 0);
+  }
+  try {
+    specdec::torch::check_verify_status(got);
+    FAIL() << "expected c10::Error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("verify_logits: request 1 failed: probability is NaN, infinite or negative"),
+              std::string::npos)
+        << e.what();
+  }
+  // An id out of range, all -inf logits, a width too small for a request.
+  VerifyLogitsArgs b = args_of(s, false, true, false);
+  b.draft_token_ids = b.draft_token_ids.clone();
+  b.draft_token_ids[s.cu[2]] = s.V;
+  b.target_logits = b.target_logits.clone();
+  b.target_logits[s.cu[0] + 0].fill_(-std::numeric_limits<float>::infinity());
+  std::int64_t max_k = 0;
+  for (std::int64_t i = 0; i < s.B; ++i) max_k = std::max(max_k, s.cu[i + 1] - s.cu[i]);
+  b.max_num_draft_tokens = max_k;
+  const auto bad = to_vec<std::int32_t>(specdec::torch::verify_logits(b).status);
+  EXPECT_EQ(bad[0], static_cast<std::int32_t>(Status::kZeroMass));
+  if (s.cu[3] > s.cu[2]) {
+    EXPECT_EQ(bad[2], static_cast<std::int32_t>(Status::kInvalidTokenId));
+  }
+  if (max_k > 0) {
+    b.max_num_draft_tokens = max_k - 1;
+    const auto narrow = to_vec<std::int32_t>(specdec::torch::verify_logits(b).status);
+    for (std::int64_t i = 0; i < s.B; ++i)
+      if (s.cu[i + 1] - s.cu[i] == max_k) {
+        EXPECT_EQ(narrow[i], static_cast<std::int32_t>(Status::kInvalidArgument)) << i;
+      }
+  }
+}
+
+void expect_error(const VerifyLogitsArgs& a, const std::string& message) {
+  try {
+    specdec::torch::verify_logits(a);
+    FAIL() << "expected c10::Error containing: " << message;
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(VerifyLogits, BadShapesAndDtypesAreNamedErrors) {
+  const Step s = random_step(8, 3, 64, false);
+  VerifyLogitsArgs a = args_of(s, false, true, false);
+  VerifyLogitsArgs e = a;
+  e.seeds = e.seeds.to(at::kInt);
+  expect_error(e, "seeds: expected int64, got Int");
+  e = a;
+  e.target_logits = at::zeros({s.N + s.B + 1, s.V});
+  expect_error(e, "target_logits: expected a 2-D tensor [" + std::to_string(s.N + s.B) + ", 64], got shape [" +
+                      std::to_string(s.N + s.B + 1) + ", 64]");
+  e = a;
+  e.draft_probs = at::zeros({s.N, s.V});
+  expect_error(e, "draft_probs/draft_logits: expected at most one of them, got both");
+  e = a;
+  e.cu_num_draft_tokens = e.cu_num_draft_tokens.to(at::kInt);
+  expect_error(e, "cu_num_draft_tokens: expected Long (the dtype of draft_token_ids), got Int");
+  e = a;
+  e.target_logits = e.target_logits.to(at::kDouble);
+  expect_error(e, "target_logits: expected float32, float16 or bfloat16, got Double");
+  e = a;
+  e.top_k = at::zeros({s.B}, at::kLong);
+  expect_error(e, "top_k: expected int32, got Long");
+  e = a;
+  e.temperature = at::ones({s.B + 1});
+  expect_error(e, "temperature: expected a 1-D tensor [3], got shape [4]");
+  e = a;
+  e.max_num_draft_tokens = -2;
+  expect_error(e, "max_num_draft_tokens: expected >= 0 (or -1 on CPU), got -2");
+}
+
+TEST(VerifyLogits, OpByName) {
+  void* handle = dlopen(SPECDEC_OPS_PATH, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::verify_logits", "");
+  const Step s = random_step(9, 4, 200, false);
+  const VerifyLogitsArgs a = args_of(s, false, true, false);
+  std::vector<c10::IValue> stack = {a.target_logits, a.draft_token_ids, a.cu_num_draft_tokens, a.seeds, a.positions,
+                                    *a.temperature,  *a.top_k,          *a.top_p,              *a.min_p, c10::IValue(),
+                                    *a.draft_logits, c10::IValue(),     c10::IValue(),         -1,       c10::IValue()};
+  op.callBoxed(&stack);
+  ASSERT_EQ(stack.size(), 5u);
+  const auto direct = specdec::torch::verify_logits(a);
+  EXPECT_TRUE(at::equal(stack[0].toTensor(), direct.output_token_ids));
+  EXPECT_TRUE(at::equal(stack[1].toTensor(), direct.num_accepted));
+  EXPECT_TRUE(at::equal(stack[2].toTensor(), direct.accepted));
+  EXPECT_TRUE(at::equal(stack[3].toTensor(), direct.status));
+  auto ws = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::verify_logits_workspace_bytes", "");
+  std::vector<c10::IValue> wstack = {std::int64_t{4}, std::int64_t{8}, std::int64_t{200}, false, true};
+  ws.callBoxed(&wstack);
+  EXPECT_GE(wstack[0].toInt(), 0);
+}
+
+bool have_cuda() { return torch::cuda::is_available() && torch::cuda::device_count() > 0; }
+
+TEST(VerifyLogits, CudaEqualsCpuWithoutSynchronising) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  for (bool tree : {false, true}) {
+    const Step s = random_step(tree ? 11 : 10, 12, 32000, tree);
+    VerifyLogitsArgs a = args_of(s, tree, true, true);
+    std::int64_t max_k = 0;
+    for (std::int64_t i = 0; i < s.B; ++i) max_k = std::max(max_k, s.cu[i + 1] - s.cu[i]);
+    a.max_num_draft_tokens = max_k;
+    const auto cpu = specdec::torch::verify_logits(a);
+    VerifyLogitsArgs g = a;
+    const at::Device dev(at::kCUDA, 0);
+    for (auto* t : {&g.target_logits, &g.draft_token_ids, &g.cu_num_draft_tokens, &g.seeds, &g.positions})
+      *t = t->to(dev);
+    for (auto* t : {&g.draft_logits, &g.parents, &g.has_draft_probs, &g.temperature, &g.top_k, &g.top_p, &g.min_p})
+      if (*t) **t = (*t)->to(dev);
+    g.workspace = at::empty({specdec::torch::verify_logits_workspace_bytes(s.B, s.N, s.V, tree, true)},
+                            at::TensorOptions().device(dev).dtype(at::kByte));
+    const auto gpu = specdec::torch::verify_logits(g);
+    EXPECT_TRUE(gpu.status.is_cuda());
+    EXPECT_TRUE(at::equal(gpu.output_token_ids.cpu(), cpu.output_token_ids));
+    EXPECT_TRUE(at::equal(gpu.num_accepted.cpu(), cpu.num_accepted));
+    EXPECT_TRUE(at::equal(gpu.accepted.cpu(), cpu.accepted));
+    EXPECT_TRUE(at::equal(gpu.status.cpu(), cpu.status));
+    EXPECT_TRUE(at::equal(gpu.target_probs.cpu(), cpu.target_probs));
+    // Without max_num_draft_tokens on CUDA: a named error (reading it would synchronise).
+    g.max_num_draft_tokens = -1;
+    expect_error(g, "max_num_draft_tokens: expected a bound on every K_b on CUDA");
+  }
+}
+
+}  // namespace
