@@ -61,7 +61,9 @@ struct Options {
   std::string proposer;  // empty = best available
   std::string eagle_head;
   int num_speculative_tokens = 5;
-  bool adaptive = false;
+  bool adaptive = false;      // the adaptive draft-length policy (--adaptive; off with --fixed-g)
+  bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
+  bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   bool tree = false;
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
@@ -241,7 +243,8 @@ double reference_one_token_seconds(const std::optional<RunOutcome>& base, const 
   return spec.metrics.one_token_forward_seconds();
 }
 
-void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, const std::string& proposer, int g) {
+void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, const std::string& proposer, int g,
+                 bool adaptive) {
   const DecoderMetrics& m = spec.metrics;
   const double t1 = reference_one_token_seconds(base, spec);
   fmt::print("\n{:<24}{:>12}{:>10}{:>10}{:>8}{:>8}{:>8}{:>10}\n", "run", "tokens/s", "speedup", "accept", "tau", "c",
@@ -252,8 +255,12 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
   const std::string speedup =
       base ? fmt::format("{:.2f}x", m.tokens_per_second() / base->metrics.tokens_per_second()) : "-";
   fmt::print("{:<24}{:>12.1f}{:>10}{:>10.3f}{:>8.2f}{:>8.3f}{:>8.2f}{:>9.2f}x\n",
-             fmt::format("{} (g={})", proposer, g), m.tokens_per_second(), speedup, m.total.acceptance_rate(),
+             fmt::format("{} (g{}{})", proposer, adaptive ? "<=" : "=", g), m.tokens_per_second(), speedup, m.total.acceptance_rate(),
              m.total.mean_accepted_length(), m.cost_ratio(t1), m.verify_cost_ratio(t1), m.theoretical_speedup(t1));
+  if (adaptive && m.total.target_forwards > 0)
+    fmt::print("adaptive draft length: {:.0f}% of request-steps drafted, {:.2f} drafts per drafting step\n",
+               100.0 * static_cast<double>(m.total.steps_with_drafts) / static_cast<double>(m.total.target_forwards),
+               m.mean_gamma());
   const auto by_pos = m.total.acceptance_by_position();
   if (!by_pos.empty()) {
     fmt::print("acceptance by draft position:");
@@ -385,16 +392,18 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
-  spec_options.dynamic_speculation = o.adaptive;
+  spec_options.adaptive.enabled = o.adaptive;
+  spec_options.adaptive.sampled = o.adaptive_all;
+  const bool adaptive = o.adaptive && (params.greedy() || o.adaptive_all);  // what the run does
   spec_options.measure_expected_acceptance = o.expected_acceptance;
   spec_options.detokenize = specdec::decoder::make_detokenizer(tokenizer);
   DecoderOptions base_options = spec_options;
   base_options.num_speculative_tokens = 0;
-  base_options.dynamic_speculation = false;
+  base_options.adaptive.enabled = false;
 
   fmt::print(stderr, "specdec-generate: model {} (V = {}), {} prompt(s), proposer {}, g = {}{}, temperature {}, verify {}\n",
              fs::path(o.model).filename().string(), target.vocab_size(), prompts.size(), proposer,
-             o.num_speculative_tokens, o.adaptive ? " (adaptive)" : "", o.temperature, o.verify);
+             o.num_speculative_tokens, adaptive ? " (adaptive: at most)" : " (fixed)", o.temperature, o.verify);
 
   std::optional<RunOutcome> base;
   if (o.compare) {
@@ -459,14 +468,19 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
                      proposer));
   }
 
-  print_table(base, spec, proposer, o.num_speculative_tokens);
+  print_table(base, spec, proposer, o.num_speculative_tokens, adaptive);
 
   if (!o.json.empty()) {
     nlohmann::json j;
     j["model"] = fs::path(o.model).filename().string();
     j["proposer"] = proposer;
     j["num_speculative_tokens"] = o.num_speculative_tokens;
-    j["adaptive"] = o.adaptive;
+    j["adaptive"] = adaptive;
+    j["drafting_step_fraction"] = spec.metrics.total.target_forwards
+                                      ? static_cast<double>(spec.metrics.total.steps_with_drafts) /
+                                            static_cast<double>(spec.metrics.total.target_forwards)
+                                      : 0.0;
+    j["mean_gamma"] = spec.metrics.mean_gamma();
     j["temperature"] = o.temperature;
     j["verify"] = o.verify;
     j["prompts"] = prompts.size();
@@ -514,8 +528,15 @@ int main(int argc, char** argv) {
         return "expected none, ngram, suffix, draft, eagle or a comma-separated chain, got '" + v + "'";
       });
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
-  app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens, "drafts per step (g)")->capture_default_str();
-  app.add_flag("--adaptive", o.adaptive, "choose g per request and step from the measured acceptance and costs");
+  app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens,
+                 "drafts per step (g): the most a step drafts under the adaptive policy, exactly g with --fixed-g")
+      ->capture_default_str();
+  auto* adaptive = app.add_flag("--adaptive", o.adaptive_all,
+                                "choose g in [0, g] per request and step to maximise expected tokens/s (from the request's "
+                                "recent acceptance and the target's verification cost learned from the run), also when "
+                                "sampling (sampled tokens for a seed then depend on the g chosen)");
+  app.add_flag("--fixed-g,--no-adaptive", o.fixed_g, "draft exactly g tokens every step (turn the adaptive policy off)")
+      ->excludes(adaptive);
   app.add_option("--verify", o.verify,
                  "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
                  "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
@@ -577,6 +598,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (o.threads <= 0) o.threads = specdec::models::available_cpus();
+    if (o.adaptive_all) o.adaptive = true;
+    if (o.fixed_g) o.adaptive = false;
     // By default ATen runs on the calling thread only: the models' own pool has the cores, and OpenMP workers that spin
     // after ATen's parallel regions would steal them from it (measured: the draft proposer's c 0.17 -> 0.08, r 2.5 -> 1.55).
     at::set_num_threads(o.aten_threads);

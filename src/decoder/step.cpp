@@ -458,8 +458,15 @@ int StopMatcher::push(const std::string& piece) {
 void check_options(const DecoderOptions& o) {
   if (o.num_speculative_tokens < 0)
     fail("DecoderOptions.num_speculative_tokens: expected >= 0, got " + std::to_string(o.num_speculative_tokens));
-  if (o.max_speculative_tokens < 0)
-    fail("DecoderOptions.max_speculative_tokens: expected >= 0, got " + std::to_string(o.max_speculative_tokens));
+  const AdaptiveSpeculation& a = o.adaptive;
+  if (!(a.acceptance_decay > 0 && a.acceptance_decay <= 1))
+    fail("DecoderOptions.adaptive.acceptance_decay: expected a value in (0, 1], got " + std::to_string(a.acceptance_decay));
+  if (!(a.cost_decay > 0 && a.cost_decay <= 1))
+    fail("DecoderOptions.adaptive.cost_decay: expected a value in (0, 1], got " + std::to_string(a.cost_decay));
+  if (a.probe_interval < 1)
+    fail("DecoderOptions.adaptive.probe_interval: expected >= 1, got " + std::to_string(a.probe_interval));
+  if (std::isnan(a.draft_seconds_per_position))
+    fail("DecoderOptions.adaptive.draft_seconds_per_position: expected seconds (or < 0 = measured), got nan");
   if (o.calibration_forwards < 1)
     fail("DecoderOptions.calibration_forwards: expected >= 1, got " + std::to_string(o.calibration_forwards));
 }
@@ -483,21 +490,6 @@ void check_request(const GenerationRequest& r, std::int64_t V, const DecoderOpti
   if (r.num_speculative_tokens < -1)
     fail("GenerationRequest.num_speculative_tokens: expected >= 0 (or -1 = the decoder's default), got " +
          std::to_string(r.num_speculative_tokens));
-}
-
-std::int32_t choose_gamma(double a, double c, double r_ref, double g_ref, std::int32_t max_g) {
-  a = std::clamp(a, 0.0, 0.999);
-  std::int32_t best_g = 0;
-  double best = 1.0;
-  const double slope = g_ref > 0 ? std::max(r_ref - 1.0, 0.0) / g_ref : 0.0;
-  for (std::int32_t g = 1; g <= max_g; ++g) {
-    const double w = theory::walltime_improvement(a, g, c, 1.0 + slope * g);
-    if (w > best) {
-      best = w;
-      best_g = g;
-    }
-  }
-  return best_g;
 }
 
 }  // namespace detail

@@ -72,8 +72,4 @@ void check_request(const GenerationRequest& request, std::int64_t vocab_size, co
 /// Validates decoder options.
 void check_options(const DecoderOptions& options);
 
-/// The g that maximises theory::walltime_improvement(a, g, c, r(g)) with r(g) = 1 + (r_ref - 1) g / g_ref (0 when nothing
-/// beats plain decoding), in [0, max_g].
-std::int32_t choose_gamma(double a, double c, double r_ref, double g_ref, std::int32_t max_g);
-
 }  // namespace specdec::decoder::detail

@@ -15,6 +15,7 @@
 // The target's cache for a running request holds every context token except the last (which the next step feeds as root).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "specdec/decoder/detail.hpp"
+#include "specdec/decoder/length_policy.hpp"
 #include "specdec/decoder/types.hpp"
 #include "specdec/models/causal_lm.hpp"
 #include "specdec/proposers/proposer.hpp"
@@ -54,6 +56,7 @@ class SpeculativeDecoder {
   SpeculativeDecoder(Draft& proposer, Target& target, DecoderOptions options = {})
       : proposer_(&proposer), target_(&target), options_(std::move(options)) {
     detail::check_options(options_);
+    cost_model_ = ForwardCostModel(options_.adaptive.cost_decay);
     vocab_size_ = static_cast<std::int64_t>(target_->vocab_size());
     if constexpr (proposers::has_vocab_size<Draft>) {
       const auto dv = static_cast<std::int64_t>(proposer_->vocab_size());
@@ -86,6 +89,7 @@ class SpeculativeDecoder {
     const auto t0 = Clock::now();
     Request r;
     r.id = next_id_;
+    r.acceptance = AcceptanceEstimate(options_.adaptive.acceptance_decay);
     r.context = request.prompt;
     r.req = std::move(request);
     if (!r.req.stop_strings.empty()) r.stops = detail::StopMatcher(r.req.stop_strings);
@@ -150,12 +154,8 @@ class SpeculativeDecoder {
     for (auto& [id, r] : running_) reqs.push_back(&r);
     const auto B = static_cast<std::int64_t>(reqs.size());
 
-    std::vector<std::int32_t> g(static_cast<std::size_t>(B));
-    std::int32_t max_g = 0;
-    for (std::int64_t b = 0; b < B; ++b) {
-      g[static_cast<std::size_t>(b)] = gamma_for(*reqs[static_cast<std::size_t>(b)]);
-      max_g = std::max(max_g, g[static_cast<std::size_t>(b)]);
-    }
+    const std::vector<std::int32_t> g = draft_lengths(reqs);
+    const std::int32_t max_g = g.empty() ? 0 : *std::max_element(g.begin(), g.end());
     if (max_g > 0 && options_.calibrate && metrics_.one_token_forwards == 0) excluded_s += calibrate(reqs);
 
     // 1. drafts
@@ -173,7 +173,11 @@ class SpeculativeDecoder {
       }
       const auto t = Clock::now();
       drafts = proposer_->propose(std::span<const proposers::ProposeRequest>(pr));
-      draft_s += seconds_since(t);
+      const double propose_s = seconds_since(t);
+      draft_s += propose_s;
+      const double per_position = propose_s / max_g;
+      draft_position_seconds_ = draft_position_seconds_ < 0 ? per_position
+                                                            : 0.9 * draft_position_seconds_ + 0.1 * per_position;
       detail::check_draft_batch(drafts, g, vocab_size_, proposers::supports_trees<Draft> && models::TreeCausalLM<Target>,
                                 kMaxTreeNodes);
     } else {
@@ -219,6 +223,7 @@ class SpeculativeDecoder {
     const at::Tensor probs = proposers::process_logits(out.logits, row_params);
     const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy, block,
                                                 options_.measure_expected_acceptance);
+    cost_model_.observe(B, N + B, seconds_since(t_target));  // what a step of N + B rows costs beyond its drafting
 
     // 4. emit, stop, roll caches back, tell the proposer
     std::vector<proposers::StepFeedback> feedback;
@@ -243,7 +248,7 @@ class SpeculativeDecoder {
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
-      update_estimate(r, k, n_acc);
+      update_estimate(r, drafts, b, k, n_acc);
       if (callback_)
         callback_(r.id, std::span<const std::int64_t>(r.context).subspan(before), r.finish != FinishReason::kNone);
       if (r.finish != FinishReason::kNone) {
@@ -363,35 +368,82 @@ class SpeculativeDecoder {
     RequestMetrics metrics;
     FinishReason finish = FinishReason::kNone;
     std::string stop_string;
-    double est_accepted = 1.0, est_trials = 2.0;  // running acceptance estimate (decayed counts; prior a = 0.5)
-    std::int64_t steps_without_drafts = 0;
+    AcceptanceEstimate acceptance;  // by draft position, decayed (the adaptive policy's E[tokens])
+    double rows_per_depth = 1.0;    // token rows per draft depth of the request's last drafts (trees > 1)
+    std::int32_t plain_steps = 0;   // consecutive steps the adaptive policy chose g = 0
   };
 
   std::int64_t generated(const Request& r) const {
     return static_cast<std::int64_t>(r.context.size() - r.req.prompt.size());
   }
 
-  std::int32_t gamma_for(Request& r) {
-    std::int32_t g = r.req.num_speculative_tokens >= 0 ? r.req.num_speculative_tokens : options_.num_speculative_tokens;
-    if (options_.dynamic_speculation && g > 0 && metrics_.one_token_forwards > 0 && metrics_.draft_positions > 0) {
-      const double a = r.est_accepted / r.est_trials;
-      std::int32_t best = detail::choose_gamma(a, metrics_.cost_ratio(), metrics_.verify_cost_ratio(),
-                                               std::max(1.0, metrics_.verify_tokens_per_request - 1.0),
-                                               options_.max_speculative_tokens);
-      if (best == 0 && ++r.steps_without_drafts % 16 == 0) best = 1;  // probe now and then to refresh the estimate
-      g = best;
-    }
+  /// The most drafts request r may propose this step: its g (or the decoder's), within max_new_tokens and the context.
+  std::int32_t max_drafts_for(const Request& r) const {
+    const std::int32_t g = r.req.num_speculative_tokens >= 0 ? r.req.num_speculative_tokens : options_.num_speculative_tokens;
     const std::int64_t room = std::min<std::int64_t>(r.req.max_new_tokens - generated(r),
                                                      max_sequence_length_ - static_cast<std::int64_t>(r.context.size())) -
                               1;
     return static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min<std::int64_t>(g, room)));
   }
 
-  void update_estimate(Request& r, std::int64_t k, std::int64_t n_acc) {
+  bool is_adaptive(const GenerationRequest& q) const {
+    if (q.adaptive) return *q.adaptive;
+    return options_.adaptive.enabled && (q.params.greedy() || options_.adaptive.sampled);
+  }
+
+  /// Every request's g for this step: its bound, or under the adaptive policy the batch's best choice (length_policy.hpp),
+  /// with a one-draft probe after probe_interval plain steps of a request whose bound allows drafting.
+  std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs) {
+    const std::size_t B = reqs.size();
+    std::vector<std::int32_t> g(B);
+    bool any_adaptive = false;
+    std::vector<std::uint8_t> adaptive(B);
+    for (std::size_t b = 0; b < B; ++b) {
+      g[b] = max_drafts_for(*reqs[b]);
+      adaptive[b] = is_adaptive(reqs[b]->req) ? 1 : 0;
+      any_adaptive |= g[b] > 0 && adaptive[b];
+    }
+    if (!any_adaptive) return g;
+    std::vector<std::vector<double>> tokens(B);
+    std::vector<LengthChoice> choices(B);
+    for (std::size_t b = 0; b < B; ++b) {
+      const Request& r = *reqs[b];
+      tokens[b].resize(static_cast<std::size_t>(g[b]) + 1);
+      r.acceptance.expected_tokens(tokens[b]);
+      choices[b].max_g = g[b];
+      choices[b].fixed = !adaptive[b];
+      choices[b].rows_per_depth = r.rows_per_depth;
+      choices[b].tokens = tokens[b];
+    }
+    const AdaptiveSpeculation& a = options_.adaptive;
+    const double d = a.draft_seconds_per_position >= 0 ? a.draft_seconds_per_position
+                                                       : std::max(draft_position_seconds_, 0.0);
+    std::vector<std::int32_t> chosen =
+        a.forward_seconds
+            ? choose_draft_lengths(choices, a.forward_seconds, d)
+            : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, d);
+    for (std::size_t b = 0; b < B; ++b) {
+      Request& r = *reqs[b];
+      if (choices[b].fixed || g[b] == 0) continue;
+      if (chosen[b] > 0) {
+        r.plain_steps = 0;
+      } else if (++r.plain_steps >= a.probe_interval) {
+        chosen[b] = 1;  // probe: is drafting paying again?
+        r.plain_steps = 0;
+      }
+    }
+    return chosen;
+  }
+
+  void update_estimate(Request& r, const proposers::DraftBatch& d, std::int64_t b, std::int64_t k, std::int64_t n_acc) {
     if (k == 0) return;
-    constexpr double kDecay = 0.9;
-    r.est_accepted = kDecay * r.est_accepted + static_cast<double>(n_acc);
-    r.est_trials = kDecay * r.est_trials + static_cast<double>(n_acc) + (n_acc < k ? 1.0 : 0.0);
+    std::int64_t depth = k;
+    if (!d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty()) {
+      const auto depths = detail::draft_depths(d, b);
+      depth = *std::max_element(depths.begin(), depths.end());
+    }
+    r.acceptance.observe(depth, n_acc);
+    r.rows_per_depth = static_cast<double>(k) / static_cast<double>(depth);
   }
 
   static std::int64_t max_depth(const proposers::DraftBatch& d) {
@@ -493,6 +545,8 @@ class SpeculativeDecoder {
   RequestId next_id_ = 0;
   TokenCallback callback_;
   DecoderMetrics metrics_;
+  ForwardCostModel cost_model_;          // F(B, T) of verification steps, learned from this run's steps
+  double draft_position_seconds_ = -1;   // decayed mean of Proposer::propose seconds per sequential draft position
 };
 
 }  // namespace specdec::decoder

@@ -3,10 +3,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "specdec/decoder/length_policy.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/block.hpp"
 #include "specdec/sampling/params.hpp"
@@ -27,6 +29,10 @@ struct GenerationRequest {
   std::vector<std::int64_t> stop_token_ids;     ///< e.g. EOS; the stop token is emitted and ends the request
   std::vector<std::string> stop_strings;        ///< needs DecoderOptions::detokenize; the token completing one is emitted last
   std::int32_t num_speculative_tokens = -1;     ///< g for this request; -1 = DecoderOptions::num_speculative_tokens
+  /// Whether the adaptive policy chooses this request's g each step (in [0, g]). Unset: DecoderOptions::adaptive decides
+  /// (enabled, and for a sampling request also sampled). false opts the request out: every step drafts g (up to the
+  /// proposer and the room left); true opts a sampling request in (its tokens for a seed then depend on the g chosen).
+  std::optional<bool> adaptive;
   /// How the request's drafts are verified: token by token (default) or jointly (block verification, Sun et al. 2024;
   /// lossless, never fewer accepted drafts in expectation). Applies to chains; a step whose batch holds a draft tree is
   /// verified token by token (tree verification).
@@ -126,13 +132,16 @@ using Detokenizer = std::function<std::string(std::int64_t token)>;
 Detokenizer make_detokenizer(const models::Tokenizer& tokenizer);
 
 struct DecoderOptions {
-  std::int32_t num_speculative_tokens = 4;  ///< g (>= 0); 0 = autoregressive decoding
-  bool dynamic_speculation = false;         ///< choose g per request each step by maximising theory::walltime_improvement
-  std::int32_t max_speculative_tokens = 16; ///< upper bound of the dynamic g
+  /// g (>= 0): drafts per step, or with the adaptive policy the most a step may draft; 0 = autoregressive decoding.
+  std::int32_t num_speculative_tokens = 4;
+  /// The draft-length policy (length_policy.hpp): when enabled, each step picks every request's g in
+  /// [0, num_speculative_tokens] to maximise expected tokens per second, from the request's recent acceptance by
+  /// position and the target's cost of (g + 1)-token verifications learned from this run's own steps.
+  AdaptiveSpeculation adaptive;
   Detokenizer detokenize;                   ///< needed by requests with stop strings
   /// Time a 1-token target forward of the running batch once (rolled back; not counted as a step) when no plain step has
-  /// measured it yet: needed for the cost ratios (metrics) and dynamic speculation. Off: c and r stay unmeasured in
-  /// speculative runs.
+  /// measured it yet: needed for the cost ratios c and r of the metrics (the adaptive policy learns its costs from the
+  /// run's steps and does not need it). Off: c and r stay unmeasured in speculative runs without plain steps.
   bool calibrate = true;
   /// Timed forwards of the calibration (after one untimed warm-up forward); their mean is the reference.
   std::int32_t calibration_forwards = 3;

@@ -1,0 +1,118 @@
+// specdec — the adaptive draft-length policy: how many drafts (g, possibly 0) each request proposes in a step.
+//
+// Each step the policy picks g_b per request to maximise the batch's expected tokens per second,
+//
+//     sum_b E_b(g_b)  /  ( F(B, B + sum_b w_b g_b) + d * max_b g_b )
+//
+//   E_b(g)  expected tokens request b emits with g drafts: 1 + sum_{i<=g} h_1 ... h_i, where h_i is the request's
+//           decayed estimate of P(draft i accepted | drafts 1..i-1 accepted) (AcceptanceEstimate). Per position rather
+//           than one rate a, because copied drafts are accepted in runs (a copy continues or stops): h_1 may be 0.5 while
+//           h_5 is 0.9, and a single a would cut such drafts short.
+//   F(B, T) seconds of a verification (target forward + logits processing + verification) of T token rows over B
+//           requests (ForwardCostModel: per B a linear fit and the mean of each step size seen, with forgetting, learned
+//           from the run's own steps, plain ones included; or a fixed function an engine profiled).
+//   w_b     token rows per draft depth (1 for chains; trees: nodes per level, from the request's last drafts).
+//   d       seconds of one sequential draft position (measured from Proposer::propose, or fixed).
+//
+// With these estimates, one request with a constant h = a is Leviathan's walltime_improvement(a, g, c, r(g)) with
+// c = d / F(1, 1) and r(g) = F(1, 1 + g) / F(1, 1) (theory.hpp). A request whose best g is 0 decodes plainly and, every
+// probe_interval such steps, drafts one token to refresh its estimate, so it returns to drafting when the text starts
+// to repeat.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+namespace specdec::decoder {
+
+/// Seconds of a target verification over `requests` requests with `tokens` token rows in all (each request's root plus
+/// its drafts): the cost model the adaptive policy uses.
+using ForwardCostFn = std::function<double(std::int64_t requests, std::int64_t tokens)>;
+
+/// Options of the adaptive draft-length policy (DecoderOptions::adaptive).
+struct AdaptiveSpeculation {
+  /// Choose g per request and step in [0, num_speculative_tokens] (the request's or the decoder's) for greedy requests
+  /// (temperature 0), whose tokens equal plain decoding whatever g is. Off: every step proposes num_speculative_tokens
+  /// drafts. A request can override this and `sampled` (GenerationRequest::adaptive).
+  bool enabled = false;
+  /// Also for requests that sample. Their tokens keep the target's distribution, but which tokens a seed gives then
+  /// depends on the g chosen each step, so on the run's timings and on the batch: the seed-for-seed reproducibility of
+  /// the promise "a request's tokens do not depend on its batch" is given up. Off by default for that reason.
+  bool sampled = false;
+  /// Per-position acceptance estimates keep this weight of their past each time the position is tested.
+  double acceptance_decay = 0.9;
+  /// The cost model's linear fits keep this weight of their past per observed step.
+  double cost_decay = 0.98;
+  /// A request at g = 0 drafts one token after this many plain steps, to learn whether drafting pays again.
+  std::int32_t probe_interval = 16;
+  /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
+  ForwardCostFn forward_seconds;
+  /// Fixed seconds per sequential draft position; < 0: measured from Proposer::propose.
+  double draft_seconds_per_position = -1.0;
+};
+
+/// A request's acceptance by draft position, decayed: h(i) = P(draft i accepted | drafts 1..i-1 accepted).
+class AcceptanceEstimate {
+ public:
+  explicit AcceptanceEstimate(double decay = 0.9, double prior = 0.5) : decay_(decay), prior_(prior) {}
+  /// One verified chain (or a tree's deepest path): `drafted` draft positions tested in order, the first `accepted` kept.
+  void observe(std::int64_t drafted, std::int64_t accepted);
+  /// Estimate at position i (1-based) from decayed accepted / tested counts (every position decays at every observation,
+  /// tested or not). Position 1 starts from one pseudo-observation of the prior, which fades like the data, so a request
+  /// whose drafts always fail goes to 0; position i > 1 leans on h(i - 1) with the weight of one observation, so a depth
+  /// little or long not tried drifts back to the one before it. Depths never tried inherit the deepest estimate.
+  double h(std::int64_t i) const;
+  /// 1 + sum_{i<=g} h(1) ... h(i): expected tokens of a step with g drafts (the bonus token included).
+  double expected_tokens(std::int64_t g) const;
+  /// Fills out[g] = expected_tokens(g) for g in [0, out.size()).
+  void expected_tokens(std::span<double> out) const;
+
+ private:
+  double decay_, prior_;
+  std::vector<double> tested_, accepted_;  // decayed counts per position (0-based)
+};
+
+/// F(B, T) learned from timed verification steps: per batch size B, a weighted least-squares line
+/// seconds = a_B + b_B (T - B) with exponential forgetting, and per step size T the decayed mean of its own steps, shrunk
+/// towards the line by two pseudo-observations (costs need not be linear in the rows; sizes never seen follow the line).
+/// The slope leans on a prior (prior_slope * a_B per token) until the run has steps of different sizes; a B never seen
+/// uses the nearest B seen; before any step, a = 1 (a unit).
+class ForwardCostModel {
+ public:
+  explicit ForwardCostModel(double decay = 0.98, double prior_slope = 0.1) : decay_(decay), prior_slope_(prior_slope) {}
+  void observe(std::int64_t requests, std::int64_t tokens, double seconds);
+  double predict(std::int64_t requests, std::int64_t tokens) const;
+  /// predict(B, B + x) / predict(B, B): the verify cost ratio r of x extra token rows.
+  double ratio(std::int64_t requests, std::int64_t extra_tokens) const;
+  bool empty() const { return fits_.empty(); }
+
+ private:
+  struct Cell {
+    double w = 0, y = 0;  // decayed count and sum of seconds of the steps with this many extra rows
+  };
+  struct Fit {
+    double w = 0, x = 0, y = 0, xx = 0, xy = 0;  // decayed sums over (x = T - B, y = seconds)
+    std::vector<Cell> cells;                      // by x
+  };
+  double decay_, prior_slope_;
+  std::map<std::int64_t, Fit> fits_;
+};
+
+/// One request's inputs to choose_draft_lengths.
+struct LengthChoice {
+  std::int32_t max_g = 0;          ///< upper bound (room left, the request's or decoder's g)
+  bool fixed = false;              ///< g = max_g, not chosen (opted out of the policy)
+  double rows_per_depth = 1.0;     ///< token rows a draft depth adds (chains 1)
+  std::span<const double> tokens;  ///< expected tokens per step for g = 0 .. max_g (tokens[0] = 1); size >= max_g + 1
+};
+
+/// The g per request maximising sum_b tokens_b[g_b] / (forward(B, B + sum_b rows_b g_b) + draft_seconds * max_b g_b), by
+/// coordinate ascent from g = 0 (fixed requests at their max_g): each round moves the one request whose best jump up
+/// raises the objective most. Exact for one request; ties keep the smaller g.
+std::vector<std::int32_t> choose_draft_lengths(std::span<const LengthChoice> requests, const ForwardCostFn& forward,
+                                               double draft_seconds);
+
+}  // namespace specdec::decoder

@@ -1,0 +1,339 @@
+// The adaptive draft-length policy (decoder/length_policy.hpp): acceptance by position, the learned cost model, the
+// choice of g against the theory, and the decoder with the policy on (fixed cost models and synthetic acceptance, so
+// nothing here depends on timings).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common.hpp"
+#include "specdec/decoder/length_policy.hpp"
+#include "specdec/proposers/synthetic.hpp"
+#include "specdec/sampling/theory.hpp"
+
+namespace {
+
+using namespace specdec::test;
+
+std::int32_t choose_one(const sd::AcceptanceEstimate& e, std::int32_t max_g, double slope, double draft = 0.0) {
+  std::vector<double> tokens(static_cast<std::size_t>(max_g) + 1);
+  e.expected_tokens(tokens);
+  const sd::LengthChoice c{max_g, false, 1.0, tokens};
+  return sd::choose_draft_lengths({&c, 1}, [slope](std::int64_t b, std::int64_t t) { return 1.0 + slope * (t - b); },
+                                  draft)[0];
+}
+
+TEST(LengthPolicy, AcceptanceByPosition) {
+  sd::AcceptanceEstimate prior;
+  EXPECT_DOUBLE_EQ(prior.h(1), 0.5);
+  EXPECT_DOUBLE_EQ(prior.expected_tokens(0), 1.0);
+  EXPECT_DOUBLE_EQ(prior.expected_tokens(2), 1.75);
+
+  sd::AcceptanceEstimate all;
+  for (int i = 0; i < 60; ++i) all.observe(4, 4);
+  for (int i = 1; i <= 4; ++i) EXPECT_GT(all.h(i), 0.9) << i;
+  EXPECT_DOUBLE_EQ(all.h(9), all.h(4));  // depths never tried inherit the deepest estimate
+  EXPECT_GT(all.expected_tokens(8), 7.0);
+
+  sd::AcceptanceEstimate none;
+  for (int i = 0; i < 60; ++i) none.observe(4, 0);
+  EXPECT_LT(none.h(1), 0.05);
+  EXPECT_LT(none.expected_tokens(4), 1.06);
+
+  // copied runs: half the steps reject the first draft, the other half accept all four. One rate would say 0.8;
+  // by position the first draft is a coin flip and the later ones are certain once it is accepted.
+  sd::AcceptanceEstimate runs;
+  for (int i = 0; i < 60; ++i) runs.observe(4, i % 2 ? 4 : 0);
+  EXPECT_NEAR(runs.h(1), 0.5, 0.06);
+  for (int i = 2; i <= 4; ++i) EXPECT_GT(runs.h(i), 0.9) << i;
+
+  // chains accepted until their first rejection, each draft with probability 0.7: h(i) = 0.7 at every position
+  sd::AcceptanceEstimate geo(0.999);
+  std::uint64_t state = 12345;
+  auto uniform = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<double>(state >> 11) * 0x1.0p-53;
+  };
+  for (int i = 0; i < 4000; ++i) {
+    int n = 0;
+    while (n < 6 && uniform() < 0.7) ++n;
+    geo.observe(6, n);
+  }
+  for (int i = 1; i <= 3; ++i) EXPECT_NEAR(geo.h(i), 0.7, 0.05) << i;  // decay 0.999: ~1000 effective chains
+}
+
+TEST(LengthPolicy, CostModelLearnsTheVerificationLine) {
+  sd::ForwardCostModel m;
+  EXPECT_TRUE(m.empty());
+  EXPECT_DOUBLE_EQ(m.ratio(1, 4), 1.4);  // the prior before any step
+  // one request: 4 ms plus 0.3 ms per draft row, drafts 0..8
+  for (int i = 0; i < 300; ++i) m.observe(1, 1 + i % 9, 4e-3 + 3e-4 * (i % 9));
+  EXPECT_NEAR(m.predict(1, 1), 4e-3, 4e-5);
+  EXPECT_NEAR(m.predict(1, 9), 4e-3 + 8 * 3e-4, 4e-5);
+  EXPECT_NEAR(m.ratio(1, 5), (4e-3 + 1.5e-3) / 4e-3, 0.01);
+  // eight requests: a separate line; an unseen batch size uses the nearest one seen
+  for (int i = 0; i < 300; ++i) m.observe(8, 8 + 4 * (i % 5), 10e-3 + 2e-4 * 4 * (i % 5));
+  EXPECT_NEAR(m.predict(8, 8), 10e-3, 1e-4);
+  EXPECT_NEAR(m.predict(6, 6 + 10), 10e-3 + 2e-3, 1e-4);
+  EXPECT_NEAR(m.predict(2, 3), 4e-3 + 3e-4, 4e-5);
+  // only one size of step seen: the slope is the prior's
+  sd::ForwardCostModel one;
+  for (int i = 0; i < 50; ++i) one.observe(2, 6, 5e-3);
+  EXPECT_NEAR(one.ratio(2, 4), 1.4, 1e-6);
+  EXPECT_NEAR(one.predict(2, 6), 5e-3, 1e-9);
+  // a cost that is not linear in the rows (the first extra row costs most): the sizes seen are predicted by their own
+  // means, so a size between them is not mistaken for a cheap one
+  sd::ForwardCostModel bent;
+  const double cost[] = {1.0, 1.4, 1.55, 2.0, 2.4};
+  for (int i = 0; i < 500; ++i) bent.observe(1, 1 + i % 5, cost[i % 5] * 1e-3);
+  for (int x = 0; x < 5; ++x) EXPECT_NEAR(bent.predict(1, 1 + x), cost[x] * 1e-3, 0.03e-3) << x;
+  // bad observations are ignored
+  one.observe(2, 1, 1.0);
+  one.observe(0, 1, 1.0);
+  one.observe(2, 6, -1.0);
+  one.observe(2, 6, std::nan(""));
+  EXPECT_NEAR(one.predict(2, 6), 5e-3, 1e-9);
+}
+
+TEST(LengthPolicy, ConstantAcceptanceChoosesTheTheorysOptimum) {
+  for (double a : {0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.97}) {
+    for (double c : {0.0, 0.02, 0.1, 0.3}) {
+      for (double slope : {0.0, 0.05, 0.1, 0.3}) {
+        constexpr std::int32_t kMax = 12;
+        std::vector<double> tokens(kMax + 1);
+        for (int g = 0; g <= kMax; ++g) tokens[static_cast<std::size_t>(g)] = specdec::theory::expected_tokens_per_step(a, g);
+        const sd::LengthChoice choice{kMax, false, 1.0, tokens};
+        const auto g = sd::choose_draft_lengths(
+            {&choice, 1}, [slope](std::int64_t b, std::int64_t t) { return 1.0 + slope * (t - b); }, c)[0];
+        const auto w = [&](int k) { return k == 0 ? 1.0 : specdec::theory::walltime_improvement(a, k, c, 1.0 + slope * k); };
+        int best = 0;
+        for (int k = 1; k <= kMax; ++k)
+          if (w(k) > w(best)) best = k;
+        // the theory's optimum, up to ties within rounding (a^g below 1e-12 at a = 0.1)
+        EXPECT_NEAR(w(g), w(best), 1e-9 * w(best)) << "a " << a << " c " << c << " slope " << slope << " g " << g;
+        if (w(best) - w(best == 0 ? 1 : best - 1) > 1e-6 && (best == kMax || w(best) - w(best + 1) > 1e-6)) {
+          EXPECT_EQ(g, best) << "a " << a << " c " << c << " slope " << slope;
+        }
+        if (slope == 0.0) {
+          EXPECT_NEAR(w(g), w(specdec::theory::optimal_gamma(a, c, 1.0, kMax)), 1e-9 * w(best)) << a << " " << c;
+        }
+      }
+    }
+  }
+}
+
+TEST(LengthPolicy, ZeroWhenDraftsFailAndVerificationCosts) {
+  sd::AcceptanceEstimate e;
+  for (int i = 0; i < 20; ++i) e.observe(4, 0);
+  EXPECT_EQ(choose_one(e, 8, 0.1), 0);
+  EXPECT_EQ(choose_one(e, 8, 0.02, 0.01), 0);  // the prior fades: no floor on a request's estimate
+  EXPECT_LT(e.h(1), 0.01);
+  // the prior alone drafts (a new request tries)
+  EXPECT_GT(choose_one(sd::AcceptanceEstimate{}, 8, 0.1), 0);
+  // a free verification still pays for a draft that is sometimes accepted
+  sd::AcceptanceEstimate rare;
+  for (int i = 0; i < 20; ++i) rare.observe(1, i % 5 == 0 ? 1 : 0);
+  EXPECT_GT(choose_one(rare, 8, 0.0), 0);
+  EXPECT_EQ(choose_one(rare, 8, 0.3), 0);
+}
+
+TEST(LengthPolicy, LongDraftsWhenDraftsAreAccepted) {
+  sd::AcceptanceEstimate e;
+  for (int i = 0; i < 40; ++i) e.observe(8, 8);
+  EXPECT_EQ(choose_one(e, 8, 0.1), 8);
+  EXPECT_EQ(choose_one(e, 16, 0.1), 16);  // inherited estimates carry it past the depth tried
+  // copied runs (first draft a coin flip, then certain): long drafts, where one rate of 0.8 would stop earlier
+  sd::AcceptanceEstimate runs;
+  for (int i = 0; i < 60; ++i) runs.observe(8, i % 2 ? 8 : 0);
+  EXPECT_EQ(choose_one(runs, 8, 0.1), 8);
+  int one_rate = 0;  // what a single rate of 0.8 would choose with the same costs
+  for (int k = 1; k <= 8; ++k)
+    if (specdec::theory::walltime_improvement(0.8, k, 0.0, 1.0 + 0.1 * k) >
+        specdec::theory::walltime_improvement(0.8, std::max(one_rate, 1), 0.0, 1.0 + 0.1 * std::max(one_rate, 1)))
+      one_rate = k;
+  EXPECT_LT(one_rate, 8);
+}
+
+TEST(LengthPolicy, BatchKeepsFixedRequestsAndSharesTheForward) {
+  sd::AcceptanceEstimate good, bad;
+  for (int i = 0; i < 40; ++i) good.observe(6, 6), bad.observe(6, 0);
+  std::vector<double> tg(7), tb(7);
+  good.expected_tokens(tg);
+  bad.expected_tokens(tb);
+  const auto linear = [](std::int64_t b, std::int64_t t) { return 1.0 + 0.05 * (t - b); };
+  std::vector<sd::LengthChoice> cs = {{6, false, 1.0, tg}, {6, false, 1.0, tb}, {4, true, 1.0, tb}};
+  const auto g = sd::choose_draft_lengths(cs, linear, 0.0);
+  EXPECT_EQ(g[0], 6);
+  EXPECT_EQ(g[1], 0);
+  EXPECT_EQ(g[2], 4);  // fixed: kept whatever it costs
+  // trees: a depth costs its rows, so an expensive tree is cut shorter than a chain with the same acceptance
+  std::vector<double> mid(9);
+  for (int k = 0; k <= 8; ++k) mid[static_cast<std::size_t>(k)] = specdec::theory::expected_tokens_per_step(0.7, k);
+  const sd::LengthChoice chain{8, false, 1.0, mid}, tree{8, false, 6.0, mid};
+  EXPECT_LT(sd::choose_draft_lengths({&tree, 1}, linear, 0.0)[0], sd::choose_draft_lengths({&chain, 1}, linear, 0.0)[0]);
+}
+
+// The decoder with the policy: a tiny target, synthetic drafts accepted at a chosen rate, a fixed cost model.
+struct Fixture {
+  sm::LlamaModel target = tiny_model(31);
+  std::vector<sd::GenerationRequest> requests;
+  std::vector<std::vector<std::int64_t>> reference;
+
+  explicit Fixture(std::int64_t batch, std::int64_t max_new = 64) {
+    for (std::int64_t b = 0; b < batch; ++b)
+      requests.push_back(make_request(make_prompt(6 + 3 * b, 64, 40 + static_cast<std::uint64_t>(b)), max_new));
+    sp::NoProposer none;
+    sd::DecoderOptions o;
+    o.num_speculative_tokens = 0;
+    sd::SpeculativeDecoder<sp::NoProposer, sm::LlamaModel> plain(none, target, o);
+    for (auto& r : plain.generate(requests)) reference.push_back(r.tokens);
+  }
+  sp::SyntheticProposer synthetic(double alpha) const {
+    sp::SyntheticProposer p(64, alpha, 5);
+    for (std::size_t b = 0; b < requests.size(); ++b) p.set_reference(requests[b].prompt, reference[b]);
+    return p;
+  }
+  static sd::DecoderOptions options(std::int32_t g, double slope) {
+    sd::DecoderOptions o;
+    o.num_speculative_tokens = g;
+    o.calibrate = false;
+    o.adaptive.enabled = true;
+    o.adaptive.forward_seconds = [slope](std::int64_t b, std::int64_t t) { return 1.0 + slope * static_cast<double>(t - b); };
+    o.adaptive.draft_seconds_per_position = 0.0;
+    return o;
+  }
+};
+
+TEST(DecoderAdaptive, PlainStepsAndProbesWhenDraftsAreNeverAccepted) {
+  Fixture f(1, 80);
+  auto p = f.synthetic(0.0);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
+  const auto res = dec.generate(f.requests);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  const auto& m = res[0].metrics;
+  EXPECT_EQ(m.accepted, 0);
+  // two drafting steps bring the estimate down (prior 0.5, then 0.25, then below break-even), then one probe every
+  // 16 plain steps
+  const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
+  EXPECT_GE(m.steps_with_drafts, 2 + plain / 16);
+  EXPECT_LE(m.steps_with_drafts, 2 + plain / 16 + 1);
+  EXPECT_GE(m.steps_with_drafts, 5);  // probes happened
+  EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);  // a probe drafts one token
+}
+
+TEST(DecoderAdaptive, FullLengthWhenDraftsAreAlwaysAccepted) {
+  Fixture f(1, 80);
+  auto p = f.synthetic(1.0);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.1));
+  const auto res = dec.generate(f.requests);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  const auto& m = res[0].metrics;
+  EXPECT_EQ(m.accepted, m.drafted);
+  EXPECT_GE(m.steps_with_drafts, m.target_forwards - 1);
+  // after the first steps every step drafts g = 6 (the room left cuts the last): 80 tokens in at most 14 forwards
+  EXPECT_LE(m.target_forwards, 14);
+  EXPECT_EQ(m.proposed_at.size(), 6u);
+}
+
+TEST(DecoderAdaptive, FollowsAChangeOfAcceptance) {
+  // the same request twice with a cheap verification: a good proposer drafts long, a useless one drops to plain steps
+  Fixture f(1, 80);
+  for (double alpha : {0.9, 0.05}) {
+    auto p = f.synthetic(alpha);
+    sd::SpeculativeDecoder dec(p, f.target, Fixture::options(8, 0.1));
+    const auto res = dec.generate(f.requests);
+    EXPECT_EQ(res[0].tokens, f.reference[0]);
+    if (alpha > 0.5) {
+      EXPECT_GT(dec.metrics().mean_gamma(), 4.0);
+    } else {
+      EXPECT_LT(res[0].metrics.steps_with_drafts, res[0].metrics.target_forwards / 3);
+    }
+  }
+}
+
+TEST(DecoderAdaptive, OptOutAndOptIn) {
+  Fixture f(3, 40);
+  auto rs = f.requests;
+  rs[1].adaptive = false;  // opts out: drafts g every step even though nothing is accepted
+  rs[2].params.temperature = 0.7f;  // sampled: fixed g unless the decoder's `sampled` or the request says otherwise
+  auto p = f.synthetic(0.0);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(4, 0.2));
+  const auto res = dec.generate(rs);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  EXPECT_EQ(res[1].tokens, f.reference[1]);
+  EXPECT_LT(res[0].metrics.steps_with_drafts, res[0].metrics.target_forwards / 3);
+  for (const auto* m : {&res[1].metrics, &res[2].metrics}) {
+    // 4 drafts every step; only the last steps may draft fewer (or none), where max_new_tokens leaves less room
+    EXPECT_GE(m->steps_with_drafts, m->target_forwards - 1);
+    EXPECT_GE(m->drafted, 4 * (m->target_forwards - 4));
+  }
+
+  // the decoder's policy off, one request opting in (and a sampled one opting in)
+  auto o = Fixture::options(4, 0.2);
+  o.adaptive.enabled = false;
+  rs = f.requests;
+  rs[0].adaptive = true;
+  rs[2].params.temperature = 0.7f;
+  rs[2].adaptive = true;
+  auto p2 = f.synthetic(0.0);
+  sd::SpeculativeDecoder dec2(p2, f.target, o);
+  const auto res2 = dec2.generate(rs);
+  EXPECT_EQ(res2[0].tokens, f.reference[0]);
+  EXPECT_LT(res2[0].metrics.steps_with_drafts, res2[0].metrics.target_forwards / 3);
+  EXPECT_GE(res2[1].metrics.steps_with_drafts, res2[1].metrics.target_forwards - 1);
+  EXPECT_LT(res2[2].metrics.steps_with_drafts, res2[2].metrics.target_forwards / 3);
+
+  // bad policy options are refused
+  for (auto bad : {+[](sd::DecoderOptions& x) { x.adaptive.acceptance_decay = 0; },
+                   +[](sd::DecoderOptions& x) { x.adaptive.cost_decay = 1.5; },
+                   +[](sd::DecoderOptions& x) { x.adaptive.probe_interval = 0; }}) {
+    sd::DecoderOptions x;
+    bad(x);
+    sp::NoProposer none;
+    EXPECT_THROW((sd::SpeculativeDecoder<sp::NoProposer, sm::LlamaModel>(none, f.target, x)), specdec::error);
+  }
+}
+
+TEST(DecoderAdaptive, GreedyOutputEqualsPlainDecodingWithLearnedCosts) {
+  // the policy with costs learned from this run's timed steps: whatever g the timings lead to, greedy output is plain
+  // decoding's
+  Fixture f(4, 48);
+  for (int g : {3, 8}) {
+    sd::DecoderOptions o;
+    o.num_speculative_tokens = g;
+    o.adaptive.enabled = true;
+    sp::NgramProposer ngram;
+    sd::SpeculativeDecoder dec(ngram, f.target, o);
+    const auto res = dec.generate(f.requests);
+    for (std::size_t b = 0; b < res.size(); ++b) EXPECT_EQ(res[b].tokens, f.reference[b]) << "ngram g " << g << " " << b;
+    auto other = tiny_model(32);
+    sp::DraftModelProposer<sm::LlamaModel> draft(other);
+    sd::SpeculativeDecoder dec2(draft, f.target, o);
+    const auto res2 = dec2.generate(f.requests);
+    for (std::size_t b = 0; b < res2.size(); ++b) EXPECT_EQ(res2[b].tokens, f.reference[b]) << "draft g " << g << " " << b;
+  }
+}
+
+TEST(SyntheticProposer, DraftsAreAcceptedAtTheChosenRate) {
+  // per draft position i, P(accepted) = alpha^i: the geometric model of theory::expected_tokens_per_step
+  Fixture f(2, 200);
+  for (double alpha : {0.0, 0.5, 0.8, 1.0}) {
+    auto p = f.synthetic(alpha);
+    auto o = Fixture::options(4, 0.1);
+    o.adaptive.enabled = false;
+    sd::SpeculativeDecoder dec(p, f.target, o);
+    const auto res = dec.generate(f.requests);
+    for (std::size_t b = 0; b < res.size(); ++b) EXPECT_EQ(res[b].tokens, f.reference[b]) << alpha;
+    const auto by_pos = dec.metrics().total.acceptance_by_position();
+    ASSERT_EQ(by_pos.size(), 4u);
+    // ~100 steps: accepted_at[0] / proposed_at[0] estimates alpha with sd <= 0.05
+    EXPECT_NEAR(by_pos[0], alpha, 0.16) << alpha;
+    EXPECT_NEAR(dec.metrics().total.mean_accepted_length(), specdec::theory::expected_tokens_per_step(alpha, 4),
+                0.35 + 0.1 * alpha * 4)
+        << alpha;
+  }
+  EXPECT_THROW(sp::SyntheticProposer(64, 1.5), specdec::error);
+  EXPECT_THROW(sp::SyntheticProposer(1, 0.5), specdec::error);
+}
+
+}  // namespace
