@@ -74,6 +74,7 @@ struct Options {
   float min_p = 0.0f;
   std::uint64_t seed = 0;
   int max_new_tokens = 128;
+  int rounds = 1;  // the prompt set, this many times in sequence through the same proposer
   std::string prompt;
   std::string prompt_file;
   bool chat = false;
@@ -154,17 +155,25 @@ struct RunOutcome {
   double wall_seconds = 0;
 };
 
+/// How a run goes: stream the text (one prompt) or show progress; how many rounds of the prompt set in sequence.
+struct RunSettings {
+  bool stream = false;
+  int rounds = 1;
+};
+
+/// Decodes the prompt set `how.rounds` times in sequence with one decoder over the same proposer (a proposer that learns
+/// from finished outputs, such as suffix decoding's global cache, sees the earlier rounds); the metrics cover every round,
+/// the results are the last round's.
 template <class Proposer, class Target>
 RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationRequest>& requests,
-               const DecoderOptions& options, const Tokenizer& tokenizer, const std::string& label, bool stream) {
+               const DecoderOptions& options, const Tokenizer& tokenizer, const std::string& label, const RunSettings& how) {
   specdec::decoder::SpeculativeDecoder<Proposer, Target> decoder(proposer, target, options);
   std::optional<Progress> progress;
   std::optional<specdec::models::StreamingDecoder> text;
-  if (stream) {
+  if (how.stream) {
     text.emplace(tokenizer, /*skip_special=*/true);
-    fmt::print("--- {} ---\n", label);
   } else {
-    progress.emplace(label, requests.size());
+    progress.emplace(label, requests.size() * static_cast<std::size_t>(how.rounds));
   }
   auto callback = [&](specdec::decoder::RequestId, std::span<const std::int64_t> tokens, bool finished) {
     if (text) {
@@ -181,7 +190,10 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
   };
   const auto t0 = std::chrono::steady_clock::now();
   RunOutcome out;
-  out.results = decoder.generate(requests, callback);
+  for (int round = 0; round < how.rounds; ++round) {
+    if (text) fmt::print("--- {}{} ---\n", label, how.rounds > 1 ? fmt::format(" (round {})", round + 1) : "");
+    out.results = decoder.generate(requests, callback);
+  }
   for (std::size_t i = 0; i < out.results.size(); ++i) {
     const auto total = static_cast<std::int64_t>(requests[i].prompt.size() + out.results[i].tokens.size());
     if (out.results[i].finish_reason == specdec::decoder::FinishReason::kLength && total >= target.max_sequence_length())
@@ -196,7 +208,7 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
 
 #if defined(SPECDEC_HAVE_EAGLE)
 RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<GenerationRequest>& requests,
-                     const DecoderOptions& options, const Tokenizer& tokenizer, bool stream) {
+                     const DecoderOptions& options, const Tokenizer& tokenizer, const RunSettings& how) {
   const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
   if (!fs::exists(head_dir / "config.json"))
     fail(fmt::format("--eagle-head: '{}' holds no config.json (an EAGLE head checkpoint directory is expected)",
@@ -213,7 +225,7 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
   ho.quantize_lm_head = o.draft_weights == "q8_0";
   specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
-             stream);
+             how);
 }
 #endif
 
@@ -304,6 +316,7 @@ LlamaModel load_draft_model(const Options& o) {
 int run_cli(const Options& o) {
   if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
   if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
+  if (o.rounds < 1) fail(fmt::format("--rounds: expected >= 1, got {}", o.rounds));
   specdec::SamplingParams params;
   params.temperature = o.temperature;
   params.top_k = o.top_k;
@@ -388,7 +401,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
       if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
   }
-  const bool stream = prompts.size() == 1;
+  const RunSettings how{prompts.size() == 1, o.rounds};
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
@@ -408,13 +421,13 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   std::optional<RunOutcome> base;
   if (o.compare) {
     specdec::proposers::NoProposer none;
-    base = run(none, target, requests, base_options, tokenizer, "autoregressive", stream);
+    base = run(none, target, requests, base_options, tokenizer, "autoregressive", how);
   }
   RunOutcome spec;
   std::optional<LlamaModel> draft_model;
   if (proposer == "none") {
     specdec::proposers::NoProposer none;
-    spec = run(none, target, requests, base_options, tokenizer, "autoregressive", stream);
+    spec = run(none, target, requests, base_options, tokenizer, "autoregressive", how);
   } else if (proposer.find(',') != std::string::npos) {
     // A proposer chain: the members in priority order; each request's drafts come from the first member that finds any.
     std::optional<specdec::proposers::NgramProposer> ngram;
@@ -438,23 +451,23 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
       }
       begin = end + 1;
     }
-    spec = run(chain, target, requests, spec_options, tokenizer, "speculative (" + proposer + ")", stream);
+    spec = run(chain, target, requests, spec_options, tokenizer, "speculative (" + proposer + ")", how);
     for (std::size_t i = 0; i < chain.size(); ++i)
       fmt::print(stderr, "specdec-generate: chain member {} drafted {} request-steps\n", chain.name(i), chain.drafted_by(i));
   } else if (proposer == "ngram") {
     specdec::proposers::NgramProposer ngram(ngram_options(o));
-    spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", stream);
+    spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", how);
   } else if (proposer == "suffix") {
     specdec::proposers::SuffixProposer suffix(suffix_options(o));
-    spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", stream);
+    spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", how);
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
     specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
-    spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", stream);
+    spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
 #if defined(SPECDEC_HAVE_EAGLE)
   } else if (proposer == "eagle") {
     if constexpr (std::is_same_v<Target, LlamaModel>)
-      spec = run_eagle(o, target, requests, spec_options, tokenizer, stream);
+      spec = run_eagle(o, target, requests, spec_options, tokenizer, how);
     else
       fail("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features)");
 #endif
@@ -560,6 +573,10 @@ int main(int argc, char** argv) {
   app.add_option("--min-p", o.min_p, "0 = off")->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the first prompt (prompt i uses seed + i)")->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
+  app.add_option("--rounds", o.rounds,
+                 "run the prompt set this many times in sequence through the same proposer (a repeated task: suffix "
+                 "decoding's global cache sees the earlier rounds' outputs); figures cover every round")
+      ->capture_default_str();
   app.add_option("--prompt", o.prompt, "prompt text");
   app.add_option("--prompt-file", o.prompt_file, "one prompt per line, or JSONL objects with a \"prompt\" field; run as one batch");
   app.add_flag("--chat", o.chat, "apply the model's chat template");
