@@ -395,16 +395,7 @@ VerifyResult chain_verify_check_arguments(const ChainVerifyParams<ProbT, IdT>& a
     return specdec::detail::bad_argument(Status::kInvalidArgument, "lenience", "a value in (0, 1]", std::nullopt,
                                          static_cast<double>(a.lenience));
   if (a.batch_size == 0) return {};
-  using specdec::detail::null_argument;
-  if (!a.cu_num_draft_tokens) return null_argument("cu_num_draft_tokens");
-  if (!a.target_probs) return null_argument("target_probs");
-  if (!a.seeds) return null_argument("seeds");
-  if (!a.positions) return null_argument("positions");
-  if (!a.output_token_ids) return null_argument("output_token_ids");
-  if (!a.num_accepted) return null_argument("num_accepted");
-  if (!a.status) return null_argument("status");
-  if (a.num_draft_tokens > 0 && !a.draft_token_ids) return null_argument("draft_token_ids");
-  return {};
+  return detail::check_required_pointers(a);
 }
 
 /// Host-side argument checks as a status (chain_verify_check_arguments says which argument and why).
@@ -426,15 +417,12 @@ Status chain_verify(const ChainVerifyParams<ProbT, IdT>& a, void* workspace, std
   const detail::ChainWorkspace ws =
       detail::carve_chain_workspace(workspace, a.batch_size, a.num_draft_tokens, a.vocab_size, &need);
   if (!workspace || workspace_bytes < need || !detail::aligned16(workspace)) return Status::kWorkspaceTooSmall;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return Status::kCudaError;
+  int sms = 0;
+  if (Status s = detail::current_device_sms(&sms); s != Status::kSuccess) return s;
   const std::int64_t T = num_tiles(a.vocab_size);
   const std::int64_t groups = detail::chain_groups(a.batch_size, a.vocab_size, sms);
   const std::int64_t per = (T + groups - 1) / groups;
-  const bool vec_ok = (a.vocab_size * static_cast<std::int64_t>(sizeof(ProbT))) % 16 == 0 &&
-                      detail::aligned16(a.target_probs) && (!a.draft_probs || detail::aligned16(a.draft_probs));
+  const bool vec_ok = detail::vector_loads_ok(a.vocab_size, a.target_probs, a.draft_probs);
   detail::chain_tiles_kernel<ProbT, IdT>
       <<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(a.batch_size)), kChainThreads, 0, stream>>>(
           a, ws, per, vec_ok);
@@ -447,31 +435,18 @@ Status chain_verify(const ChainVerifyParams<ProbT, IdT>& a, void* workspace, std
 
 /// CUTLASS-style operator: can_implement / get_workspace_size / initialize / run.
 template <class ProbT, class IdT>
-class ChainVerify {
- public:
+struct ChainVerifyTraits {
   using Params = ChainVerifyParams<ProbT, IdT>;
-  static Status can_implement(const Params& a) { return chain_verify_can_implement(a); }
-  static std::size_t get_workspace_size(const Params& a) {
-    return chain_verify_workspace_size(a.batch_size, a.num_draft_tokens, a.vocab_size);
+  static VerifyResult check(const Params& a) { return chain_verify_check_arguments(a); }
+  static std::size_t workspace_size(std::int64_t b, std::int64_t n, std::int64_t v) {
+    return chain_verify_workspace_size(b, n, v);
   }
-  /// Binds arguments and workspace (nothing is launched or allocated).
-  Status initialize(const Params& a, void* workspace, std::size_t workspace_bytes, cudaStream_t = nullptr) {
-    if (Status s = can_implement(a); s != Status::kSuccess) return s;
-    if (!workspace && get_workspace_size(a) > 0) return Status::kWorkspaceTooSmall;
-    if (workspace_bytes < get_workspace_size(a)) return Status::kWorkspaceTooSmall;
-    params_ = a;
-    workspace_ = workspace;
-    workspace_bytes_ = workspace_bytes;
-    return Status::kSuccess;
+  static Status launch(const Params& a, void* ws, std::size_t bytes, cudaStream_t stream) {
+    return chain_verify(a, ws, bytes, stream);
   }
-  Status run(cudaStream_t stream) const { return chain_verify(params_, workspace_, workspace_bytes_, stream); }
-  Status operator()(cudaStream_t stream) const { return run(stream); }
-
- private:
-  Params params_{};
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
 };
+template <class ProbT, class IdT>
+using ChainVerify = detail::VerifyOperator<ChainVerifyTraits<ProbT, IdT>>;
 
 #define SPECDEC_CUDA_CHAIN_EXTERN(ProbT, IdT) \
   extern template Status chain_verify<ProbT, IdT>(const ChainVerifyParams<ProbT, IdT>&, void*, std::size_t, cudaStream_t);

@@ -494,6 +494,29 @@ inline VerifyResult check_shape(std::int64_t batch_size, std::int64_t max_batch,
   return {};
 }
 
+/// The pointers every verifier needs once the batch is not empty (the draft ids when there are drafts), in the order
+/// they are reported: the first null one is named.
+template <class Params>
+VerifyResult check_required_pointers(const Params& a) {
+  using specdec::detail::null_argument;
+  if (!a.cu_num_draft_tokens) return null_argument("cu_num_draft_tokens");
+  if (!a.target_probs) return null_argument("target_probs");
+  if (!a.seeds) return null_argument("seeds");
+  if (!a.positions) return null_argument("positions");
+  if (!a.output_token_ids) return null_argument("output_token_ids");
+  if (!a.num_accepted) return null_argument("num_accepted");
+  if (!a.status) return null_argument("status");
+  if (a.num_draft_tokens > 0 && !a.draft_token_ids) return null_argument("draft_token_ids");
+  return {};
+}
+
+/// Whether the probability rows allow 16-byte loads (row length a multiple of 16 bytes, both bases aligned).
+template <class ProbT>
+bool vector_loads_ok(std::int64_t vocab_size, const ProbT* target_probs, const ProbT* draft_probs) {
+  return (vocab_size * static_cast<std::int64_t>(sizeof(ProbT))) % 16 == 0 && aligned16(target_probs) &&
+         (!draft_probs || aligned16(draft_probs));
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Workspace carving.
 
@@ -520,6 +543,47 @@ class WorkspaceCarver {
 
 /// cudaError_t -> Status.
 inline Status from_cuda(cudaError_t e) { return e == cudaSuccess ? Status::kSuccess : Status::kCudaError; }
+
+#if defined(__CUDACC__)
+/// Multiprocessors of the current device (0 and kCudaError when the runtime cannot say).
+inline Status current_device_sms(int* sms) {
+  int device = 0;
+  *sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return Status::kCudaError;
+  return Status::kSuccess;
+}
+
+/// The CUTLASS-style operator of a verifier (can_implement / get_workspace_size / initialize / run), over its
+/// Traits: Params, check (the host argument checks), workspace_size(B, N, V) and launch(params, ws, bytes, stream).
+template <class Traits>
+class VerifyOperator {
+ public:
+  using Params = typename Traits::Params;
+  static Status can_implement(const Params& a) { return Traits::check(a).status; }
+  static std::size_t get_workspace_size(const Params& a) {
+    return Traits::workspace_size(a.batch_size, a.num_draft_tokens, a.vocab_size);
+  }
+  /// Binds arguments and workspace (nothing is launched or allocated).
+  Status initialize(const Params& a, void* workspace, std::size_t workspace_bytes, cudaStream_t = nullptr) {
+    if (Status s = can_implement(a); s != Status::kSuccess) return s;
+    if (!workspace && get_workspace_size(a) > 0) return Status::kWorkspaceTooSmall;
+    if (workspace_bytes < get_workspace_size(a)) return Status::kWorkspaceTooSmall;
+    params_ = a;
+    workspace_ = workspace;
+    workspace_bytes_ = workspace_bytes;
+    return Status::kSuccess;
+  }
+  Status run(cudaStream_t stream) const { return Traits::launch(params_, workspace_, workspace_bytes_, stream); }
+  Status operator()(cudaStream_t stream) const { return run(stream); }
+
+ private:
+  Params params_{};
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
+};
+#endif  // __CUDACC__
 
 }  // namespace detail
 }  // namespace specdec::cuda

@@ -366,16 +366,8 @@ VerifyResult tree_verify_check_arguments(const TreeVerifyParams<ProbT, IdT>& a) 
   VerifyResult r = detail::check_shape(a.batch_size, 0x7fffffffLL, a.vocab_size, a.num_draft_tokens, a.output_stride,
                                        a.draft_probs != nullptr, sizes);
   if (!r.ok() || a.batch_size == 0) return r;
-  using specdec::detail::null_argument;
-  if (!a.cu_num_draft_tokens) return null_argument("cu_num_draft_tokens");
-  if (!a.target_probs) return null_argument("target_probs");
-  if (!a.seeds) return null_argument("seeds");
-  if (!a.positions) return null_argument("positions");
-  if (!a.output_token_ids) return null_argument("output_token_ids");
-  if (!a.num_accepted) return null_argument("num_accepted");
-  if (!a.status) return null_argument("status");
-  if (a.num_draft_tokens > 0 && !a.draft_token_ids) return null_argument("draft_token_ids");
-  if (a.num_draft_tokens > 0 && !a.parents) return null_argument("parents");
+  if (r = detail::check_required_pointers(a); !r.ok()) return r;
+  if (a.num_draft_tokens > 0 && !a.parents) return specdec::detail::null_argument("parents");
   return {};
 }
 
@@ -396,8 +388,7 @@ Status tree_verify(const TreeVerifyParams<ProbT, IdT>& a, void* workspace, std::
   const detail::TreeWorkspace ws =
       detail::carve_tree_workspace(workspace, a.batch_size, a.num_draft_tokens, a.vocab_size, &need);
   if (!workspace || workspace_bytes < need || !detail::aligned16(workspace)) return Status::kWorkspaceTooSmall;
-  const bool vec_ok = (a.vocab_size * static_cast<std::int64_t>(sizeof(ProbT))) % 16 == 0 &&
-                      detail::aligned16(a.target_probs) && (!a.draft_probs || detail::aligned16(a.draft_probs));
+  const bool vec_ok = detail::vector_loads_ok(a.vocab_size, a.target_probs, a.draft_probs);
   detail::tree_verify_kernel<ProbT, IdT>
       <<<static_cast<unsigned>(a.batch_size), kTreeThreads, 0, stream>>>(a, ws, vec_ok);
   if (cudaGetLastError() != cudaSuccess) return Status::kCudaError;
@@ -406,29 +397,18 @@ Status tree_verify(const TreeVerifyParams<ProbT, IdT>& a, void* workspace, std::
 
 /// CUTLASS-style operator: can_implement / get_workspace_size / initialize / run.
 template <class ProbT, class IdT>
-class TreeVerify {
- public:
+struct TreeVerifyTraits {
   using Params = TreeVerifyParams<ProbT, IdT>;
-  static Status can_implement(const Params& a) { return tree_verify_can_implement(a); }
-  static std::size_t get_workspace_size(const Params& a) {
-    return tree_verify_workspace_size(a.batch_size, a.num_draft_tokens, a.vocab_size);
+  static VerifyResult check(const Params& a) { return tree_verify_check_arguments(a); }
+  static std::size_t workspace_size(std::int64_t b, std::int64_t n, std::int64_t v) {
+    return tree_verify_workspace_size(b, n, v);
   }
-  Status initialize(const Params& a, void* workspace, std::size_t workspace_bytes, cudaStream_t = nullptr) {
-    if (Status s = can_implement(a); s != Status::kSuccess) return s;
-    if (!workspace || workspace_bytes < get_workspace_size(a)) return Status::kWorkspaceTooSmall;
-    params_ = a;
-    workspace_ = workspace;
-    workspace_bytes_ = workspace_bytes;
-    return Status::kSuccess;
+  static Status launch(const Params& a, void* ws, std::size_t bytes, cudaStream_t stream) {
+    return tree_verify(a, ws, bytes, stream);
   }
-  Status run(cudaStream_t stream) const { return tree_verify(params_, workspace_, workspace_bytes_, stream); }
-  Status operator()(cudaStream_t stream) const { return run(stream); }
-
- private:
-  Params params_{};
-  void* workspace_ = nullptr;
-  std::size_t workspace_bytes_ = 0;
 };
+template <class ProbT, class IdT>
+using TreeVerify = detail::VerifyOperator<TreeVerifyTraits<ProbT, IdT>>;
 
 #define SPECDEC_CUDA_TREE_EXTERN(ProbT, IdT) \
   extern template Status tree_verify<ProbT, IdT>(const TreeVerifyParams<ProbT, IdT>&, void*, std::size_t, cudaStream_t);
