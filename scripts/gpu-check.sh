@@ -4,7 +4,8 @@
 #   build-kernels.log, ctest.log          CUDA tests (tests/cuda: device tests and the host emulation)
 #   memcheck-*.log, racecheck-*.log       compute-sanitizer on the device tests (verifiers, block, logits)
 #   bench.json, bench.txt                 bench_verify_cuda (Google Benchmark)
-#   build-torch.log, ctest-torch.log      second configure against the machine's PyTorch libtorch (torch CUDA glue,
+#   build-torch.log, ctest-torch.log,     second configure against the machine's PyTorch libtorch (torch CUDA glue,
+#   torch-tests.log                       verify_logits and the ops on CUDA against the CPU path,
 #   bench-torch.json                      torch-ops baseline, AtenLlamaModel and the custom target on CUDA); skipped
 #                                         when PyTorch is missing
 #   custom-target-cuda.txt,               the decoding loop with the target on the GPU: examples/custom-target and
@@ -99,6 +100,17 @@ if [[ -n "$torch_prefix" ]]; then
   note "build (torch ON): rc=$?"
   (cd "$b2" && ctest -R 'torch|cuda|CustomTarget|AtenLlama' --output-on-failure) >"$out/ctest-torch.log" 2>&1
   note "ctest torch|cuda|CustomTarget|AtenLlama: rc=$? ($(grep -E 'tests passed|tests failed' "$out/ctest-torch.log" | tail -1))"
+  # The tensor front's tests by binary (their ctest names, TorchCuda.* and VerifyLogits.*, are not matched above):
+  # the CUDA glue of the ops and of verify_logits against the CPU path, then memcheck on the engine entry.
+  if [[ -x "$b2/bin/specdec_torch_tests" ]]; then
+    "$b2/bin/specdec_torch_tests" >"$out/torch-tests.log" 2>&1
+    note "specdec_torch_tests: rc=$? ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/torch-tests.log" | tr '\n' ' '))"
+    if command -v compute-sanitizer >/dev/null 2>&1; then
+      compute-sanitizer --tool memcheck --error-exitcode 1 "$b2/bin/specdec_torch_tests" --gtest_filter='VerifyLogits.Cuda*' \
+        >"$out/memcheck-verify-logits.log" 2>&1
+      note "memcheck (verify_logits CUDA): rc=$?"
+    fi
+  fi
   # The whole decoding loop with the target on the GPU: the custom-target example, then the CLI (the bundled GGUF when it
   # is here, else the committed draft checkpoint as the target with the GGUF's metadata for the tokenizer).
   if [[ -x "$b2/bin/specdec-custom-target" ]]; then

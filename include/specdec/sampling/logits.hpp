@@ -31,36 +31,50 @@ inline LogitsParams logits_params(const SamplingParams& p) {
 
 /// The masked masses M(max(floor, base | c << shift)) for c = 0..15 over the candidates (ascending ids; every token
 /// with weight > 0 and key >= max(floor, base) is among them): the fixed order of logits_core.hpp, skipping the rest.
+/// A tile without candidates has mass +0 (its lanes are all +0), so only the tiles holding candidates are summed.
 inline void candidate_masses(const float* w, std::int64_t vocab_size, const std::vector<std::int32_t>& cand,
                              std::uint64_t floor, std::uint64_t base, int shift, LogitsScratch& s,
                              float (&out)[kCutDigitValues]) {
   const std::int64_t tiles = num_tiles(vocab_size);
-  s.lanes.assign(static_cast<std::size_t>(tiles * kTileLanes * kCutDigitValues), 0.0f);
-  s.masses.resize(static_cast<std::size_t>(tiles * kCutDigitValues));
-  for (const std::int32_t x : cand) {
-    const float v = w[x];
-    const std::uint64_t key = cut_key(v, x, vocab_size);
-    if (key < floor) continue;
-    const int d = cut_digit(key, base, shift);
-    float* lane = s.lanes.data() + ((x / kTileSize) * kTileLanes + (x % kTileLanes)) * kCutDigitValues;
-    for (int c = 0; c <= d; ++c) lane[c] += v;
-  }
-  for (std::int64_t t = 0; t < tiles; ++t)
+  s.masses.assign(static_cast<std::size_t>(tiles * kCutDigitValues), 0.0f);
+  s.lanes.resize(static_cast<std::size_t>(kTileLanes * kCutDigitValues));
+  std::size_t i = 0;
+  while (i < cand.size()) {
+    const std::int64_t tile = cand[i] / kTileSize;
+    std::fill(s.lanes.begin(), s.lanes.end(), 0.0f);
+    for (; i < cand.size() && cand[i] / kTileSize == tile; ++i) {
+      const std::int32_t x = cand[i];
+      const float v = w[x];
+      const std::uint64_t key = cut_key(v, x, vocab_size);
+      if (key < floor) continue;
+      const int d = cut_digit(key, base, shift);
+      float* lane = s.lanes.data() + (x % kTileLanes) * kCutDigitValues;
+      for (int c = 0; c <= d; ++c) lane[c] += v;
+    }
     for (int c = 0; c < kCutDigitValues; ++c) {
       float acc[kTileLanes];
-      for (int l = 0; l < kTileLanes; ++l) acc[l] = s.lanes[static_cast<std::size_t>((t * kTileLanes + l) * kCutDigitValues + c)];
-      s.masses[static_cast<std::size_t>(c * tiles + t)] = reduce_lanes(acc);
+      for (int l = 0; l < kTileLanes; ++l) acc[l] = s.lanes[static_cast<std::size_t>(l * kCutDigitValues + c)];
+      s.masses[static_cast<std::size_t>(c * tiles + tile)] = reduce_lanes(acc);
     }
+  }
   for (int c = 0; c < kCutDigitValues; ++c) out[c] = combine_tiles(s.masses.data() + c * tiles, tiles, 1);
 }
 
-/// M(floor) over the whole row.
+/// M(floor) over the whole row: lane l of a tile adds its tokens in increasing j (masked_lane_sum's order), here with
+/// j outer and the 32 lanes inner (contiguous loads); adding +0 for a masked token is exact.
 inline float row_mass(const float* w, std::int64_t vocab_size, std::uint64_t floor, LogitsScratch& s) {
   const std::int64_t tiles = num_tiles(vocab_size);
   s.masses.resize(static_cast<std::size_t>(tiles));
   for (std::int64_t t = 0; t < tiles; ++t) {
-    float acc[kTileLanes];
-    for (int l = 0; l < kTileLanes; ++l) acc[l] = masked_lane_sum(w, t, l, vocab_size, floor);
+    float acc[kTileLanes] = {};
+    const std::int64_t begin = t * kTileSize;
+    for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j)
+      for (std::int32_t l = 0; l < kTileLanes; ++l) {
+        const std::int64_t x = begin + j * kTileLanes + l;
+        if (x >= vocab_size) break;
+        const float v = w[x];  // >= +0: with floor 0 every weight is kept (adding +0 is exact)
+        acc[l] += floor == 0 || (v > 0.0f && cut_key(v, x, vocab_size) >= floor) ? v : 0.0f;
+      }
     s.masses[static_cast<std::size_t>(t)] = reduce_lanes(acc);
   }
   return combine_tiles(s.masses.data(), tiles, 1);
@@ -131,9 +145,13 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
   }
   floor = std::max(floor, min_p_floor(p.min_p, probs[argmax]));
   const float mass = row_mass(probs, n, floor, s);
-  for (std::int64_t x = 0; x < n; ++x) {
-    const float v = probs[x];
-    probs[x] = v > 0.0f && cut_key(v, x, n) >= floor ? v / mass : 0.0f;
+  if (floor == 0) {
+    for (std::int64_t x = 0; x < n; ++x) probs[x] = probs[x] / mass;  // 0 / mass = +0
+  } else {
+    for (std::int64_t x = 0; x < n; ++x) {
+      const float v = probs[x];
+      probs[x] = v > 0.0f && cut_key(v, x, n) >= floor ? v / mass : 0.0f;
+    }
   }
   return Status::kSuccess;
 }

@@ -1,14 +1,15 @@
 // specdec — the arithmetic of logits processing (temperature, top-k, top-p, min-p -> probabilities) shared by the CPU
 // reference (sampling/logits.hpp) and the CUDA kernel (cuda/logits.cuh). Every value that decides a probability is
-// computed by the SPECDEC_HD functions below, from integer operations, single IEEE float operations and explicit
-// fused multiply-adds only, so the host and the device produce the same float bits (build without fast-math; see
-// philox.hpp for why no separate multiply ever feeds an add).
+// computed by the SPECDEC_HD functions below, from integer operations and single IEEE float operations only (no fused
+// multiply-add: products go through mul_rn, which neither side can contract), so the host and the device produce the
+// same float bits whatever the contraction flags (build without fast-math).
 //
 // One row of V logits l_x, parameters (T, k, p, m):
 //  1. Checks: NaN or +inf anywhere -> kInvalidProbability; every l_x = -inf -> kZeroMass. The argmax is the largest
 //     l_x, lowest id on ties. T = 0: one-hot on the argmax.
 //  2. Weights e_x = exp_nonpositive((l_x - l_max) / T): a deterministic exp (range reduction by ln 2, Cephes
-//     polynomial, exact scaling by 2^n, denormals kept), so e_argmax = 1 exactly and -inf logits give 0.
+//     polynomial with every product rounded on its own, exact scaling by 2^n, denormals kept), so e_argmax = 1
+//     exactly and -inf logits give 0.
 //  3. The cut. The descending order of the tokens with e_x > 0, ties broken by lower id, is the order of the 64-bit
 //     key(x) = bits(e_x) << 32 | (V - 1 - x) (positive floats order like their bit patterns). Top-k, top-p and min-p
 //     each keep a prefix of that order, i.e. the set {x : e_x > 0, key(x) >= T} for a threshold key T; the kept set
@@ -84,35 +85,62 @@ SPECDEC_INLINE bool logits_params_ok(const LogitsParams& p) {
 /// NaN or +inf (a logit may be -inf: a banned token).
 SPECDEC_INLINE bool logit_invalid(float v) { return !(v <= FLT_MAX); }
 
-SPECDEC_INLINE float rint_hd(float v) {
+/// a * b rounded once, never fused with a following add: __fmul_rn on the device (nvcc never contracts it, whatever
+/// -fmad says); on an x86 host built without FMA instructions the plain product (there is nothing to contract it into);
+/// otherwise an empty asm that takes the rounded product as its operand, so no compiler can contract it into a later
+/// add (GCC -ffp-contract=fast with -mfma or on aarch64, clang -ffp-contract=fast). Unlike std::fma, never a software
+/// call.
+SPECDEC_INLINE float mul_rn(float a, float b) {
 #if defined(SPECDEC_ON_DEVICE)
-  return rintf(v);
+  return __fmul_rn(a, b);
+#elif (defined(__x86_64__) || defined(__i386__)) && !defined(__FMA__) && !defined(__FMA4__)
+  return a * b;  // no FMA instructions in this build: nothing can be contracted
 #else
-  return std::rint(v);  // round to nearest even (the default rounding mode), as rintf on the device
+  float p = a * b;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(p));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__("" : "+w"(p));
+#else
+  volatile float barrier = p;
+  p = barrier;
+#endif
+  return p;
+#endif
+}
+
+/// a + b rounded once (never reassociated or fused on the device).
+SPECDEC_INLINE float add_rn(float a, float b) {
+#if defined(SPECDEC_ON_DEVICE)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
 #endif
 }
 
 /// exp(x) for x <= 0 (or -inf, or NaN -> 0), within 2 ulp of the true value, the same bits on host and device.
-/// exp(0) = 1 exactly; results below 2^-126 are denormals, below ~2^-150 zero.
+/// exp(0) = 1 exactly; results below 2^-126 are denormals, below ~2^-150 zero. Every product is rounded on its own
+/// (mul_rn), so the bits do not depend on contraction flags on either side.
 SPECDEC_INLINE float exp_nonpositive(float x) {
   if (!(x > -104.0f)) return 0.0f;  // exp(-104) < 2^-150: rounds to 0 (also -inf and NaN)
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // Cephes' split of ln 2
-  const float n = rint_hd(x * kLog2e);                              // in [-150, 0]
-  float r = detail::fma_rn(-n, kLn2Hi, x);
-  r = detail::fma_rn(-n, kLn2Lo, r);  // |r| <= ~0.347
+  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // Cephes' split of ln 2 (n * kLn2Hi is exact)
+  constexpr float kRound = 12582912.0f;                             // 1.5 * 2^23: t + kRound - kRound = rint(t)
+  const float n = add_rn(add_rn(mul_rn(x, kLog2e), kRound), -kRound);  // in [-150, 0]
+  float r = add_rn(x, -mul_rn(n, kLn2Hi));
+  r = add_rn(r, -mul_rn(n, kLn2Lo));  // |r| <= ~0.347
   // Cephes expf: e^r = 1 + r + r^2 * P(r).
-  float poly = detail::fma_rn(1.9875691500e-4f, r, 1.3981999507e-3f);
-  poly = detail::fma_rn(poly, r, 8.3334519073e-3f);
-  poly = detail::fma_rn(poly, r, 4.1665795894e-2f);
-  poly = detail::fma_rn(poly, r, 1.6666665459e-1f);
-  poly = detail::fma_rn(poly, r, 5.0000001201e-1f);
-  const float r2 = r * r;
-  const float y = detail::fma_rn(poly, r2, r) + 1.0f;
+  float poly = add_rn(mul_rn(1.9875691500e-4f, r), 1.3981999507e-3f);
+  poly = add_rn(mul_rn(poly, r), 8.3334519073e-3f);
+  poly = add_rn(mul_rn(poly, r), 4.1665795894e-2f);
+  poly = add_rn(mul_rn(poly, r), 1.6666665459e-1f);
+  poly = add_rn(mul_rn(poly, r), 5.0000001201e-1f);
+  const float y = add_rn(add_rn(mul_rn(poly, mul_rn(r, r)), r), 1.0f);
   const int ni = static_cast<int>(n);
-  if (ni >= -126) return y * bits_float(static_cast<std::uint32_t>(ni + 127) << 23);
+  if (ni >= -126) return mul_rn(y, bits_float(static_cast<std::uint32_t>(ni + 127) << 23));
   // Denormal range: scale in two exact-exponent steps (the first stays normal).
-  return y * bits_float(static_cast<std::uint32_t>(ni + 64 + 127) << 23) * bits_float(static_cast<std::uint32_t>(127 - 64) << 23);
+  return mul_rn(mul_rn(y, bits_float(static_cast<std::uint32_t>(ni + 64 + 127) << 23)),
+                bits_float(static_cast<std::uint32_t>(127 - 64) << 23));
 }
 
 /// The unnormalised weight of one logit (step 2): exp((logit - max_logit) / temperature), temperature > 0.
