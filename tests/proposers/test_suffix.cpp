@@ -71,6 +71,33 @@ TEST(Suffix, DraftsTheMostLikelyContinuationOfTheLongestMatch) {
   EXPECT_EQ(propose(p, 1, ctx, 1).tokens, (Tokens{8}));
 }
 
+TEST(Suffix, LongRepeatsDraftTheWholeDepth) {
+  // A 40-token passage, then its first 30 tokens again: the longest suffix match (23 tokens in a depth-24 trie) would have
+  // one continuation token below it; the match leaves room for g levels, so the whole g-token continuation is drafted,
+  // from the request's own trie and, for a later request, from the global trie.
+  sp::SuffixOptions o;
+  o.max_width = 1;
+  sp::SuffixProposer p(o);
+  Tokens passage;
+  for (std::int64_t i = 0; i < 40; ++i) passage.push_back(100 + i);
+  Tokens ctx = passage;
+  ctx.insert(ctx.end(), passage.begin(), passage.begin() + 30);
+  begin(p, 1, ctx);
+  EXPECT_EQ(propose(p, 1, ctx, 5).tokens, (Tokens{130, 131, 132, 133, 134}));
+  EXPECT_EQ(propose(p, 1, ctx, 8).tokens, (Tokens{130, 131, 132, 133, 134, 135, 136, 137}));
+  // A finished output (the passage as generated text) drafts in full for a new request that repeats it.
+  Tokens prompt = {7};
+  Tokens out = prompt;
+  out.insert(out.end(), passage.begin(), passage.end());
+  begin(p, 2, prompt);
+  (void)propose(p, 2, out, 1);  // the request's context grows to the whole passage
+  p.end_request(2);
+  Tokens again = {8};
+  again.insert(again.end(), passage.begin(), passage.begin() + 30);
+  begin(p, 3, {8});
+  EXPECT_EQ(propose(p, 3, again, 5).tokens, (Tokens{130, 131, 132, 133, 134}));
+}
+
 TEST(Suffix, TreesBranchWhereTheContinuationsDiffer) {
   sp::SuffixOptions o;
   o.tokens_per_match_token = 8.0;

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <queue>
 #include <span>
 #include <string>
@@ -58,11 +59,14 @@ class SuffixTrie {
   };
   void push(Cursor& c, std::int64_t token) { step(c.open, token, 1); }
 
-  /// The node reached by the longest suffix of `context` (length <= depth - 1, >= min_len) that has continuations; its
-  /// length in `matched` (0 and -1 when none).
-  std::int32_t match(std::span<const std::int64_t> context, std::int32_t min_len, std::int32_t& matched) const {
+  /// The node reached by the longest suffix of `context` (length <= min(max_len, depth - 1), >= min_len) that has
+  /// continuations; its length in `matched` (0 and -1 when none). The trie holds depth_ tokens per suffix, so a match of
+  /// length m has at most depth_ - m continuation tokens below it: a caller that wants g of them passes
+  /// max_len = depth_ - g.
+  std::int32_t match(std::span<const std::int64_t> context, std::int32_t min_len, std::int32_t& matched,
+                     std::int32_t max_len = std::numeric_limits<std::int32_t>::max()) const {
     const auto L = static_cast<std::int64_t>(context.size());
-    for (std::int64_t m = std::min<std::int64_t>(depth_ - 1, L); m >= std::max(min_len, 1); --m) {
+    for (std::int64_t m = std::min<std::int64_t>({depth_ - 1, L, max_len}); m >= std::max(min_len, 1); --m) {
       std::int32_t node = 0;
       for (std::int64_t i = L - m; i < L && node >= 0; ++i) node = child(node, context[static_cast<std::size_t>(i)]);
       if (node >= 0 && nodes_[static_cast<std::size_t>(node)].count > 0 && children_total(node) > 0) {
@@ -212,7 +216,10 @@ class SuffixProposer {
       best_parents.clear();
       for (const SuffixTrie* trie : {&live.trie, &global_}) {
         std::int32_t matched = 0;
-        const std::int32_t node = trie->match(r.context, options_.min_match, matched);
+        // Leave room for r.max_drafts continuation levels below the match (a longer match in a depth-bounded trie
+        // could draft only depth - m tokens).
+        const std::int32_t node = trie->match(r.context, options_.min_match, matched,
+                                              std::max(options_.min_match, options_.max_depth - r.max_drafts));
         if (node < 0 || r.max_drafts <= 0) continue;
         const auto budget = static_cast<std::int32_t>(std::min<double>(
             options_.max_tree_nodes, std::ceil(options_.tokens_per_match_token * static_cast<double>(matched))));
