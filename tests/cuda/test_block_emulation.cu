@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "device_buffers.cuh"
 #include "cases.hpp"
 #include "specdec/cuda/block_verify.cuh"
 #include "specdec/sampling/block.hpp"
@@ -20,6 +21,10 @@ namespace {
 
 using detail::Candidate;
 using testing::Batch;
+using testing::Guarded;
+using testing::kGuard;
+using testing::kSentinel;
+using testing::upload;
 
 /// Tile mass(es) of `src` as a tile slot computes them: kTpt threads' lane sums, then the halving steps with
 /// __shfl_down_sync(width = kTpt) emulated (a source lane past the width reads its own value).
@@ -363,57 +368,10 @@ TEST(cuda_block_emulation_coverage, EveryStopIsReached) {
 // ---------------------------------------------------------------------------------------------------------------
 // On a device.
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
-#define SPECDEC_REQUIRE_DEVICE()                                                           \
-  do {                                                                                     \
-    if (!have_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or 0)"; \
-  } while (0)
 
-constexpr std::size_t kGuard = 64;
-constexpr unsigned char kSentinel = 0xA5;
 
-/// A device buffer with sentinel guard bytes before and after.
-struct Guarded {
-  char* raw = nullptr;
-  std::size_t bytes = 0;
-  explicit Guarded(std::size_t n) : bytes(n) {
-    if (cudaMalloc(&raw, n + 2 * kGuard + 16) != cudaSuccess) raw = nullptr;
-    if (raw) cudaMemset(raw, kSentinel, n + 2 * kGuard + 16);
-  }
-  ~Guarded() { cudaFree(raw); }
-  Guarded(const Guarded&) = delete;
-  Guarded& operator=(const Guarded&) = delete;
-  template <class U>
-  U* get() const { return reinterpret_cast<U*>(raw + kGuard); }
-  template <class U>
-  void upload(const std::vector<U>& v) { cudaMemcpy(raw + kGuard, v.data(), v.size() * sizeof(U), cudaMemcpyHostToDevice); }
-  template <class U>
-  std::vector<U> download(std::size_t count) const {
-    std::vector<U> v(count);
-    cudaMemcpy(v.data(), raw + kGuard, count * sizeof(U), cudaMemcpyDeviceToHost);
-    return v;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> g(kGuard);
-    for (std::size_t off : {std::size_t{0}, kGuard + bytes}) {
-      cudaMemcpy(g.data(), raw + off, kGuard, cudaMemcpyDeviceToHost);
-      for (unsigned char ch : g)
-        if (ch != kSentinel) return false;
-    }
-    return true;
-  }
-};
 
-template <class U>
-std::unique_ptr<Guarded> upload(const std::vector<U>& v) {
-  auto g = std::make_unique<Guarded>(std::max<std::size_t>(v.size() * sizeof(U), 1));
-  g->upload(v);
-  return g;
-}
 
 template <class T, class IdT>
 void run_device(const Batch& c, const char* what) {

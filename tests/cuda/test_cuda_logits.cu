@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "device_buffers.cuh"
 #include "logits_cases.hpp"
 #include "specdec/cuda/logits_api.hpp"
 
@@ -16,60 +17,16 @@ namespace specdec::cuda {
 namespace {
 
 using testing::LogitsBatch;
+using testing::Guarded;
+using testing::kGuard;
+using testing::kSentinel;
+using testing::upload;
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
 
-#define SPECDEC_REQUIRE_DEVICE()                                                           \
-  do {                                                                                     \
-    if (!have_device()) GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount failed or 0)"; \
-  } while (0)
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
-constexpr std::size_t kGuard = 64;
-constexpr unsigned char kSentinel = 0xA5;
 
-/// A device buffer with sentinel guard bytes on each side.
-struct Guarded {
-  char* raw = nullptr;
-  std::size_t bytes = 0;
-  explicit Guarded(std::size_t n) : bytes(n) {
-    if (cudaMalloc(&raw, n + 2 * kGuard) != cudaSuccess) raw = nullptr;
-    if (raw) cudaMemset(raw, kSentinel, n + 2 * kGuard);
-  }
-  ~Guarded() { cudaFree(raw); }
-  Guarded(const Guarded&) = delete;
-  Guarded& operator=(const Guarded&) = delete;
-  template <class U>
-  U* get() const { return reinterpret_cast<U*>(raw + kGuard); }
-  template <class U>
-  void upload(const std::vector<U>& v) { cudaMemcpy(raw + kGuard, v.data(), v.size() * sizeof(U), cudaMemcpyHostToDevice); }
-  template <class U>
-  std::vector<U> download(std::size_t count) const {
-    std::vector<U> v(count);
-    cudaMemcpy(v.data(), raw + kGuard, count * sizeof(U), cudaMemcpyDeviceToHost);
-    return v;
-  }
-  bool guards_intact() const {
-    std::vector<unsigned char> g(kGuard);
-    for (std::size_t off : {std::size_t{0}, kGuard + bytes}) {
-      cudaMemcpy(g.data(), raw + off, kGuard, cudaMemcpyDeviceToHost);
-      for (unsigned char c : g)
-        if (c != kSentinel) return false;
-    }
-    return true;
-  }
-};
 
-template <class U>
-std::unique_ptr<Guarded> upload(const std::vector<U>& v) {
-  auto g = std::make_unique<Guarded>(v.size() * sizeof(U));
-  g->upload(v);
-  return g;
-}
 
 template <class T>
 LogitsType type_of() {
