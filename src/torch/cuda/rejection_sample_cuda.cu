@@ -111,6 +111,29 @@ Inputs prepare(const at::Tensor& draft_token_ids, const at::Tensor* parents, con
   return in;
 }
 
+/// The fields every verifier's params share (chain, block, tree): sizes, inputs, outputs and statuses.
+template <class P, class I, class Params>
+void bind(Params& a, const Inputs& in, const at::Tensor& out, const at::Tensor& nacc, const at::Tensor& status) {
+  a.batch_size = in.B;
+  a.vocab_size = in.V;
+  a.num_draft_tokens = in.N;
+  a.cu_num_draft_tokens = ptr<I>(in.cu);
+  a.draft_token_ids = ptr<I>(in.ids);
+  a.draft_probs = ptr<P>(in.draft);
+  a.target_probs = ptr<P>(in.target);
+  a.seeds = ptr<std::uint64_t>(in.seeds);
+  a.positions = ptr<std::int64_t>(in.positions);
+  a.greedy = ptr<std::uint8_t>(in.greedy);
+  a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
+  a.draft_token_ids_size = in.ids.numel();
+  a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
+  a.target_probs_size = in.target.numel();
+  a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
+  a.output_stride = in.stride;
+  a.num_accepted = nacc.data_ptr<std::int32_t>();
+  a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
+}
+
 }  // namespace
 
 RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
@@ -138,25 +161,8 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
       dispatch_ids(in.ids.scalar_type(), [&](auto id_tag) {
         using I = decltype(id_tag);
         cuda::BlockVerifyParams<P, I> a;
-        a.batch_size = in.B;
-        a.vocab_size = in.V;
-        a.num_draft_tokens = in.N;
-        a.cu_num_draft_tokens = ptr<I>(in.cu);
-        a.draft_token_ids = ptr<I>(in.ids);
-        a.draft_probs = ptr<P>(in.draft);
-        a.target_probs = ptr<P>(in.target);
-        a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
-        a.seeds = ptr<std::uint64_t>(in.seeds);
-        a.positions = ptr<std::int64_t>(in.positions);
-        a.greedy = ptr<std::uint8_t>(in.greedy);
-        a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
-        a.output_stride = in.stride;
-        a.num_accepted = nacc.data_ptr<std::int32_t>();
+        bind<P, I>(a, in, out, nacc, status);
         a.accepted = accepted.data_ptr<std::uint8_t>();
-        a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
-        a.draft_token_ids_size = in.ids.numel();
-        a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
-        a.target_probs_size = in.target.numel();
         const VerifyResult check = cuda::block_verify_check_arguments(a);
         TORCH_CHECK(check.ok(), "rejection_sample (CUDA, block): ", to_string(check));
         const Status s = cuda::block_verify(a, ws.data_ptr(), ws_bytes, stream);
@@ -171,26 +177,9 @@ RejectionSampleResult rejection_sample_cuda(const at::Tensor& draft_token_ids, c
     dispatch_ids(in.ids.scalar_type(), [&](auto id_tag) {
       using I = decltype(id_tag);
       cuda::ChainVerifyParams<P, I> a;
-      a.batch_size = in.B;
-      a.vocab_size = in.V;
-      a.num_draft_tokens = in.N;
-      a.cu_num_draft_tokens = ptr<I>(in.cu);
-      a.draft_token_ids = ptr<I>(in.ids);
-      a.draft_probs = ptr<P>(in.draft);
-      a.target_probs = ptr<P>(in.target);
-      a.seeds = ptr<std::uint64_t>(in.seeds);
-      a.positions = ptr<std::int64_t>(in.positions);
-      a.greedy = ptr<std::uint8_t>(in.greedy);
+      bind<P, I>(a, in, out, nacc, status);
       a.lenience = static_cast<float>(options.lenience);
-      a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
-      a.draft_token_ids_size = in.ids.numel();
-      a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
-      a.target_probs_size = in.target.numel();
-      a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
-      a.output_stride = in.stride;
-      a.num_accepted = nacc.data_ptr<std::int32_t>();
       a.accepted = accepted.data_ptr<std::uint8_t>();
-      a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
       const VerifyResult check = cuda::chain_verify_check_arguments(a);
       TORCH_CHECK(check.ok(), "rejection_sample (CUDA): ", to_string(check));
       const Status s = cuda::chain_verify(a, ws.data_ptr(), ws_bytes, stream);
@@ -226,27 +215,10 @@ TreeRejectionSampleResult tree_rejection_sample_cuda(const at::Tensor& draft_tok
     dispatch_ids(in.ids.scalar_type(), [&](auto id_tag) {
       using I = decltype(id_tag);
       cuda::TreeVerifyParams<P, I> a;
-      a.batch_size = in.B;
-      a.vocab_size = in.V;
-      a.num_draft_tokens = in.N;
-      a.cu_num_draft_tokens = ptr<I>(in.cu);
-      a.draft_token_ids = ptr<I>(in.ids);
+      bind<P, I>(a, in, out, nacc, status);
       a.parents = ptr<I>(in.parents);
-      a.draft_probs = ptr<P>(in.draft);
-      a.target_probs = ptr<P>(in.target);
-      a.seeds = ptr<std::uint64_t>(in.seeds);
-      a.positions = ptr<std::int64_t>(in.positions);
-      a.greedy = ptr<std::uint8_t>(in.greedy);
-      a.has_draft_probs = ptr<std::uint8_t>(in.has_draft_probs);
-      a.draft_token_ids_size = in.ids.numel();
       a.parents_size = in.parents.numel();
-      a.draft_probs_size = in.draft.defined() ? in.draft.numel() : -1;
-      a.target_probs_size = in.target.numel();
-      a.output_token_ids = reinterpret_cast<I*>(out.data_ptr());
-      a.output_stride = in.stride;
-      a.num_accepted = nacc.data_ptr<std::int32_t>();
       a.accepted_nodes = reinterpret_cast<I*>(nodes.data_ptr());
-      a.status = reinterpret_cast<Status*>(status.data_ptr<std::int32_t>());
       const VerifyResult check = cuda::tree_verify_check_arguments(a);
       TORCH_CHECK(check.ok(), "tree_rejection_sample (CUDA): ", to_string(check));
       const Status s = cuda::tree_verify(a, ws.data_ptr(), ws_bytes, stream);
