@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "specdec/decoder/detail.hpp"
@@ -13,7 +14,8 @@
 #include "specdec/sampling/block.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/theory.hpp"
-#include "specdec/torch/rejection_sample.hpp"
+#include "specdec/torch/verify_logits.hpp"
+#include "specdec/torch/verify_logits_detail.hpp"
 
 namespace specdec {
 
@@ -302,96 +304,162 @@ Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor&
   return v;
 }
 
-}  // namespace
-
-/// verify() without the expected-acceptance figures.
-static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor& target_probs,
-                                std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
-                                std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block);
-
-Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
-                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
-                std::span<const std::uint8_t> block, bool expected_acceptance) {
-  Verified v = verify_dispatch(d, target_probs, seeds, positions, greedy, block);
-  if (!expected_acceptance || !d.parents.empty() || !d.probs.defined()) return v;
+/// Verified::expected: expected accepted drafts of every sampled chain request with draft probs, from the processed
+/// target rows [N + B, V] (copied to the host when they are elsewhere; only measure_expected_acceptance asks).
+void add_expected(Verified& v, const proposers::DraftBatch& d, const at::Tensor& target_probs,
+                  std::span<const SamplingParams* const> params) {
+  if (!d.parents.empty() || !d.probs.defined()) return;
   const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
   const at::Tensor q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
   const std::int64_t V = p.size(1);
-  const auto B = static_cast<std::int64_t>(seeds.size());
+  const auto B = static_cast<std::int64_t>(params.size());
   const double nan = std::nan("");
   v.expected.assign(static_cast<std::size_t>(B), ExpectedAccepted{nan, nan});
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
-    if (k == 0 || greedy[static_cast<std::size_t>(b)] || !d.request_has_probs(b)) continue;
+    if (k == 0 || params[static_cast<std::size_t>(b)]->greedy() || !d.request_has_probs(b)) continue;
     ExpectedAccepted e;
     if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q.data_ptr<float>() + s * V,
                                                p.data_ptr<float>() + (s + b) * V, e) == Status::kSuccess)
       v.expected[static_cast<std::size_t>(b)] = e;
   }
+}
+
+/// A batch with a block-verified chain: the logits processed on the host (process_logits) and the chains verified on
+/// the CPU core (block verification has no device kernel behind verify_logits).
+Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits,
+                        std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
+                        std::span<const std::uint8_t> block, bool expected_acceptance) {
+  const auto B = static_cast<std::int64_t>(params.size());
+  std::vector<const SamplingParams*> row_params;
+  row_params.reserve(static_cast<std::size_t>(static_cast<std::int64_t>(d.token_ids.size()) + B));
+  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(B));
+  std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const SamplingParams* p = params[static_cast<std::size_t>(b)];
+    row_params.insert(row_params.end(), static_cast<std::size_t>(d.num_drafts(b) + 1), p);
+    seeds[static_cast<std::size_t>(b)] = p->seed;
+    greedy[static_cast<std::size_t>(b)] = p->greedy() ? 1 : 0;
+  }
+  const at::Tensor probs =
+      proposers::process_logits(logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), row_params);
+  Verified v = verify_chains_on_core(d, probs, seeds, positions, greedy, block);
+  if (expected_acceptance) add_expected(v, d, probs, params);
   return v;
 }
 
-static Verified verify_dispatch(const proposers::DraftBatch& d, const at::Tensor& target_probs,
-                                std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
-                                std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block) {
-  if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
-    if (block.size() != seeds.size())
-      throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(seeds.size()) +
-                                                " per-request flags, got " + std::to_string(block.size()));
-    return verify_chains_on_core(d, target_probs, seeds, positions, greedy, block);
-  }
-  const auto B = static_cast<std::int64_t>(seeds.size());
+/// Every other batch: specdec::torch::verify_logits on the logits' device. The step's small inputs (ids, cu, parents,
+/// seeds, positions, sampling parameters, draft kinds) are staged in one host buffer and uploaded in one copy; the
+/// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
+Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logits,
+                          std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
+                          bool expected_acceptance) {
+  const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
-  const auto i64 = at::TensorOptions().dtype(at::kLong);
-  at::Tensor ids = at::empty({N}, i64), cu = at::empty({B + 1}, i64), sd = at::empty({B}, i64), pos = at::empty({B}, i64);
-  at::Tensor gr = at::empty({B}, at::TensorOptions().dtype(at::kByte));
-  std::copy(d.token_ids.begin(), d.token_ids.end(), ids.data_ptr<std::int64_t>());
-  std::copy(d.cu_num_drafts.begin(), d.cu_num_drafts.end(), cu.data_ptr<std::int64_t>());
-  for (std::int64_t b = 0; b < B; ++b) sd.data_ptr<std::int64_t>()[b] = static_cast<std::int64_t>(seeds[static_cast<std::size_t>(b)]);
-  std::copy(positions.begin(), positions.end(), pos.data_ptr<std::int64_t>());
-  std::copy(greedy.begin(), greedy.end(), gr.data_ptr<std::uint8_t>());
-  std::optional<at::Tensor> q;
-  if (d.probs.defined()) q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
-  std::optional<at::Tensor> kinds;
-  if (!d.has_probs.empty()) {
-    kinds = at::empty({B}, at::TensorOptions().dtype(at::kByte));
-    std::copy(d.has_probs.begin(), d.has_probs.end(), kinds->data_ptr<std::uint8_t>());
-  }
-  torch::RejectionSampleOptions opt;
-  opt.validate_probs = false;  // the rows come from process_logits; the verifier still checks every value it reads
-  Verified v;
-  v.tokens.resize(static_cast<std::size_t>(B));
-  v.nodes.resize(static_cast<std::size_t>(B));
-  at::Tensor out, nacc, nodes;
-  if (d.parents.empty()) {
-    auto r = torch::rejection_sample(ids, cu, q, target_probs, sd, pos, gr, opt, kinds);
-    out = r.output_token_ids;
-    nacc = r.num_accepted;
-  } else {
-    at::Tensor par = at::empty({N}, i64);
-    auto* pp = par.data_ptr<std::int64_t>();
+  const bool tree = !d.parents.empty(), kinds = !d.has_probs.empty();
+  std::int64_t max_k = 0;
+  for (std::int64_t b = 0; b < B; ++b) max_k = std::max(max_k, d.num_drafts(b));
+  // Staging layout: 8-byte aligned sections, so each is a view of its own dtype.
+  auto up8 = [](std::int64_t n) { return (n + 7) / 8 * 8; };
+  const std::int64_t o_ids = 0, o_cu = o_ids + 8 * N, o_par = o_cu + 8 * (B + 1), o_seed = o_par + (tree ? 8 * N : 0),
+                     o_pos = o_seed + 8 * B, o_temp = o_pos + 8 * B, o_topk = o_temp + up8(4 * B),
+                     o_topp = o_topk + up8(4 * B), o_minp = o_topp + up8(4 * B), o_kind = o_minp + up8(4 * B),
+                     total = o_kind + up8(kinds ? B : 0);
+  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kByte));
+  std::uint8_t* h = host.data_ptr<std::uint8_t>();
+  std::memcpy(h + o_ids, d.token_ids.data(), static_cast<std::size_t>(8 * N));
+  std::memcpy(h + o_cu, d.cu_num_drafts.data(), static_cast<std::size_t>(8 * (B + 1)));
+  if (tree) {
+    std::vector<std::int64_t> par(static_cast<std::size_t>(N));
     for (std::int64_t b = 0; b < B; ++b) {
       const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
       const auto& pb = d.parents[static_cast<std::size_t>(b)];
-      for (std::int64_t j = s; j < e; ++j) pp[j] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
+      for (std::int64_t j = s; j < e; ++j)
+        par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
     }
-    auto r = torch::tree_rejection_sample(ids, par, cu, q, target_probs, sd, pos, gr, opt, kinds);
-    out = r.output_token_ids;
-    nacc = r.num_accepted;
-    nodes = r.accepted_nodes;
+    std::memcpy(h + o_par, par.data(), static_cast<std::size_t>(8 * N));
   }
-  const auto stride = out.size(1);
-  const auto* op = out.data_ptr<std::int64_t>();
-  const auto* np = nacc.data_ptr<std::int32_t>();
-  const std::int64_t* ndp = nodes.defined() ? nodes.data_ptr<std::int64_t>() : nullptr;
+  std::memcpy(h + o_pos, positions.data(), static_cast<std::size_t>(8 * B));
   for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t n = np[b];
-    v.tokens[static_cast<std::size_t>(b)].assign(op + b * stride, op + b * stride + n + 1);
+    const SamplingParams& p = *params[static_cast<std::size_t>(b)];
+    const auto seed = static_cast<std::int64_t>(p.seed);
+    std::memcpy(h + o_seed + 8 * b, &seed, 8);
+    std::memcpy(h + o_temp + 4 * b, &p.temperature, 4);
+    std::memcpy(h + o_topk + 4 * b, &p.top_k, 4);
+    std::memcpy(h + o_topp + 4 * b, &p.top_p, 4);
+    std::memcpy(h + o_minp + 4 * b, &p.min_p, 4);
+  }
+  if (kinds) std::memcpy(h + o_kind, d.has_probs.data(), static_cast<std::size_t>(B));
+  const at::Device dev = logits.device();
+  const at::Tensor staged = logits.is_cpu() ? host : host.to(dev);  // host -> device copy 1 (none on CPU)
+  auto view = [&](std::int64_t off, std::int64_t n, at::ScalarType t, std::int64_t size) {
+    return staged.slice(0, off, off + n * size).view(t);
+  };
+  torch::VerifyLogitsArgs a;
+  a.target_logits = logits;
+  a.draft_token_ids = view(o_ids, N, at::kLong, 8);
+  a.cu_num_draft_tokens = view(o_cu, B + 1, at::kLong, 8);
+  if (d.probs.defined())  // draft rows: moved to the target's device when the proposer left them elsewhere
+    a.draft_probs = d.probs.device() == dev ? d.probs.contiguous() : d.probs.to(dev).contiguous();
+  if (tree) a.parents = view(o_par, N, at::kLong, 8);
+  if (kinds) a.has_draft_probs = view(o_kind, B, at::kByte, 1);
+  a.temperature = view(o_temp, B, at::kFloat, 4);
+  a.top_k = view(o_topk, B, at::kInt, 4);
+  a.top_p = view(o_topp, B, at::kFloat, 4);
+  a.min_p = view(o_minp, B, at::kFloat, 4);
+  a.seeds = view(o_seed, B, at::kLong, 8);
+  a.positions = view(o_pos, B, at::kLong, 8);
+  a.max_num_draft_tokens = max_k;
+  const torch::VerifyLogitsResult r = torch::verify_logits(a);
+  std::vector<at::Tensor> parts{r.output_token_ids.reshape({-1}).to(at::kLong), r.num_accepted.to(at::kLong),
+                                r.status.to(at::kLong)};
+  if (tree) parts.push_back(r.accepted.reshape({-1}).to(at::kLong));
+  const at::Tensor packed = at::cat(parts);
+  const at::Tensor back = packed.is_cpu() ? packed : packed.cpu();  // device -> host copy 1 (none on CPU)
+  const std::int64_t stride = r.output_token_ids.size(1);
+  const std::int64_t* out = back.data_ptr<std::int64_t>();
+  const std::int64_t* nacc = out + B * stride;
+  const std::int64_t* status = nacc + B;
+  const std::int64_t* nodes = tree ? status + B : nullptr;
+  for (std::int64_t b = 0; b < B; ++b)
+    if (status[b] != 0) {
+      const auto st = static_cast<Status>(status[b]);
+      throw error(st, "verify: request " + std::to_string(b) + " of the step failed: " + to_string(st) + ": " +
+                          torch::detail::blame(st));
+    }
+  Verified v;
+  v.tokens.resize(static_cast<std::size_t>(B));
+  v.nodes.resize(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t n = nacc[b];
+    v.tokens[static_cast<std::size_t>(b)].assign(out + b * stride, out + b * stride + n + 1);
     auto& nd = v.nodes[static_cast<std::size_t>(b)];
     nd.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = ndp ? ndp[b * stride + i] : i + 1;
+    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = nodes ? nodes[b * stride + i] : i + 1;
   }
+  if (expected_acceptance) add_expected(v, d, r.target_probs, params);
   return v;
+}
+
+}  // namespace
+
+Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
+                std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
+                std::span<const std::uint8_t> block, bool expected_acceptance) {
+  const auto B = static_cast<std::int64_t>(params.size());
+  if (d.num_requests() != B || static_cast<std::int64_t>(positions.size()) != B)
+    throw error(Status::kInvalidArgument, "verify: expected " + std::to_string(d.num_requests()) +
+                                              " per-request params and positions, got " + std::to_string(B) + " and " +
+                                              std::to_string(positions.size()));
+  if (!target_logits.defined() || target_logits.dim() != 2)
+    throw error(Status::kInvalidArgument, "verify: target_logits: expected a 2-D tensor [N + B, V]");
+  if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
+    if (static_cast<std::int64_t>(block.size()) != B)
+      throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(B) +
+                                                " per-request flags, got " + std::to_string(block.size()));
+    return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
+  }
+  return verify_on_device(d, target_logits, params, positions, expected_acceptance);
 }
 
 namespace {

@@ -143,22 +143,37 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   const float* min_p = a.min_p ? a.min_p->data_ptr<float>() : nullptr;
   for (std::int64_t b = 0; b < B; ++b)
     params[b] = specdec::detail::request_logits_params(temperature, top_k, top_p, min_p, b);
-  // Logits processing (rows in parallel is not needed for bits: each row is independent).
+  // Logits processing, rows spread over threads (each row is independent, so the bits do not depend on the split):
+  // logits_to_probs_batch row by row.
+  auto process = [&](const float* src, std::int64_t rows, std::int64_t src_stride, std::int32_t extra, float* dst,
+                     Status* st) {
+    at::parallel_for(0, rows, 1, [&](std::int64_t lo, std::int64_t hi) {
+      specdec::detail::LogitsScratch scratch;
+      for (std::int64_t r = lo; r < hi; ++r) {
+        const std::int64_t b = specdec::detail::logits_row_request(cu, B, extra, r);
+        float* out_row = dst + r * V;
+        if (b < 0) {
+          std::fill(out_row, out_row + V, 0.0f);
+          st[r] = Status::kInvalidArgument;
+          continue;
+        }
+        st[r] = specdec::detail::logits_row(src + r * src_stride, V, params[static_cast<std::size_t>(b)], out_row,
+                                            scratch, true);
+      }
+    });
+  };
   const at::Tensor logits = a.target_logits.scalar_type() == at::kFloat ? a.target_logits : a.target_logits.to(at::kFloat);
   at::Tensor probs = at::empty({N + B, V}, at::TensorOptions().dtype(at::kFloat));
   std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
   if (N + B > 0)
-    logits_to_probs_batch<IdT>(logits.data_ptr<float>(), N + B, V, logits.stride(0), params.data(), B, cu, 1,
-                               probs.data_ptr<float>(), target_rows.data());
+    process(logits.data_ptr<float>(), N + B, logits.stride(0), 1, probs.data_ptr<float>(), target_rows.data());
   at::Tensor draft;
   std::vector<Status> draft_rows;
   if (a.draft_logits) {
     const at::Tensor dl = a.draft_logits->scalar_type() == at::kFloat ? *a.draft_logits : a.draft_logits->to(at::kFloat);
     draft = at::empty({N, V}, at::TensorOptions().dtype(at::kFloat));
     draft_rows.assign(static_cast<std::size_t>(N), Status::kSuccess);
-    if (N > 0)
-      logits_to_probs_batch<IdT>(dl.data_ptr<float>(), N, V, dl.stride(0), params.data(), B, cu, 0,
-                                 draft.data_ptr<float>(), draft_rows.data());
+    if (N > 0) process(dl.data_ptr<float>(), N, dl.stride(0), 0, draft.data_ptr<float>(), draft_rows.data());
   } else if (a.draft_probs) {
     draft = a.draft_probs->to(at::kFloat).contiguous();
   }

@@ -35,13 +35,17 @@ struct Verified {
   std::vector<ExpectedAccepted> expected;
 };
 
-/// Verifies every request's drafts against the processed target rows ([N + B, V]) with specdec::torch::rejection_sample
-/// (chains) or tree_rejection_sample (any tree in the batch). seeds/positions/greedy per request; block[b] = 1 verifies
-/// request b's chain by block verification (sampling/block.hpp; on the CPU core, the rest of a chain batch token by
-/// token); a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none). With
-/// `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft probs.
-Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_probs, std::span<const std::uint64_t> seeds,
-                std::span<const std::int64_t> positions, std::span<const std::uint8_t> greedy,
+/// Processes the target's logits ([N + B, V], the K_b + 1 rows of each request, on the target's device) with each
+/// request's SamplingParams and verifies every request's drafts (chains or trees, per-request draft kinds) with
+/// specdec::torch::verify_logits on that device: only the step's small inputs go up (one copy) and the accepted tokens,
+/// counts, statuses and tree nodes come back (one copy); the rows stay on the device. positions[b] = sequence index of
+/// request b's first draft token. block[b] = 1 verifies request b's chain by block verification (sampling/block.hpp):
+/// a chain batch with such a request is processed on the host (process_logits) and verified on the CPU core, the rest
+/// token by token; a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none).
+/// With `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft
+/// probs (from the processed rows, copied to the host). A failed request (a NaN logit, ...) throws specdec::error.
+Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_logits,
+                std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block = {}, bool expected_acceptance = false);
 
 /// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).

@@ -1,9 +1,11 @@
 // SpeculativeDecoder<Draft, Target>: the generation loop over a batch of requests.
 //
 // Each step: the proposer drafts up to g tokens per request (a chain or a tree); ONE target forward runs every request's
-// [last token, drafts...]; the logits are processed with each request's SamplingParams; specdec::torch::rejection_sample
-// (or tree_rejection_sample) keeps the accepted drafts and draws one recovered/bonus token per request (seed = the request's
-// seed, position = sequence index of its first draft token, greedy rows at temperature 0); the target cache is rolled back to
+// [last token, drafts...]; specdec::torch::verify_logits processes the logits with each request's SamplingParams and
+// verifies the chains or trees on the target's device, keeping the accepted drafts and drawing one recovered/bonus token per
+// request (seed = the request's seed, position = sequence index of its first draft token, greedy rows at temperature 0);
+// only the accepted tokens, counts and statuses come back to the host (a batch with a block-verified request is processed
+// on the host and verified on the CPU core instead: detail::verify); the target cache is rolled back to
 // the accepted prefix (trees: keep_path); the tokens are streamed; the proposer learns what was accepted. A request that
 // finishes (stop token, stop string, max_new_tokens, or the target's context length when it has one) leaves at once and
 // frees its slots; the others continue.
@@ -188,20 +190,16 @@ class SpeculativeDecoder {
     // 2. one target forward over every request's [root, drafts...]
     std::vector<std::int64_t> roots(static_cast<std::size_t>(B)), slots(static_cast<std::size_t>(B)),
         positions(static_cast<std::size_t>(B)), base(static_cast<std::size_t>(B));
-    std::vector<std::uint64_t> seeds(static_cast<std::size_t>(B));
-    std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B)), block(static_cast<std::size_t>(B));
-    std::vector<const SamplingParams*> row_params;
-    row_params.reserve(static_cast<std::size_t>(N + B));
+    std::vector<std::uint8_t> block(static_cast<std::size_t>(B));
+    std::vector<const SamplingParams*> params(static_cast<std::size_t>(B));
     for (std::int64_t b = 0; b < B; ++b) {
       Request& r = *reqs[static_cast<std::size_t>(b)];
       roots[static_cast<std::size_t>(b)] = r.context.back();
       slots[static_cast<std::size_t>(b)] = r.slot;
       positions[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(r.context.size());
       base[static_cast<std::size_t>(b)] = static_cast<std::int64_t>(r.context.size()) - 1;
-      seeds[static_cast<std::size_t>(b)] = r.req.params.seed;
-      greedy[static_cast<std::size_t>(b)] = r.req.params.greedy() ? 1 : 0;
+      params[static_cast<std::size_t>(b)] = &r.req.params;
       block[static_cast<std::size_t>(b)] = r.req.verify_method == VerifyMethod::kBlock ? 1 : 0;
-      row_params.insert(row_params.end(), static_cast<std::size_t>(drafts.num_drafts(b) + 1), &r.req.params);
     }
     const models::ForwardBatch fb = detail::build_forward(drafts, roots, slots, feature_spec_ ? &*feature_spec_ : nullptr);
     const auto t_target = Clock::now();
@@ -219,10 +217,9 @@ class SpeculativeDecoder {
       ++metrics_.verify_forwards;
     }
 
-    // 3. processed target rows and verification
-    const at::Tensor probs = proposers::process_logits(out.logits, row_params);
-    const detail::Verified v = detail::verify(drafts, probs, seeds, positions, greedy, block,
-                                                options_.measure_expected_acceptance);
+    // 3. logits processing and verification on the target's device (only the accepted tokens come back)
+    const detail::Verified v = detail::verify(drafts, out.logits, params, positions, block,
+                                              options_.measure_expected_acceptance);
     cost_model_.observe(B, N + B, seconds_since(t_target));  // what a step of N + B rows costs beyond its drafting
 
     // 4. emit, stop, roll caches back, tell the proposer
