@@ -325,8 +325,8 @@ void add_expected(Verified& v, const proposers::DraftBatch& d, const at::Tensor&
   }
 }
 
-/// A batch with a block-verified chain: the logits processed on the host (process_logits) and the chains verified on
-/// the CPU core (block verification has no device kernel behind verify_logits).
+/// A chain batch that mixes block- and token-verified requests: the logits processed on the host (process_logits) and
+/// each chain verified on the CPU core by its own method (the device entry takes one method per batch).
 Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits,
                         std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                         std::span<const std::uint8_t> block, bool expected_acceptance) {
@@ -353,7 +353,7 @@ Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits
 /// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
 Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logits,
                           std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                          bool expected_acceptance) {
+                          bool expected_acceptance, VerifyMethod method) {
   const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const bool tree = !d.parents.empty(), kinds = !d.has_probs.empty();
@@ -410,6 +410,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.seeds = view(o_seed, B, at::kLong, 8);
   a.positions = view(o_pos, B, at::kLong, 8);
   a.max_num_draft_tokens = max_k;
+  a.method = method;
   const torch::VerifyLogitsResult r = torch::verify_logits(a);
   std::vector<at::Tensor> parts{r.output_token_ids.reshape({-1}).to(at::kLong), r.num_accepted.to(at::kLong),
                                 r.status.to(at::kLong)};
@@ -457,9 +458,12 @@ Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
     if (static_cast<std::int64_t>(block.size()) != B)
       throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(B) +
                                                 " per-request flags, got " + std::to_string(block.size()));
+    // Every request block-verified: the device entry's block mode; a mix of methods: the CPU core, request by request.
+    if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
+      return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock);
     return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
   }
-  return verify_on_device(d, target_logits, params, positions, expected_acceptance);
+  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken);
 }
 
 namespace {

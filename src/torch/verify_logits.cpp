@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/tree.hpp"
@@ -106,6 +107,10 @@ Shapes check_verify_logits(const VerifyLogitsArgs& a) {
               "max_num_draft_tokens: expected a bound on every K_b on CUDA (reading it from cu_num_draft_tokens would "
               "synchronise with the host), got -1");
   s.tree = a.parents.has_value();
+  TORCH_CHECK(a.method == VerifyMethod::kToken || a.method == VerifyMethod::kBlock, "method: expected token or block, got ",
+              static_cast<int>(a.method));
+  TORCH_CHECK(a.method != VerifyMethod::kBlock || !s.tree,
+              "method: expected token for tree verification (block verification applies to chains), got block");
   s.draft_rows = a.draft_logits.has_value() || (a.draft_probs && a.draft_probs->scalar_type() != at::kFloat);
   if (a.workspace) {
     const at::Tensor& w = *a.workspace;
@@ -214,8 +219,11 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
         const auto seed = static_cast<std::uint64_t>(seeds[b]);
         st = s.tree ? verify_tree_request<IdT>(V, k, ids + start, parents + start, qb, pb, seed, positions[b], greedy,
                                                out + b * stride, nodes + b * stride, nacc + b, tiles.data())
-                    : verify_chain_request<IdT>(V, k, ids + start, qb, pb, seed, positions[b], greedy, 1.0f,
-                                                out + b * stride, nacc + b, flags + start, tiles.data());
+                    : a.method == VerifyMethod::kBlock
+                        ? verify_block_request<IdT>(V, k, ids + start, qb, pb, seed, positions[b], greedy,
+                                                    out + b * stride, nacc + b, flags + start, tiles.data())
+                        : verify_chain_request<IdT>(V, k, ids + start, qb, pb, seed, positions[b], greedy, 1.0f,
+                                                    out + b * stride, nacc + b, flags + start, tiles.data());
       }
       status[b] = static_cast<std::int32_t>(st);
     }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/tree.hpp"
@@ -106,7 +107,7 @@ struct Reference {
   std::int64_t stride = 0;
 };
 
-Reference reference(const Step& s, bool tree, bool with_q, bool kinds) {
+Reference reference(const Step& s, bool tree, bool with_q, bool kinds, bool block = false) {
   Reference r;
   const std::int64_t V = s.V;
   r.p.resize(s.target.size());
@@ -165,8 +166,8 @@ Reference reference(const Step& s, bool tree, bool with_q, bool kinds) {
     a.positions = s.positions.data();
     a.greedy = greedy.data();
     a.has_draft_probs = kinds ? s.has_q.data() : nullptr;
-    const auto res = specdec::verify_chain(a, specdec::ChainVerifyOutputs<std::int64_t>{r.tokens.data(), r.stride,
-                                                                                         r.counts.data(), r.flags.data()});
+    const specdec::ChainVerifyOutputs<std::int64_t> out{r.tokens.data(), r.stride, r.counts.data(), r.flags.data()};
+    const auto res = block ? specdec::verify_block(a, out) : specdec::verify_chain(a, out);
     EXPECT_TRUE(res.ok()) << specdec::to_string(res);
   }
   return r;
@@ -209,6 +210,27 @@ TEST(VerifyLogits, ChainEqualsLogitsToProbsThenVerifyChain) {
   }
   EXPECT_GT(accepted, 0);  // the steps exercise acceptances and rejections alike
   EXPECT_LT(accepted, drafts);
+}
+
+void expect_error(const VerifyLogitsArgs& a, const std::string& message);
+
+TEST(VerifyLogits, BlockEqualsLogitsToProbsThenVerifyBlock) {
+  std::int64_t differs_from_token = 0;
+  for (std::uint64_t seed = 21; seed < 41; ++seed) {
+    const Step s = random_step(seed, 16, 600, false);
+    for (bool kinds : {false, true}) {
+      VerifyLogitsArgs a = args_of(s, false, true, kinds);
+      a.method = specdec::VerifyMethod::kBlock;
+      const auto got = specdec::torch::verify_logits(a);
+      expect_equal(got, reference(s, false, true, kinds, true), false);
+      const auto token = specdec::torch::verify_logits(args_of(s, false, true, kinds));
+      differs_from_token += !at::equal(got.output_token_ids, token.output_token_ids);
+    }
+  }
+  EXPECT_GT(differs_from_token, 0);  // the method is applied
+  VerifyLogitsArgs t = args_of(random_step(24, 4, 300, true), true, true, false);
+  t.method = specdec::VerifyMethod::kBlock;
+  expect_error(t, "method: expected token for tree verification (block verification applies to chains), got block");
 }
 
 TEST(VerifyLogits, TreeEqualsLogitsToProbsThenVerifyTree) {
@@ -343,7 +365,10 @@ TEST(VerifyLogits, OpByName) {
   const VerifyLogitsArgs a = args_of(s, false, true, false);
   std::vector<c10::IValue> stack = {a.target_logits, a.draft_token_ids, a.cu_num_draft_tokens, a.seeds, a.positions,
                                     *a.temperature,  *a.top_k,          *a.top_p,              *a.min_p, c10::IValue(),
-                                    *a.draft_logits, c10::IValue(),     c10::IValue(),         -1,       c10::IValue()};
+                                    *a.draft_logits, c10::IValue(),     c10::IValue(),         -1,       c10::IValue(),
+                                    false};
+  std::vector<c10::IValue> block_stack = stack;
+  block_stack.back() = true;
   op.callBoxed(&stack);
   ASSERT_EQ(stack.size(), 5u);
   const auto direct = specdec::torch::verify_logits(a);
@@ -351,6 +376,10 @@ TEST(VerifyLogits, OpByName) {
   EXPECT_TRUE(at::equal(stack[1].toTensor(), direct.num_accepted));
   EXPECT_TRUE(at::equal(stack[2].toTensor(), direct.accepted));
   EXPECT_TRUE(at::equal(stack[3].toTensor(), direct.status));
+  op.callBoxed(&block_stack);  // block = True: block verification
+  VerifyLogitsArgs b = a;
+  b.method = specdec::VerifyMethod::kBlock;
+  EXPECT_TRUE(at::equal(block_stack[0].toTensor(), specdec::torch::verify_logits(b).output_token_ids));
   auto ws = c10::Dispatcher::singleton().findSchemaOrThrow("specdec::verify_logits_workspace_bytes", "");
   std::vector<c10::IValue> wstack = {std::int64_t{4}, std::int64_t{8}, std::int64_t{200}, false, true};
   ws.callBoxed(&wstack);
@@ -361,9 +390,11 @@ bool have_cuda() { return torch::cuda::is_available() && torch::cuda::device_cou
 
 TEST(VerifyLogits, CudaEqualsCpuWithoutSynchronising) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  for (bool tree : {false, true}) {
-    const Step s = random_step(tree ? 11 : 10, 12, 32000, tree);
+  for (int mode : {0, 1, 2}) {  // chain, tree, block
+    const bool tree = mode == 1;
+    const Step s = random_step(10 + mode, 12, 32000, tree);
     VerifyLogitsArgs a = args_of(s, tree, true, true);
+    if (mode == 2) a.method = specdec::VerifyMethod::kBlock;
     std::int64_t max_k = 0;
     for (std::int64_t i = 0; i < s.B; ++i) max_k = std::max(max_k, s.cu[i + 1] - s.cu[i]);
     a.max_num_draft_tokens = max_k;

@@ -5,8 +5,8 @@
 //
 // One call = logits processing of every target row (and of the draft rows when draft logits are given) with the
 // request's temperature / top-k / top-p / min-p (sampling/logits_core.hpp: CPU and CUDA write the same bits), then
-// chain or tree verification (sampling/chain.hpp, tree.hpp; the CUDA kernels on CUDA tensors). The same tokens on
-// CPU and CUDA.
+// chain, block (method = kBlock) or tree verification (sampling/chain.hpp, block.hpp, tree.hpp; the CUDA kernels on
+// CUDA tensors). The same tokens on CPU and CUDA.
 //
 // Shapes, B requests, N = sum_b K_b drafts, V vocabulary (every tensor on the device of target_logits):
 //   target_logits        [N + B, V]  float32, float16 or bfloat16; rows K_b + 1 per request (cu[b] + b ..), last dim
@@ -49,6 +49,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "specdec/sampling/block.hpp"
+
 namespace specdec::torch {
 
 struct VerifyLogitsArgs {
@@ -67,6 +69,9 @@ struct VerifyLogitsArgs {
   at::Tensor positions;
   std::int64_t max_num_draft_tokens = -1;
   std::optional<at::Tensor> workspace;
+  /// kBlock: every chain is verified by block verification (sampling/block.hpp; greedy rows and deterministic drafts
+  /// keep the token rule); chains only (trees are refused). CPU core or the CUDA block kernel, the same bits.
+  VerifyMethod method = VerifyMethod::kToken;
 };
 
 struct VerifyLogitsResult {

@@ -7,8 +7,10 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "specdec/cuda/block_verify.cuh"
 #include "specdec/cuda/chain_verify.cuh"
 #include "specdec/cuda/logits_api.hpp"
 #include "specdec/cuda/tree_verify.cuh"
@@ -40,7 +42,8 @@ Layout layout(std::int64_t B, std::int64_t N, std::int64_t V, bool tree, bool dr
   l.greedy = take(static_cast<std::size_t>(B));
   l.logits_ws_bytes = cuda::logits_to_probs_workspace_size(N + B, V);
   l.logits_ws = take(l.logits_ws_bytes);
-  l.verify_ws_bytes = tree ? cuda::tree_verify_workspace_size(B, N, V) : cuda::chain_verify_workspace_size(B, N, V);
+  l.verify_ws_bytes = tree ? cuda::tree_verify_workspace_size(B, N, V)
+                           : std::max(cuda::chain_verify_workspace_size(B, N, V), cuda::block_verify_workspace_size(B, N, V));
   l.verify_ws = take(l.verify_ws_bytes);
   l.total = c.size();
   return l;
@@ -179,6 +182,28 @@ VerifyLogitsResult run(const VerifyLogitsArgs& a, const detail::Shapes& s) {
     TORCH_CHECK(check.ok(), "verify_logits (CUDA, tree): ", to_string(check));
     const Status st = cuda::tree_verify(t, region(l.verify_ws), l.verify_ws_bytes, stream);
     TORCH_CHECK(st == Status::kSuccess, "verify_logits (CUDA, tree): ", to_string(st));
+  } else if (a.method == VerifyMethod::kBlock) {
+    cuda::BlockVerifyParams<float, IdT> c;
+    c.batch_size = B;
+    c.vocab_size = V;
+    c.num_draft_tokens = N;
+    c.cu_num_draft_tokens = cu;
+    c.draft_token_ids = ids;
+    c.draft_probs = draft_probs;
+    c.target_probs = target_probs;
+    c.seeds = reinterpret_cast<const std::uint64_t*>(a.seeds.data_ptr<std::int64_t>());
+    c.positions = a.positions.data_ptr<std::int64_t>();
+    c.greedy = greedy;
+    c.has_draft_probs = has_q;
+    c.output_token_ids = r.output_token_ids.data_ptr<IdT>();
+    c.output_stride = stride;
+    c.num_accepted = r.num_accepted.data_ptr<std::int32_t>();
+    c.accepted = reinterpret_cast<std::uint8_t*>(r.accepted.data_ptr<bool>());
+    c.status = status;
+    const VerifyResult check = cuda::block_verify_check_arguments(c);
+    TORCH_CHECK(check.ok(), "verify_logits (CUDA, block): ", to_string(check));
+    const Status st = cuda::block_verify(c, region(l.verify_ws), l.verify_ws_bytes, stream);
+    TORCH_CHECK(st == Status::kSuccess, "verify_logits (CUDA, block): ", to_string(st));
   } else {
     cuda::ChainVerifyParams<float, IdT> c;
     c.batch_size = B;

@@ -78,7 +78,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> verify_lo
     const c10::optional<at::Tensor>& min_p, const c10::optional<at::Tensor>& draft_probs,
     const c10::optional<at::Tensor>& draft_logits, const c10::optional<at::Tensor>& parents,
     const c10::optional<at::Tensor>& has_draft_probs, std::int64_t max_num_draft_tokens,
-    const c10::optional<at::Tensor>& workspace) {
+    const c10::optional<at::Tensor>& workspace, bool block) {
   specdec::torch::VerifyLogitsArgs a;
   a.target_logits = target_logits;
   a.draft_token_ids = draft_token_ids;
@@ -95,6 +95,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> verify_lo
   a.has_draft_probs = to_std(has_draft_probs);
   a.max_num_draft_tokens = max_num_draft_tokens;
   a.workspace = to_std(workspace);
+  a.method = block ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
   auto r = specdec::torch::verify_logits(a);
   return {r.output_token_ids, r.num_accepted, r.accepted, r.status, r.target_probs};
 }
@@ -113,7 +114,8 @@ TORCH_LIBRARY(specdec, m) {
       "verify_logits(Tensor target_logits, Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor seeds, "
       "Tensor positions, Tensor? temperature=None, Tensor? top_k=None, Tensor? top_p=None, Tensor? min_p=None, "
       "Tensor? draft_probs=None, Tensor? draft_logits=None, Tensor? parents=None, Tensor? has_draft_probs=None, "
-      "int max_num_draft_tokens=-1, Tensor? workspace=None) -> (Tensor output_token_ids, Tensor num_accepted, "
+      "int max_num_draft_tokens=-1, Tensor? workspace=None, bool block=False) -> (Tensor output_token_ids, "
+      "Tensor num_accepted, "
       "Tensor accepted, Tensor status, Tensor target_probs)",
       &verify_logits_op);
   m.def(
