@@ -367,8 +367,12 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
                      total = o_kind + up8(kinds ? B : 0);
   at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kByte));
   std::uint8_t* h = host.data_ptr<std::uint8_t>();
-  std::memcpy(h + o_ids, d.token_ids.data(), static_cast<std::size_t>(8 * N));
-  std::memcpy(h + o_cu, d.cu_num_drafts.data(), static_cast<std::size_t>(8 * (B + 1)));
+  // An empty section (no drafts this step) may come from an empty vector whose data() is null: copy nothing then.
+  auto put = [h](std::int64_t off, const void* src, std::int64_t bytes) {
+    if (bytes > 0) std::memcpy(h + off, src, static_cast<std::size_t>(bytes));
+  };
+  put(o_ids, d.token_ids.data(), 8 * N);
+  put(o_cu, d.cu_num_drafts.data(), 8 * (B + 1));
   if (tree) {
     std::vector<std::int64_t> par(static_cast<std::size_t>(N));
     for (std::int64_t b = 0; b < B; ++b) {
@@ -377,9 +381,9 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
       for (std::int64_t j = s; j < e; ++j)
         par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
     }
-    std::memcpy(h + o_par, par.data(), static_cast<std::size_t>(8 * N));
+    put(o_par, par.data(), 8 * N);
   }
-  std::memcpy(h + o_pos, positions.data(), static_cast<std::size_t>(8 * B));
+  put(o_pos, positions.data(), 8 * B);
   for (std::int64_t b = 0; b < B; ++b) {
     const SamplingParams& p = *params[static_cast<std::size_t>(b)];
     const auto seed = static_cast<std::int64_t>(p.seed);
@@ -389,7 +393,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
     std::memcpy(h + o_topp + 4 * b, &p.top_p, 4);
     std::memcpy(h + o_minp + 4 * b, &p.min_p, 4);
   }
-  if (kinds) std::memcpy(h + o_kind, d.has_probs.data(), static_cast<std::size_t>(B));
+  if (kinds) put(o_kind, d.has_probs.data(), B);
   const at::Device dev = logits.device();
   const at::Tensor staged = logits.is_cpu() ? host : host.to(dev);  // host -> device copy 1 (none on CPU)
   auto view = [&](std::int64_t off, std::int64_t n, at::ScalarType t, std::int64_t size) {
