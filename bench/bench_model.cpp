@@ -16,11 +16,12 @@
 //   cost_vs_1_token        (6-token rows) median time of this forward / median 1-token forward at the same context
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
+// BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
-// products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni picks another that the CPU supports).
+// products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni|amx picks another that the CPU supports).
 //
 //   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores),
-//                                             SPECDEC_ACTIVATION_BITS (16 default, or 8)
+//                                             SPECDEC_ACTIVATION_BITS (16 default, 8, or per kind: 16,attn_out=8)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -30,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +42,7 @@
 
 #include "bandwidth.hpp"
 #include "specdec/models/detail/cpu_kernels.hpp"
+#include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/llama.hpp"
 
 namespace sm = specdec::models;
@@ -59,7 +62,7 @@ sm::LlamaModel& model() {
       g_model_label = path.filename().string();
       sm::LlamaOptions o;
       o.num_threads = g_threads;
-      if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) o.activation_bits = std::atoi(bits);
+      if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) o.activation_bits = specdec::models::ActivationBits::parse(bits);
       return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path, o));
     }
     g_model_label = "random weights, SmolLM2-135M shape (model file absent)";
@@ -200,6 +203,45 @@ BENCHMARK(BM_Attention)
     ->Args({6, 128})
     ->Args({1, 1024})
     ->Args({6, 1024})
+    ->Unit(benchmark::kMicrosecond);
+
+// One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,
+// 1.1 MB): the arithmetic of each instruction set for 1 to 16 token rows, as multiply-adds per second (int8 MACs of the
+// activation planes, 2 per value with two planes). Arguments: instruction set (CpuIsa), token rows, planes.
+void BM_PackedLinear(benchmark::State& state) {
+  namespace d = sm::detail;
+  const auto isa = static_cast<d::CpuIsa>(state.range(0));
+  const std::int64_t n = state.range(1), planes = state.range(2), rows = 3072, cols = 576;
+  if (!d::cpu_supports(isa)) {
+    state.SkipWithError("instruction set not supported here");
+    return;
+  }
+  std::uint32_t seed = 7;
+  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
+  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32 * 20));
+  for (std::size_t i = 0; i < data.size(); i += 20) {
+    const std::uint16_t dh = 0x2000, mh = 0xA000;  // small half scales and minimums
+    std::memcpy(&data[i], &dh, 2);
+    std::memcpy(&data[i + 2], &mh, 2);
+    for (int j = 4; j < 20; ++j) data[i + static_cast<std::size_t>(j)] = static_cast<std::byte>(next() & 0xFF);
+  }
+  const d::PackedMatrix::Source src{"bench", specdec::models::GgmlType::kQ4_1, data, rows, cols, {}};
+  const d::PackedMatrix m = d::PackedMatrix::pack(std::span(&src, 1));
+  std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));
+  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
+  d::QuantizedRows q;
+  d::quantize_rows(x.data(), n, cols, cols, m.block(), q, planes);
+  for (auto _ : state) {
+    m.linear(q, 0, m.tiles(), y.data(), rows, false, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(d::to_string(isa));
+  state.counters["GMAC_per_second"] = benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(
+                                                             rows * cols * n * planes) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PackedLinear)
+    ->ArgNames({"isa", "rows", "planes"})
+    ->ArgsProduct({{1, 2, 3}, {1, 2, 4, 6, 8, 16, 64}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_ReadBandwidth(benchmark::State& state) {

@@ -81,7 +81,7 @@ struct Options {
   bool compare = false;
   std::string json;
   int threads = 0;
-  int activation_bits = 16;
+  std::string activation_bits = "16";  // ActivationBits::parse
   std::string draft_weights = "q8_0";
   int aten_threads = 1;
   int ngram_min_n = 1, ngram_max_n = 4;
@@ -101,13 +101,14 @@ using specdec::models::read_prompt_file;
 std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
-LlamaModel load_model(const std::string& path, const char* flag, int threads, int activation_bits, bool quantize = false) {
+LlamaModel load_model(const std::string& path, const char* flag, int threads, const std::string& activation_bits,
+                      bool quantize = false) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
   specdec::models::LlamaOptions options;
   options.num_threads = threads;
-  options.activation_bits = activation_bits;
+  options.activation_bits = specdec::models::ActivationBits::parse(activation_bits);
   options.quantize_float_weights = quantize;
   if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
   return specdec::models::load_llama_gguf(path, options);
@@ -605,8 +606,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"q8_0", "float"}))
       ->capture_default_str();
   app.add_option("--activation-bits", o.activation_bits,
-                 "precision of activations meeting block-format weights: 16 (two int8 planes, ~float accuracy) or 8 "
-                 "(one plane, as llama.cpp)")
+                 "precision of activations meeting block-format weights: 16 (two int8 planes, ~float accuracy), 8 (one "
+                 "plane, as llama.cpp), or per kind of matrix, e.g. 16,attn_out=8 (kinds qkv, attn_out, gate_up, down, "
+                 "lm_head)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -294,6 +294,59 @@ void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::
 
 }  // namespace
 
+namespace {
+constexpr std::pair<const char*, int ActivationBits::*> kActivationKinds[] = {
+    {"qkv", &ActivationBits::qkv},         {"attn_out", &ActivationBits::attn_out}, {"gate_up", &ActivationBits::gate_up},
+    {"down", &ActivationBits::down},       {"lm_head", &ActivationBits::lm_head}};
+
+int parse_bits(std::string_view item, std::string_view value) {
+  if (value == "8") return 8;
+  if (value == "16") return 16;
+  fail(fmt::format("activation bits: item '{}': expected 8 or 16, got '{}'", item, value));
+}
+}  // namespace
+
+ActivationBits ActivationBits::parse(std::string_view spec) {
+  if (spec.empty()) fail("activation bits: expected 16, 8 or a list such as 16,attn_out=8, got an empty string");
+  ActivationBits b;
+  for (bool more = true; more;) {
+    const std::size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    more = comma != std::string_view::npos;
+    if (more) spec = spec.substr(comma + 1);
+    if (item.empty()) fail("activation bits: expected an item (8, 16 or kind=8|16) between commas, got an empty one");
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      b = ActivationBits(parse_bits(item, item));
+      continue;
+    }
+    const std::string_view kind = item.substr(0, eq);
+    bool found = false;
+    for (const auto& [name, field] : kActivationKinds)
+      if (kind == name) {
+        b.*field = parse_bits(item, item.substr(eq + 1));
+        found = true;
+      }
+    if (!found)
+      fail(fmt::format("activation bits: item '{}': expected a kind among qkv, attn_out, gate_up, down, lm_head, got '{}'",
+                       item, kind));
+  }
+  return b;
+}
+
+bool ActivationBits::valid() const noexcept {
+  for (const auto& kv : kActivationKinds)
+    if (this->*kv.second != 8 && this->*kv.second != 16) return false;
+  return true;
+}
+
+std::string ActivationBits::to_string() const {
+  if (*this == ActivationBits(qkv)) return std::to_string(qkv);
+  std::string s;
+  for (const auto& [name, field] : kActivationKinds) s += fmt::format("{}{}={}", s.empty() ? "" : ",", name, this->*field);
+  return s;
+}
+
 int available_cpus() noexcept {
 #if defined(__linux__)
   cpu_set_t set;
@@ -372,12 +425,12 @@ struct LlamaModel::Impl {
   std::shared_ptr<RowPool> pool;
   Activations activations;
 
-  std::int64_t planes() const { return opts.activation_bits == 8 ? 1 : 2; }
-  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out) {
-    linear_impl(*pool, w, in, out, false, activations, planes());
+  static std::int64_t planes(int bits) { return bits == 8 ? 1 : 2; }
+  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out, int bits) {
+    linear_impl(*pool, w, in, out, false, activations, planes(bits));
   }
-  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc) {
-    linear_impl(*pool, w, in, acc, true, activations, planes());
+  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc, int bits) {
+    linear_impl(*pool, w, in, acc, true, activations, planes(bits));
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -576,7 +629,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const Layer& L = layers[l];
     rms_norm(xp, L.attn_norm.data_ptr<float>(), np, N, H, eps);
-    linear(ns, L.wqkv, qkvs);
+    linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv);
 
     // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, group, n, hd];
     // keys and values into the cache at positions cached + i.
@@ -602,12 +655,12 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
       }
     }
     for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
-    linear_accumulate(attns, L.wo, xs);
+    linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
 
     rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);
-    linear(ns, L.wgu, gus);
+    linear(ns, L.wgu, gus, opts.activation_bits.gate_up);
     detail::silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
-    linear_accumulate(acts, L.wdown, xs);
+    linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = xs.clone();
   }
@@ -635,7 +688,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     rows = ns;
   }
   out.logits = at::empty({rows.size(0), V}, xs.options());
-  linear(rows, lm_head(), out.logits);
+  linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head);
   return out;
 }
 
@@ -811,8 +864,9 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   if (options.context_length < 0)
     fail(fmt::format("LlamaModel: options.context_length: expected >= 0 (0 = the config's), got {}", options.context_length));
   m.max_len = options.context_length > 0 ? options.context_length : c.max_position_embeddings;
-  if (options.activation_bits != 8 && options.activation_bits != 16)
-    fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16, got {}", options.activation_bits));
+  if (!options.activation_bits.valid())
+    fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16 for every kind of matrix, got {}",
+                     options.activation_bits.to_string()));
   m.pool = shared_pool(options.num_threads > 0 ? options.num_threads : available_cpus());
 
   m.H = c.hidden_size;

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(out);
     // SPECDEC_ACTIVATION_BITS=8 checks the one-plane (llama.cpp-like) activations instead of the default 16.
     sm::LlamaOptions options;
-    if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) options.activation_bits = std::atoi(bits);
+    if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) options.activation_bits = specdec::models::ActivationBits::parse(bits);
     sm::LlamaModel model = sm::load_llama_gguf(model_path, options);
     const sm::Tokenizer tok = sm::Tokenizer::from_gguf(sm::GgufFile(model_path));
     std::ifstream in(argv[2]);

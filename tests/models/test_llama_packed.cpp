@@ -87,9 +87,10 @@ Checkpoint make_checkpoint(const sm::LlamaConfig& c, std::uint32_t seed) {
   return ck;
 }
 
-sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck) {
+sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::ActivationBits bits = 16) {
   sm::LlamaOptions o;
   o.num_threads = 2;
+  o.activation_bits = bits;
   return sm::LlamaModel::from_stored(c, [&](const std::string& name) {
     sm::StoredWeight w;
     if (auto it = ck.norms.find(name); it != ck.norms.end()) {
@@ -137,6 +138,60 @@ TEST(LlamaPacked, LogitsMatchTheDequantisedFloatModel) {
     EXPECT_LT((x - y).abs().max().item<double>(), 2e-3 * scale);
     EXPECT_TRUE(x.argmax(1).equal(y.argmax(1)));
   }
+}
+
+TEST(LlamaPacked, ActivationBitsParseAndNameEveryKind) {
+  EXPECT_EQ(sm::ActivationBits::parse("16"), sm::ActivationBits(16));
+  EXPECT_EQ(sm::ActivationBits::parse("8"), sm::ActivationBits(8));
+  sm::ActivationBits b = sm::ActivationBits::parse("16,attn_out=8,lm_head=8");
+  EXPECT_EQ(b.qkv, 16);
+  EXPECT_EQ(b.attn_out, 8);
+  EXPECT_EQ(b.gate_up, 16);
+  EXPECT_EQ(b.down, 16);
+  EXPECT_EQ(b.lm_head, 8);
+  EXPECT_EQ(b.to_string(), "qkv=16,attn_out=8,gate_up=16,down=16,lm_head=8");
+  EXPECT_EQ(sm::ActivationBits::parse(b.to_string()), b);
+  EXPECT_EQ(sm::ActivationBits(8).to_string(), "8");
+  for (const char* bad : {"", "12", "16,", "16,mlp=8", "qkv=4", "down"}) {
+    try {
+      (void)sm::ActivationBits::parse(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("activation bits"), std::string::npos) << e.what();
+    }
+  }
+  sm::LlamaConfig c = packed_config();
+  sm::ActivationBits wrong(16);
+  wrong.down = 12;
+  EXPECT_THROW(packed_model(c, make_checkpoint(c, 7), wrong), specdec::error);
+}
+
+TEST(LlamaPacked, ActivationBitsApplyToTheirKindOfMatrix) {
+  const sm::LlamaConfig c = packed_config();
+  const Checkpoint ck = make_checkpoint(c, 7);
+  const std::vector<std::int64_t> tokens = {3, 17, 42, 5, 88, 11};
+  auto logits = [&](sm::ActivationBits bits) {
+    sm::LlamaModel m = packed_model(c, ck, bits);
+    return m.forward(sm::make_chain_batch(m.allocate_sequence(), tokens)).logits;
+  };
+  sm::LlamaModel dense = dense_model(c, ck);
+  const at::Tensor exact = dense.forward(sm::make_chain_batch(dense.allocate_sequence(), tokens)).logits;
+  const at::Tensor all16 = logits(16), all8 = logits(8);
+  const double scale = exact.abs().max().item<double>();
+  const double err16 = (all16 - exact).abs().max().item<double>(), err8 = (all8 - exact).abs().max().item<double>();
+  EXPECT_LT(err16, 2e-3 * scale);
+  EXPECT_GT(err8, 4 * err16);  // one plane: int8 activations, far coarser
+  // Each kind alone at 8 bits changes the logits (so the setting reaches its matrices), by no more than a model with every
+  // kind at 8 bits errs; every kind at 8 through the list form equals ActivationBits(8).
+  for (int sm::ActivationBits::*kind : {&sm::ActivationBits::qkv, &sm::ActivationBits::attn_out, &sm::ActivationBits::gate_up,
+                                        &sm::ActivationBits::down, &sm::ActivationBits::lm_head}) {
+    sm::ActivationBits bits(16);
+    bits.*kind = 8;
+    const at::Tensor y = logits(bits);
+    EXPECT_FALSE(y.equal(all16)) << bits.to_string();
+    EXPECT_LT((y - exact).abs().max().item<double>(), 2 * err8) << bits.to_string();
+  }
+  EXPECT_TRUE(logits(sm::ActivationBits::parse("16,qkv=8,attn_out=8,gate_up=8,down=8,lm_head=8")).equal(all8));
 }
 
 TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {

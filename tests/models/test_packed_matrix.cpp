@@ -79,7 +79,7 @@ std::vector<float> dequantized(const Format& f, std::span<const std::byte> data,
 
 std::vector<CpuIsa> isas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni})
+  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
     if (cpu_supports(i)) out.push_back(i);
   return out;
 }
@@ -191,7 +191,8 @@ TEST_P(PackedProduct, EveryPathRowCountAndTileSplitGivesTheSameBits) {
   for (CpuIsa isa : isas()) {
     SCOPED_TRACE(to_string(isa));
     // Every row count: rows 0..n-1 of a call equal the reference's.
-    for (std::int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 40}) {
+    // (AMX: one tile group up to 16 rows, then groups that overlap: 17, 33 and 40 rows.)
+    for (std::int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 12, 13, 16, 17, 33, 40}) {
       const auto y = product(m, x, n, isa, true, 0.25f, planes);
       ASSERT_EQ(std::memcmp(y.data(), reference.data(), y.size() * 4), 0) << "n = " << n;
     }

@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,31 @@ namespace specdec::models {
 /// thread count of a model's pool.
 int available_cpus() noexcept;
 
+/// Precision of the activations that meet block-format weights, per kind of matrix: 16 (two int8 planes, about 15 bits:
+/// logits within ~1e-2 of a float forward of the same weights) or 8 (one int8 plane per block, llama.cpp's Q8 activations:
+/// half the integer work per token row). Float weights ignore it. Converts from one number for every kind
+/// (`options.activation_bits = 8`); parse() reads "16", "8" or a list such as "16,attn_out=8". The README's CPU-forward
+/// section gives each kind's measured effect on the logits.
+struct ActivationBits {
+  int qkv = 16;      ///< attention q/k/v projections (input: the attention norm's output)
+  int attn_out = 16; ///< attention output projection (input: the attention's output)
+  int gate_up = 16;  ///< MLP gate and up projections (input: the MLP norm's output)
+  int down = 16;     ///< MLP down projection (input: silu(gate) * up)
+  int lm_head = 16;  ///< output projection (input: the final norm's output)
+
+  constexpr ActivationBits() = default;
+  constexpr ActivationBits(int all) noexcept : qkv(all), attn_out(all), gate_up(all), down(all), lm_head(all) {}  // NOLINT
+  /// "16" or "8": every kind; a comma-separated list whose items are a number (every kind) or
+  /// kind=number (kinds qkv, attn_out, gate_up, down, lm_head), later items overriding earlier ones. Throws specdec::error
+  /// naming the item on anything else.
+  static ActivationBits parse(std::string_view spec);
+  /// Every field 8 or 16.
+  bool valid() const noexcept;
+  /// "16", "8" or the list form parse() reads back.
+  std::string to_string() const;
+  friend bool operator==(const ActivationBits&, const ActivationBits&) = default;
+};
+
 struct LlamaOptions {
   /// Positions per KV-cache slot before the first growth (the cache doubles beyond it).
   std::int64_t initial_cache_capacity = 256;
@@ -44,10 +70,8 @@ struct LlamaOptions {
   /// the process may run on (its CPU affinity). Float weights' products over more than 16 token rows and the attention of
   /// longer prompts go through ATen, which follows at::get_num_threads().
   int num_threads = 0;
-  /// Precision of the activations that meet block-format weights: 16 (two int8 planes, about 15 bits: logits within ~1e-2
-  /// of a float forward of the same weights) or 8 (one int8 plane per block, as llama.cpp's Q8 activations: half the
-  /// integer work per token row, logit errors of a few units on SmolLM2). Float weights ignore it.
-  int activation_bits = 16;
+  /// Precision of the activations that meet block-format weights, per kind of matrix (ActivationBits).
+  ActivationBits activation_bits = ActivationBits(16);
   /// Quantise float matrices (F32/F16/BF16; rows a multiple of 32 values) to Q8_0 at load and run them on the packed
   /// products: a quarter of float32's bytes per token, and no longer the checkpoint's exact weights. Meant for draft models,
   /// whose outputs only propose tokens (the verifier keeps the target's distribution whatever the draft computes).

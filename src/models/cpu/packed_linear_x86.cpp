@@ -12,47 +12,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "specdec/models/detail/packed_kernels.hpp"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define SPECDEC_PACKED_X86 1
-// GCC 12's intrinsic headers start some conversions from an "undefined" register, which -Wmaybe-uninitialized reports.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "packed_x86.hpp"
 
 namespace specdec::models::detail {
 
 #ifdef SPECDEC_PACKED_X86
 
 namespace {
-
-struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32; };
-struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32; };
-struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32; };
-struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32; };
-struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16; };
-
-
-inline std::int32_t load_i32(const std::byte* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline float load_f32(const std::byte* p) {
-  float v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-template <class F>
-constexpr std::int64_t value_bytes() {
-  return F::u4 ? 8 * F::blk : 16 * F::blk;
-}
-template <class F>
-constexpr std::int64_t scale_bytes() {
-  return F::half ? 32 : 64;
-}
 
 // Token rows in balanced groups of <= MaxGroup, calling fn.template operator()<NT>(t0) for rows [t0, t0 + NT).
 template <int MaxGroup, class Fn>
@@ -75,7 +41,6 @@ inline void for_token_groups(std::int64_t n, Fn&& fn) {
 
 // --- AVX-512 VNNI --------------------------------------------------------------------------------------------------------
 
-#define SPECDEC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 #ifndef SPECDEC_PREFETCH_TILES
 #define SPECDEC_PREFETCH_TILES 1
@@ -152,29 +117,13 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
     }
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r) {
-      const std::byte* sc = tp[r] + b * tbb + value_bytes<F>();
-      __m512 d, m = _mm512_setzero_ps();
-      if constexpr (F::half) {
-        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
-        if constexpr (F::min) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
-      } else {
-        d = _mm512_loadu_ps(sc);
-        if constexpr (F::min) m = _mm512_loadu_ps(sc + 64);
-      }
+      __m512 d, m;
+      avx512_scales<F>(tp[r] + b * tbb, d, m);
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) {
-        const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S
-        const std::int32_t sum_q = load_i32(q + 4);
         __m512i s = is[r][t];
         if constexpr (P == 2) s = _mm512_add_epi32(_mm512_slli_epi32(s, 8), is2[r][t]);
-        if constexpr (F::z != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(F::z * sum_q));
-        const __m512 f = _mm512_cvtepi32_ps(s);
-        __m512 e;
-        if constexpr (F::min)
-          e = _mm512_fmadd_ps(d, f, _mm512_mul_ps(m, _mm512_set1_ps(static_cast<float>(sum_q))));
-        else
-          e = _mm512_mul_ps(d, f);
-        acc[r][t] = _mm512_fmadd_ps(e, _mm512_set1_ps(load_f32(q)), acc[r][t]);
+        acc[r][t] = avx512_block_step<F>(s, d, m, xr[t] + b * xbb + P * F::blk, acc[r][t]);
       }
     }
   }
@@ -317,17 +266,6 @@ SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
     }
 }
 
-template <template <class> class Run>
-void dispatch(const PackedArgs& a) {
-  switch (a.w->type()) {
-    case GgmlType::kQ4_0: Run<FQ4_0>::go(a); return;
-    case GgmlType::kQ4_1: Run<FQ4_1>::go(a); return;
-    case GgmlType::kQ8_0: Run<FQ8_0>::go(a); return;
-    case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
-    case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
-    default: return;
-  }
-}
 template <class F>
 struct Avx512Run {
   static void go(const PackedArgs& a) { a.x->planes == 2 ? avx512_run<F, 2>(a) : avx512_run<F, 1>(a); }

@@ -115,12 +115,14 @@ const char* to_string(CpuIsa isa) noexcept {
     case CpuIsa::kPortable: return "portable";
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512Vnni: return "avx512-vnni";
+    case CpuIsa::kAmx: return "amx";
   }
   return "unknown";
 }
 
 bool cpu_supports(CpuIsa isa) noexcept {
   if (isa == CpuIsa::kPortable) return true;
+  if (isa == CpuIsa::kAmx) return amx_supported();
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
@@ -135,9 +137,10 @@ bool cpu_supports(CpuIsa isa) noexcept {
 CpuIsa best_cpu_isa() noexcept {
   static const CpuIsa best = [] {
     if (const char* env = std::getenv("SPECDEC_CPU_ISA")) {  // for comparing paths from the command line
-      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni})
+      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
         if (std::string_view(env) == to_string(i) && cpu_supports(i)) return i;
     }
+    if (cpu_supports(CpuIsa::kAmx)) return CpuIsa::kAmx;
     if (cpu_supports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
     if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
     return CpuIsa::kPortable;
@@ -356,6 +359,13 @@ void PackedMatrix::linear(const QuantizedRows& x, std::int64_t tile_begin, std::
   if (x.n == 0 || tile_begin == tile_end) return;
   const PackedArgs args{this, &x, tile_begin, tile_end, y, ldy, accumulate};
   switch (isa) {
+    case CpuIsa::kAmx:
+      if (x.n >= amx_min_rows()) {
+        packed_linear_amx(args);
+        return;
+      }
+      packed_linear_avx512vnni(args);
+      return;
     case CpuIsa::kAvx512Vnni: packed_linear_avx512vnni(args); return;
     case CpuIsa::kAvx2: packed_linear_avx2(args); return;
     case CpuIsa::kPortable: packed_linear_portable(args); return;

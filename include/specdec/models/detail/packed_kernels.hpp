@@ -20,6 +20,10 @@ struct PackedArgs {
 void packed_linear_portable(const PackedArgs& a);
 void packed_linear_avx2(const PackedArgs& a);        // only where cpu_supports(CpuIsa::kAvx2)
 void packed_linear_avx512vnni(const PackedArgs& a);  // only where cpu_supports(CpuIsa::kAvx512Vnni)
+void packed_linear_amx(const PackedArgs& a);         // only where cpu_supports(CpuIsa::kAmx)
+
+/// Whether this CPU has AMX-INT8 (and AVX-512 VNNI) and the OS granted this process the tile state (Linux asks once).
+bool amx_supported() noexcept;
 
 /// quantize_rows with AVX2 (blocks a multiple of 8 values; only where cpu_supports(CpuIsa::kAvx2)).
 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out);
