@@ -60,8 +60,8 @@ struct Options {
   std::string draft_model;
   std::string proposer;  // empty = best available
   std::string eagle_head;
-  int num_speculative_tokens = 5;
-  bool adaptive = false;      // the adaptive draft-length policy (--adaptive; off with --fixed-g)
+  int num_speculative_tokens = 8;
+  bool adaptive = true;       // the adaptive draft-length policy (greedy requests; off with --fixed-g)
   bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   bool tree = false;
@@ -326,10 +326,10 @@ int run_cli(const Options& o) {
   params.seed = o.seed;
   specdec::check(params);
 
-  // The proposer: n-gram prompt lookup unless named. It is the best measured for the bundled model (models/TRAINING.md:
-  // the committed EAGLE head and draft model are trained on too little data to pay off yet; pass --proposer eagle or
-  // --proposer draft to use them).
-  const std::string proposer = o.proposer.empty() ? std::string("ngram") : o.proposer;
+  // The proposer: suffix decoding unless named, the best measured for the bundled model with the adaptive draft length
+  // (bench/compare-adaptive.sh, README "Draft length"; the committed EAGLE head and draft model are trained on too little
+  // data to pay off yet, models/TRAINING.md: pass --proposer eagle or --proposer draft to use them).
+  const std::string proposer = o.proposer.empty() ? std::string("suffix") : o.proposer;
 
   // Model and tokenizer.
   if (!fs::exists(o.model))
@@ -534,7 +534,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "GGUF file or Hugging Face directory (safetensors + config.json)");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
-  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: ngram, the best measured for the bundled model)")
+  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: suffix, the best measured for the bundled model with the adaptive draft length)")
       ->check([](const std::string& v) -> std::string {
         for (const char* name : {"none", "ngram", "suffix", "draft", "eagle"})
           if (v == name) return {};
@@ -546,9 +546,10 @@ int main(int argc, char** argv) {
                  "drafts per step (g): the most a step drafts under the adaptive policy, exactly g with --fixed-g")
       ->capture_default_str();
   auto* adaptive = app.add_flag("--adaptive", o.adaptive_all,
-                                "choose g in [0, g] per request and step to maximise expected tokens/s (from the request's "
-                                "recent acceptance and the target's verification cost learned from the run), also when "
-                                "sampling (sampled tokens for a seed then depend on the g chosen)");
+                                "the adaptive draft-length policy (the default at temperature 0: g in [0, g] per request "
+                                "and step, maximising expected tokens/s from the request's recent acceptance and the "
+                                "target's verification cost learned from the run) also when sampling (sampled tokens for "
+                                "a seed then depend on the g chosen)");
   app.add_flag("--fixed-g,--no-adaptive", o.fixed_g, "draft exactly g tokens every step (turn the adaptive policy off)")
       ->excludes(adaptive);
   app.add_option("--verify", o.verify,

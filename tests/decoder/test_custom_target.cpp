@@ -94,6 +94,7 @@ TEST(CustomTarget, ChainOnlyTargetRunsChainsAndRefusesTrees) {
   sp::NgramProposer chains;
   sd::DecoderOptions o;
   o.num_speculative_tokens = 4;
+  o.adaptive.enabled = false;  // draft every step, so the tree proposer reaches the target
   sd::SpeculativeDecoder dec(chains, target, o);
   std::vector<std::vector<std::int64_t>> spec;
   for (auto& r : dec.generate(rs)) spec.push_back(r.tokens);

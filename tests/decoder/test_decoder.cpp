@@ -75,14 +75,18 @@ TEST(Decoder, GreedyNgramEqualsAutoregressive) {
         no.min_n = 1;
         no.max_n = 3;
         sp::NgramProposer ngram(no);
-        sd::DecoderOptions o;
-        o.num_speculative_tokens = g;
-        sd::SpeculativeDecoder dec(ngram, target, o);
-        const auto res = dec.generate(rs);
-        for (std::size_t b = 0; b < rs.size(); ++b)
-          EXPECT_EQ(res[b].tokens, base[b]) << "batch " << batch << " g " << g << " candidates " << candidates << " request " << b;
-        if (batch == 8 && g == 4) {
-          EXPECT_GT(dec.metrics().total.accepted, 0) << "no n-gram draft was ever accepted";
+        for (bool adaptive : {false, true}) {  // exactly g drafts a step, and the default draft-length policy
+          sd::DecoderOptions o;
+          o.num_speculative_tokens = g;
+          o.adaptive.enabled = adaptive;
+          sd::SpeculativeDecoder dec(ngram, target, o);
+          const auto res = dec.generate(rs);
+          for (std::size_t b = 0; b < rs.size(); ++b)
+            EXPECT_EQ(res[b].tokens, base[b])
+                << "batch " << batch << " g " << g << " candidates " << candidates << " adaptive " << adaptive << " request " << b;
+          if (batch == 8 && g == 4 && !adaptive) {
+            EXPECT_GT(dec.metrics().total.accepted, 0) << "no n-gram draft was ever accepted";
+          }
         }
       }
     }
@@ -132,6 +136,7 @@ TEST(Decoder, GreedyTreeEqualsAutoregressive) {
   TwoBranchProposer p{&oracle, {}};
   sd::DecoderOptions o;
   o.num_speculative_tokens = 3;
+  o.adaptive.enabled = false;  // every step drafts the full tree (the policy would skip drafts as costly as the target)
   sd::SpeculativeDecoder dec(p, target, o);
   const auto res = dec.generate(rs);
   for (std::size_t b = 0; b < rs.size(); ++b) EXPECT_EQ(res[b].tokens, base[b]) << b;

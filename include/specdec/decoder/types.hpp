@@ -134,8 +134,8 @@ Detokenizer make_detokenizer(const models::Tokenizer& tokenizer);
 struct DecoderOptions {
   /// g (>= 0): drafts per step, or with the adaptive policy the most a step may draft; 0 = autoregressive decoding.
   std::int32_t num_speculative_tokens = 4;
-  /// The draft-length policy (length_policy.hpp): when enabled, each step picks every request's g in
-  /// [0, num_speculative_tokens] to maximise expected tokens per second, from the request's recent acceptance by
+  /// The draft-length policy (length_policy.hpp), on by default for greedy requests: each step picks every request's
+  /// g in [0, num_speculative_tokens] to maximise expected tokens per second, from the request's recent acceptance by
   /// position and the target's cost of (g + 1)-token verifications learned from this run's own steps.
   AdaptiveSpeculation adaptive;
   Detokenizer detokenize;                   ///< needed by requests with stop strings
