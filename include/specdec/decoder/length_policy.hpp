@@ -36,8 +36,10 @@ using ForwardCostFn = std::function<double(std::int64_t requests, std::int64_t t
 struct AdaptiveSpeculation {
   /// Choose g per request and step in [0, num_speculative_tokens] (the request's or the decoder's) for greedy requests
   /// (temperature 0), whose tokens equal plain decoding whatever g is. Off: every step proposes num_speculative_tokens
-  /// drafts. A request can override this and `sampled` (GenerationRequest::adaptive).
-  bool enabled = true;
+  /// drafts. A request can override this and `sampled` (GenerationRequest::adaptive). Off in the library, so a
+  /// decoder's drafting never depends on timings unless asked for (specdec-generate turns it on: it is the best measured
+  /// setting for the bundled model).
+  bool enabled = false;
   /// Also for requests that sample. Their tokens keep the target's distribution, but which tokens a seed gives then
   /// depends on the g chosen each step, so on the run's timings and on the batch: the seed-for-seed reproducibility of
   /// the promise "a request's tokens do not depend on its batch" is given up. Off by default for that reason.

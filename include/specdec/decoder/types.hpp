@@ -134,9 +134,10 @@ Detokenizer make_detokenizer(const models::Tokenizer& tokenizer);
 struct DecoderOptions {
   /// g (>= 0): drafts per step, or with the adaptive policy the most a step may draft; 0 = autoregressive decoding.
   std::int32_t num_speculative_tokens = 4;
-  /// The draft-length policy (length_policy.hpp), on by default for greedy requests: each step picks every request's
-  /// g in [0, num_speculative_tokens] to maximise expected tokens per second, from the request's recent acceptance by
-  /// position and the target's cost of (g + 1)-token verifications learned from this run's own steps.
+  /// The draft-length policy (length_policy.hpp; adaptive.enabled, off by default, on in specdec-generate): each step
+  /// picks every request's g in [0, num_speculative_tokens] to maximise expected tokens per second, from the request's
+  /// recent acceptance by position and the target's cost of (g + 1)-token verifications learned from this run's own
+  /// steps.
   AdaptiveSpeculation adaptive;
   Detokenizer detokenize;                   ///< needed by requests with stop strings
   /// Time a 1-token target forward of the running batch once (rolled back; not counted as a step) when no plain step has
