@@ -7,7 +7,7 @@ Driven by bench/compare-llama-cpp.sh (which creates the virtualenv and passes th
            per prompt, greedy plain decoding and prompt-lookup decoding (LlamaPromptLookupDecoding(num_pred_tokens=5) as
            draft_model) with prefill excluded; the time of a 1-token and of a 6-token forward at context 128 and 1024;
            prefill tokens/s of a 512-token prompt; peak RSS of a child that only loads the model and decodes the prompts.
-  specdec  specdec-generate --compare --chat --json per prompt with --proposer none, --proposer ngram -g 5 and the CLI
+  specdec  specdec-generate --compare --chat --json per prompt with --proposer none, --proposer ngram -g 5 --fixed-g and the CLI
            defaults (peak RSS from /usr/bin/time -v), bench_model's BM_Decode rows (1-/6-token forwards) and its
            BM_Prefill/tokens:512 row when the binary has one (otherwise an estimate from wall times, specdec_prefill).
   report   merges the two JSON files, prints the Markdown tables and writes the combined JSON.
@@ -376,7 +376,7 @@ def cmd_llama(a):
 
 SPECDEC_CONFIGS = [
     ("plain", ["--proposer", "none"]),
-    ("ngram_g5", ["--proposer", "ngram", "-g", "5"]),
+    ("ngram_g5", ["--proposer", "ngram", "-g", "5", "--fixed-g"]),
     ("default", []),
 ]
 
@@ -648,7 +648,7 @@ def cmd_report(a):
     lines.append("")
     lines.append("`*` = fewer than the maximum: stopped at an end-of-generation token (counted). "
                  "specdec plain = `--proposer none`, "
-                 "n-gram = `--proposer ngram -g 5`, default = no proposer flags; llama.cpp prompt-lookup = "
+                 "n-gram = `--proposer ngram -g 5 --fixed-g`, default = no flags (suffix, g <= 8, adaptive); llama.cpp prompt-lookup = "
                  f"`LlamaPromptLookupDecoding(num_pred_tokens={NUM_PRED_TOKENS})` as `draft_model`.")
     lines.append("")
     same_text = [g(sp.get(n), "baseline_text_matches_llama_plain") for n in names]
