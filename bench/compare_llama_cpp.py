@@ -127,9 +127,36 @@ def run_child(argv, env=None, stdout=None, stderr=None):
 # llama.cpp side (imports llama_cpp only inside the worker children)
 
 
+def without_extra_buffer_types():
+    """llama.cpp 0.3.36's AMX weight buffers (ggml_backend_amx_mul_mat) segfault on a batch of two or more tokens on an
+    AMX host here; SPECDEC_LLAMA_EXTRA_BUFTS=0 (the default where /proc/cpuinfo lists amx_int8) loads the weights without
+    extra buffer types (use_extra_bufts = false), so llama.cpp runs its AVX-512 VNNI kernels, as on CPUs without AMX."""
+    setting = os.environ.get("SPECDEC_LLAMA_EXTRA_BUFTS")
+    if setting is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                return "amx_int8" in f.read()
+        except OSError:
+            return False
+    return setting == "0"
+
+
 def open_llama(model, threads, draft=False):
+    import llama_cpp
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    if without_extra_buffer_types() and not getattr(llama_cpp, "_specdec_no_extra_bufts", False):
+        default_params = llama_cpp.llama_model_default_params
+
+        def params():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        llama_cpp.llama_model_default_params = params
+        llama_cpp.llama.llama_cpp.llama_model_default_params = params
+        llama_cpp._specdec_no_extra_bufts = True
 
     kw = dict(model_path=model, n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=threads, n_threads_batch=threads,
               seed=0, verbose=False)
@@ -310,7 +337,8 @@ def llama_worker(a):
             "system_info": llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip(),
             "n_ctx": N_CTX, "threads": a.threads, "num_pred_tokens": NUM_PRED_TOKENS,
             "max_ngram_size": draft.max_ngram_size,
-            "add_bos_token": llm.metadata.get("tokenizer.ggml.add_bos_token")}
+            "add_bos_token": llm.metadata.get("tokenizer.ggml.add_bos_token"),
+            "use_extra_bufts": not without_extra_buffer_types()}
     chats = chat_prompts(llm, prompts)
     # warm-up (threads, caches): a short untimed generation
     decode_one(llm, chats[0]["ids"], 8, is_eog, False, draft)
