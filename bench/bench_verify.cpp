@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 
 #include "specdec/torch/rejection_sample.hpp"
+#include "specdec/torch/verify_logits.hpp"
 #endif
 
 namespace {
@@ -116,6 +117,42 @@ void BM_verify_chain_cpu_torch_threads(benchmark::State& state) {
   state.counters["bw_fraction"] = benchmark::Counter(bytes / g_bw_all, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_verify_chain_cpu_torch_threads)->ArgNames({"B", "K", "V"})->Args({64, 5, 128256})->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The decoder's verification of one step through the engine entry, on ATen's current thread count (1 in specdec-generate):
+// float32 logits [B (K + 1), V] processed into probabilities and verified against deterministic drafts (n-gram style),
+// greedy (temp_x10 = 0) or sampled at temperature 1. SmolLM2's vocabulary by default. Microseconds per step: compare with
+// bench_decoder's ms_per_step for the share of a step it takes.
+void BM_verify_logits_step(benchmark::State& state) {
+  const std::int64_t B = state.range(0), K = state.range(1), V = state.range(2);
+  const float temperature = static_cast<float>(state.range(3)) / 10.f;
+  const std::int64_t N = B * K;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor logits = at::randn({N + B, V}, gen, at::TensorOptions().dtype(at::kFloat)) * 3;
+  std::vector<std::int64_t> cu(static_cast<std::size_t>(B + 1)), ids(static_cast<std::size_t>(N));
+  for (std::int64_t b = 0; b <= B; ++b) cu[static_cast<std::size_t>(b)] = b * K;
+  const at::Tensor argmax = logits.argmax(1);
+  for (std::int64_t b = 0; b < B; ++b)  // drafts that agree with the target's argmax for the first K / 2 positions
+    for (std::int64_t k = 0; k < K; ++k)
+      ids[static_cast<std::size_t>(b * K + k)] = k < K / 2 ? argmax[b * (K + 1) + k].item<std::int64_t>() : (k * 7919) % V;
+  specdec::torch::VerifyLogitsArgs a;
+  a.target_logits = logits;
+  a.draft_token_ids = torch::tensor(ids);
+  a.cu_num_draft_tokens = torch::tensor(cu);
+  a.temperature = torch::full({B}, temperature);
+  a.seeds = torch::arange(B);
+  a.positions = torch::full({B}, 100, torch::kLong);
+  a.max_num_draft_tokens = K;
+  for (auto _ : state) {
+    auto r = specdec::torch::verify_logits(a);
+    benchmark::DoNotOptimize(r.num_accepted.data_ptr());
+  }
+  state.counters["aten_threads"] = at::get_num_threads();
+}
+BENCHMARK(BM_verify_logits_step)
+    ->ArgNames({"B", "K", "V", "temp_x10"})
+    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}})
+    ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 #endif
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -299,3 +300,46 @@ TEST(Logits, BatchEqualsRowByRowAndReportsPerRow) {
 
 }  // namespace
 }  // namespace specdec
+
+// The vectorised row scan against a one-lane reference: the largest value, lowest index on ties (+0 and -0 equal), and
+// validity (logits: NaN and +inf invalid, -inf valid; probabilities: also negatives invalid), for every length from 0 to
+// 80 (the 16-lane body and the tail) and values placed at the start, in the body and in the tail.
+TEST(RowScan, ArgmaxAndValidityEqualTheOneLaneScan) {
+  using specdec::detail::RowValues;
+  std::mt19937 rng(11);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.0f, -0.0f, 1.0f, 1.0f, 3.5f, -inf, inf, std::numeric_limits<float>::quiet_NaN(), -2.0f,
+                            std::numeric_limits<float>::denorm_min(), FLT_MAX};
+  std::uniform_int_distribution<int> pick(0, 10), small(0, 3);
+  int checked = 0;
+  for (std::int64_t n = 0; n <= 80; ++n)
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (auto& x : v) x = trial % 2 == 0 ? static_cast<float>(small(rng)) : specials[pick(rng)];  // many ties
+      if (trial % 5 == 4)
+        for (auto& x : v) x = -inf;  // every value -inf
+      auto reference = [&](bool probabilities) {
+        specdec::detail::RowArgmax r;
+        for (std::int64_t x = 0; x < n; ++x) {
+          const float a = v[static_cast<std::size_t>(x)];
+          r.all_valid = r.all_valid && a <= FLT_MAX && (!probabilities || a >= 0.0f);
+          if (a > r.max) {
+            r.max = a;
+            r.index = x;
+          }
+        }
+        return r;
+      };
+      for (bool probabilities : {false, true}) {
+        const auto want = reference(probabilities);
+        const auto got = probabilities ? specdec::detail::row_argmax<RowValues::kProbabilities>(v.data(), n)
+                                       : specdec::detail::row_argmax<RowValues::kLogits>(v.data(), n);
+        ASSERT_EQ(got.all_valid, want.all_valid) << "n " << n << " trial " << trial;
+        if (!want.all_valid) continue;
+        ASSERT_EQ(got.index, want.index) << "n " << n << " trial " << trial;
+        ASSERT_EQ(got.max, want.max) << "n " << n << " trial " << trial;
+        ++checked;
+      }
+    }
+  EXPECT_GT(checked, 2000);
+}

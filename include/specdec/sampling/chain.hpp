@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "specdec/sampling/residual.hpp"
+#include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
 
 namespace specdec {
@@ -169,20 +170,10 @@ namespace detail {
 /// Argmax of a probability row (lowest id on ties); kInvalidProbability if a value is NaN/inf/negative, kZeroMass
 /// if no value is positive (an all-zero row has no argmax to emit, greedy or not).
 inline Status argmax_row(const float* p, std::int64_t vocab_size, std::int64_t& token) {
-  float best = p[0];
-  std::int64_t arg = 0;
-  bool ok = true;
-  for (std::int64_t x = 0; x < vocab_size; ++x) {
-    const float v = p[x];
-    ok &= valid_probability(v);
-    if (v > best) {
-      best = v;
-      arg = x;
-    }
-  }
-  if (!ok) return Status::kInvalidProbability;
-  if (!(best > 0.0f)) return Status::kZeroMass;
-  token = arg;
+  const RowArgmax scan = row_argmax<RowValues::kProbabilities>(p, vocab_size);
+  if (!scan.all_valid) return Status::kInvalidProbability;
+  if (!(scan.max > 0.0f)) return Status::kZeroMass;
+  token = scan.index;
   return Status::kSuccess;
 }
 

@@ -13,6 +13,7 @@
 
 #include "specdec/sampling/logits_core.hpp"
 #include "specdec/sampling/params.hpp"
+#include "specdec/sampling/row_scan.hpp"
 
 namespace specdec {
 
@@ -94,14 +95,11 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
   };
   if (!logits_params_ok(p) || vocab_size <= 0 || vocab_size > 0x7fffffffLL) return fail(Status::kInvalidArgument);
   const std::int64_t n = vocab_size;
-  std::int64_t argmax = 0;
-  for (std::int64_t x = 0; x < n; ++x) {
-    const float v = logits[x];
-    if (logit_invalid(v)) return fail(Status::kInvalidProbability);
-    if (v > logits[argmax]) argmax = x;
-  }
+  const RowArgmax scan = row_argmax<RowValues::kLogits>(logits, n);  // the largest logit, lowest id on ties
+  if (!scan.all_valid) return fail(Status::kInvalidProbability);
+  if (scan.max == -std::numeric_limits<float>::infinity()) return fail(Status::kZeroMass);
+  const std::int64_t argmax = scan.index;
   const float max_logit = logits[argmax];
-  if (max_logit == -std::numeric_limits<float>::infinity()) return fail(Status::kZeroMass);
   if (p.temperature == 0.0f) {
     std::fill(probs, probs + n, 0.0f);
     probs[argmax] = 1.0f;
