@@ -129,7 +129,7 @@ struct StepFeedback {
 /// The processed distributions of a batch of logit rows: row i of `logits` ([R, V] float32) goes through
 /// specdec::logits_to_probs with *row_params[i] (temperature 0 gives the one-hot argmax row). Returns [R, V] float32 on the CPU.
 /// Proposers that sample use it for their draft rows so that draft and target rows are processed identically. Throws
-/// specdec::error naming the row for NaN/+inf logits or a row whose logits are all -inf. Defined in specdec::decoder.
+/// specdec::error naming the row for NaN/+inf logits or a row whose logits are all -inf. Defined in specdec::proposers.
 at::Tensor process_logits(const at::Tensor& logits, std::span<const SamplingParams* const> row_params);
 
 /// The interface every proposer satisfies. See the file comment for the protocol.

@@ -1,10 +1,8 @@
 // GGUF parser: see include/specdec/models/gguf.hpp.
 #include "specdec/models/gguf.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "mapped_file.hpp"
+
 
 #include <algorithm>
 #include <cerrno>
@@ -160,19 +158,7 @@ double GgufValue::as_double(std::string_view what) const {
 // ------------------------------------------------------------------------------------------------------------------------------
 // mapping
 
-struct GgufFile::Mapping {
-  const std::byte* data = nullptr;
-  std::uint64_t size = 0;
-  void* mmap_base = nullptr;      // non-null when mmap'ed
-  std::vector<std::byte> owned;   // used by from_bytes
-
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (mmap_base != nullptr) ::munmap(mmap_base, size);
-  }
-};
+struct GgufFile::Mapping : detail::MappedFile {};
 
 GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
@@ -183,30 +169,7 @@ std::uint64_t GgufFile::file_size() const noexcept { return mapping_ ? mapping_-
 GgufFile::GgufFile(const std::filesystem::path& path) {
   mapping_ = std::make_unique<Mapping>();
   const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(fmt::format("gguf: cannot open '{}': {}", name, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail(fmt::format("gguf: cannot stat '{}': {}", name, std::strerror(e)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(fmt::format("gguf: '{}' is not a regular file", name));
-  }
-  mapping_->size = static_cast<std::uint64_t>(st.st_size);
-  if (mapping_->size > 0) {
-    void* p = ::mmap(nullptr, mapping_->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      fail(fmt::format("gguf: cannot map '{}' ({} bytes): {}", name, mapping_->size, std::strerror(e)));
-    }
-    mapping_->mmap_base = p;
-    mapping_->data = static_cast<const std::byte*>(p);
-  }
-  ::close(fd);
+  mapping_->map(path, "gguf");
   try {
     parse(name);
   } catch (const specdec::error& e) {
@@ -218,9 +181,7 @@ GgufFile::GgufFile(const std::filesystem::path& path) {
 GgufFile GgufFile::from_bytes(std::span<const std::byte> bytes) {
   GgufFile f;
   f.mapping_ = std::make_unique<Mapping>();
-  f.mapping_->owned.assign(bytes.begin(), bytes.end());
-  f.mapping_->data = f.mapping_->owned.data();
-  f.mapping_->size = f.mapping_->owned.size();
+  f.mapping_->hold(bytes);
   f.parse("<memory>");
   return f;
 }
@@ -566,13 +527,9 @@ const TensorInfo& GgufFile::tensor(std::string_view name) const {
 }
 
 void GgufFile::release(const TensorInfo& info) const noexcept {
-  if (mapping_ == nullptr || mapping_->mmap_base == nullptr) return;
-  const std::uint64_t begin = data_offset_ + info.offset, end = begin + info.size_bytes;
-  if (end > mapping_->size) return;
-  const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  // Only whole pages inside the tensor (its neighbours may still be read).
-  const std::uint64_t first = (begin + page - 1) / page * page, last = end / page * page;
-  if (last > first) ::madvise(static_cast<std::byte*>(mapping_->mmap_base) + first, last - first, MADV_DONTNEED);
+  if (mapping_ == nullptr) return;
+  const std::uint64_t begin = data_offset_ + info.offset;
+  mapping_->release(begin, begin + info.size_bytes);  // whole pages inside the tensor: its neighbours may still be read
 }
 
 std::span<const std::byte> GgufFile::tensor_data(const TensorInfo& info) const {

@@ -1,11 +1,6 @@
 // safetensors reader and writer: see include/specdec/models/safetensors.hpp.
 #include "specdec/models/safetensors.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -18,6 +13,7 @@
 
 #include "specdec/models/float16.hpp"
 #include "json_excerpt.hpp"
+#include "mapped_file.hpp"
 
 namespace specdec::models {
 
@@ -59,18 +55,7 @@ std::size_t element_size(SafetensorsDtype dtype) noexcept {
   return 0;
 }
 
-struct SafetensorsFile::Mapping {
-  const std::byte* data = nullptr;
-  std::uint64_t size = 0;
-  void* mmap_base = nullptr;
-  std::vector<std::byte> owned;
-  Mapping() = default;
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() {
-    if (mmap_base != nullptr) ::munmap(mmap_base, size);
-  }
-};
+struct SafetensorsFile::Mapping : detail::MappedFile {};
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
@@ -79,25 +64,7 @@ SafetensorsFile::~SafetensorsFile() = default;
 SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) {
   mapping_ = std::make_unique<Mapping>();
   const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(fmt::format("safetensors: cannot open '{}': {}", name, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(fmt::format("safetensors: '{}' is not a readable regular file", name));
-  }
-  mapping_->size = static_cast<std::uint64_t>(st.st_size);
-  if (mapping_->size > 0) {
-    void* p = ::mmap(nullptr, mapping_->size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int e = errno;
-      ::close(fd);
-      fail(fmt::format("safetensors: cannot map '{}': {}", name, std::strerror(e)));
-    }
-    mapping_->mmap_base = p;
-    mapping_->data = static_cast<const std::byte*>(p);
-  }
-  ::close(fd);
+  mapping_->map(path, "safetensors");
   try {
     parse();
   } catch (const specdec::error& e) {
@@ -108,9 +75,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) {
 SafetensorsFile SafetensorsFile::from_bytes(std::span<const std::byte> bytes) {
   SafetensorsFile f;
   f.mapping_ = std::make_unique<Mapping>();
-  f.mapping_->owned.assign(bytes.begin(), bytes.end());
-  f.mapping_->data = f.mapping_->owned.data();
-  f.mapping_->size = f.mapping_->owned.size();
+  f.mapping_->hold(bytes);
   f.parse();
   return f;
 }
