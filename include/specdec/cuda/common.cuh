@@ -7,7 +7,8 @@
 //
 // Build rules (see kernels/CMakeLists.txt): never --use_fast_math, and -fmad=false for every translation unit
 // that compiles these kernels, because nvcc otherwise contracts a multiply followed by an add into one fma in
-// log_positive (sampling/philox.hpp), which changes the exponential variates' bits relative to the host.
+// log_positive (sampling/philox.hpp), which changes the exponential variates' bits relative to the host. CMake
+// consumers that compile these headers link specdec::cuda_headers, which adds the flag to their CUDA sources only.
 #pragma once
 
 #include <cuda_bf16.h>
