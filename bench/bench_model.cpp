@@ -206,8 +206,9 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,
-// 1.1 MB): the arithmetic of each instruction set for 1 to 16 token rows, as multiply-adds per second (int8 MACs of the
-// activation planes, 2 per value with two planes). Arguments: instruction set (CpuIsa), token rows, planes.
+// 1.1 MB): the arithmetic of each instruction set for 1 to 64 token rows, as multiply-adds per second (int8 MACs of the
+// activation planes, 2 per value with two planes). Arguments: instruction set (CpuIsa), token rows, planes. isa 3 (amx)
+// runs the VNNI product below amx_min_rows() rows, as PackedMatrix::linear does.
 void BM_PackedLinear(benchmark::State& state) {
   namespace d = sm::detail;
   const auto isa = static_cast<d::CpuIsa>(state.range(0));

@@ -99,7 +99,7 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
   if (!scan.all_valid) return fail(Status::kInvalidProbability);
   if (scan.max == -std::numeric_limits<float>::infinity()) return fail(Status::kZeroMass);
   const std::int64_t argmax = scan.index;
-  const float max_logit = logits[argmax];
+  const float max_logit = scan.max;
   if (p.temperature == 0.0f) {
     std::fill(probs, probs + n, 0.0f);
     probs[argmax] = 1.0f;

@@ -57,10 +57,10 @@ inline RowArgmax row_argmax(const float* v, std::int64_t n) {
       m[u] = gt ? a : m[u];
       idx[u] = gt ? lane + static_cast<std::int32_t>(x + 4 * u) : idx[u];
     }
+  for (int j = 0; j < 4; ++j) r.all_valid = r.all_valid && bad[j] == 0;
   bool first = true;
   for (int u = 0; u < kVectors; ++u)
     for (int j = 0; j < 4; ++j) {
-      r.all_valid = r.all_valid && bad[j] == 0;
       if (first || m[u][j] > r.max || (m[u][j] == r.max && idx[u][j] < r.index)) {
         r.max = m[u][j];
         r.index = idx[u][j];

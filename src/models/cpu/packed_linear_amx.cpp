@@ -12,7 +12,6 @@
 // Token rows go in ceil(n / 16) groups of M = ceil(n / groups) rows; the last group starts at n - M, so it may recompute
 // rows of the group before it, whose results it does not store again.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "packed_x86.hpp"
@@ -53,9 +52,7 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
-// Tile registers: 0, 1 = A (planes 1 and 2), 2, 3 = B (the blocks of two weight tiles), 4, 5 = C of the first weight
-// tile (planes 1 and 2), 6, 7 = C of the second. Two weight tiles at a time keep four independent tile products in flight.
-template <class F>
+// A 4-bit tile block (4 chunks of 64 bytes) as an 8-row B operand: low nibbles are rows 0-3, high nibbles rows 4-7.
 SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std::byte* tb, std::uint8_t* unpacked) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   #pragma GCC unroll 4
@@ -66,7 +63,9 @@ SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std:
   }
 }
 
-// Weight tiles [tile, tile + NTILES) (1 or 2), every token row.
+// Weight tiles [tile, tile + NTILES) (1 or 2), every token row. Tile registers: 0, 1 = A (planes 1 and 2), 2, 3 = B (the
+// blocks of two weight tiles), 4, 5 = C of the first weight tile (planes 1 and 2), 6, 7 = C of the second. Two weight
+// tiles at a time keep four independent tile products in flight.
 template <class F, int P, int NTILES>
 SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::int64_t groups, std::int64_t M, float* acc) {
   const PackedMatrix& w = *a.w;
@@ -83,10 +82,10 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
     const std::byte* tb0 = tp0 + b * tbb;
     const std::byte* tb1 = tp1 + b * tbb;
     if constexpr (F::u4) {
-      load_weights_u4<F>(tb0, unpacked[0]);
+      load_weights_u4(tb0, unpacked[0]);
       _tile_loadd(2, unpacked[0], 64);
       if constexpr (NTILES == 2) {
-        load_weights_u4<F>(tb1, unpacked[1]);
+        load_weights_u4(tb1, unpacked[1]);
         _tile_loadd(3, unpacked[1], 64);
       }
     } else {

@@ -53,7 +53,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  constexpr std::int64_t tbb = value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
+  constexpr std::int64_t tbb = tile_block_bytes<F>();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const std::byte* tp[TR];
   #pragma GCC unroll 16
@@ -162,7 +162,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  constexpr std::int64_t tbb = value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
+  constexpr std::int64_t tbb = tile_block_bytes<F>();
   constexpr std::int64_t xbb = P * F::blk + QuantizedRows::header;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
