@@ -14,6 +14,8 @@
 //   rss_mib                resident memory after the run (model, KV cache, libtorch); the context's rss_mib_at_start
 //                          is the process before any model is loaded (libtorch's share)
 //   cost_vs_1_token        (6-token rows) median time of this forward / median 1-token forward at the same context
+//   ms_<step>              ms per forward spent in each step (norm, qkv, rope, attention, attn_out, gate_up, silu, down,
+//                          lm_head; LlamaOptions::time_phases): where the time goes
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).
@@ -62,6 +64,7 @@ sm::LlamaModel& model() {
       g_model_label = path.filename().string();
       sm::LlamaOptions o;
       o.num_threads = g_threads;
+      o.time_phases = true;
       if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) o.activation_bits = specdec::models::ActivationBits::parse(bits);
       return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path, o));
     }
@@ -77,6 +80,7 @@ sm::LlamaModel& model() {
     c.tie_word_embeddings = true;
     sm::LlamaOptions o;
     o.num_threads = g_threads;
+    o.time_phases = true;
     return std::make_unique<sm::LlamaModel>(sm::LlamaModel::random(c, 1, o));
   }();
   return *m;
@@ -108,6 +112,7 @@ void BM_Decode(benchmark::State& state) {
   std::vector<std::int64_t> block(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
   const sm::ForwardBatch step = sm::make_chain_batch(slot, block);
+  m.reset_phase_times();
   std::int64_t forwards = 0;
   std::vector<double> each;  // seconds of every forward, for the median
   const auto t0 = std::chrono::steady_clock::now();
@@ -133,6 +138,10 @@ void BM_Decode(benchmark::State& state) {
   state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.counters["rss_mib"] = current_rss_mib();
+  // Where a forward goes: ms per forward in each step (LlamaOptions::time_phases), the "ms_" counters.
+  const sm::ForwardPhaseTimes& ph = m.phase_times();
+  for (int p = 0; p < sm::ForwardPhaseTimes::kCount && ph.forwards > 0; ++p)
+    state.counters[std::string("ms_") + sm::ForwardPhaseTimes::kNames[p]] = ph.seconds[p] / static_cast<double>(ph.forwards) * 1e3;
   if (n == 1) g_one_token_seconds[context] = median;
   if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
     state.counters["cost_vs_1_token"] = median / it->second;
@@ -191,7 +200,7 @@ void BM_Attention(benchmark::State& state) {
   }
   for (auto _ : state)
     for (std::int64_t h = 0; h < kv; ++h)
-      sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, hd, k.data() + h * total * hd,
+      sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, k.data() + h * total * hd,
                                  v.data() + h * total * hd, total, context, visible.data(), count.data(), scores.data(), ld,
                                  out.data() + h * group * hd, kv * group * hd, hd);
   state.counters["us_per_layer"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
@@ -206,7 +215,7 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,
-// 1.1 MB): the arithmetic of each instruction set for 1 to 64 token rows, as multiply-adds per second (int8 MACs of the
+// 1.1 MB; copies 1): the arithmetic of each instruction set for 1 to 64 token rows, as multiply-adds per second (int8 MACs of the
 // activation planes, 2 per value with two planes). Arguments: instruction set (CpuIsa), token rows, planes. isa 3 (amx)
 // runs the VNNI product below amx_min_rows() rows, as PackedMatrix::linear does.
 void BM_PackedLinear(benchmark::State& state) {
@@ -227,13 +236,18 @@ void BM_PackedLinear(benchmark::State& state) {
     for (int j = 4; j < 20; ++j) data[i + static_cast<std::size_t>(j)] = static_cast<std::byte>(next() & 0xFF);
   }
   const d::PackedMatrix::Source src{"bench", specdec::models::GgmlType::kQ4_1, data, rows, cols, {}};
-  const d::PackedMatrix m = d::PackedMatrix::pack(std::span(&src, 1));
+  // copies > 1: that many packed copies used in turn, so every product reads its weights from memory (as a forward does).
+  const std::int64_t copies = state.range(3);
+  std::vector<d::PackedMatrix> ms;
+  for (std::int64_t c = 0; c < copies; ++c) ms.push_back(d::PackedMatrix::pack(std::span(&src, 1)));
   std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));
   for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
   d::QuantizedRows q;
-  d::quantize_rows(x.data(), n, cols, cols, m.block(), q, planes);
+  d::quantize_rows(x.data(), n, cols, cols, ms[0].block(), q, planes);
+  std::size_t c = 0;
   for (auto _ : state) {
-    m.linear(q, 0, m.tiles(), y.data(), rows, false, isa);
+    ms[c].linear(q, 0, ms[c].tiles(), y.data(), rows, false, isa);
+    c = c + 1 == ms.size() ? 0 : c + 1;
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(d::to_string(isa));
@@ -241,8 +255,13 @@ void BM_PackedLinear(benchmark::State& state) {
                                                              rows * cols * n * planes) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_PackedLinear)
-    ->ArgNames({"isa", "rows", "planes"})
-    ->ArgsProduct({{1, 2, 3}, {1, 2, 4, 6, 8, 16, 64}, {1, 2}})
+    ->ArgNames({"isa", "rows", "planes", "copies"})
+    ->ArgsProduct({{1, 2, 3}, {1, 2, 4, 6, 8, 16, 64}, {1, 2}, {1}})
+    ->Unit(benchmark::kMicrosecond);
+// The same from memory: 64 copies (70 MB, past any L3 here) in turn, on the best instruction set.
+BENCHMARK(BM_PackedLinear)
+    ->ArgNames({"isa", "rows", "planes", "copies"})
+    ->ArgsProduct({{static_cast<std::int64_t>(sm::detail::best_cpu_isa())}, {1, 6}, {2}, {64}})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_ReadBandwidth(benchmark::State& state) {
@@ -260,10 +279,15 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("rss_mib_at_start", std::to_string(current_rss_mib()));
   g_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (const char* env = std::getenv("SPECDEC_BENCH_THREADS")) g_threads = std::max(1, std::atoi(env));
-  at::set_num_threads(g_threads);
+  // ATen's own pool runs only what the forward leaves to ATen (the attention of long prompts); the CLI keeps it to one
+  // thread (--aten-threads), so its spinning OpenMP workers do not take the cores from the model's pool.
+  int aten_threads = 1;
+  if (const char* env = std::getenv("SPECDEC_BENCH_ATEN_THREADS")) aten_threads = std::max(1, std::atoi(env));
+  at::set_num_threads(aten_threads);
   g_bw_1t = specdec::bench::measure_read_bandwidth(1);
   g_bw_mt = specdec::bench::measure_read_bandwidth(g_threads);
-  benchmark::AddCustomContext("torch_threads", std::to_string(g_threads));
+  benchmark::AddCustomContext("model_threads", std::to_string(g_threads));
+  benchmark::AddCustomContext("aten_threads", std::to_string(aten_threads));
   benchmark::AddCustomContext("read_bandwidth_1t_GBps", std::to_string(g_bw_1t / 1e9));
   benchmark::AddCustomContext("read_bandwidth_mt_GBps", std::to_string(g_bw_mt / 1e9));
   benchmark::Initialize(&argc, argv);

@@ -421,6 +421,7 @@ struct LlamaModel::Impl {
   // Workspace, grown to the largest batch seen: rows x width.
   std::int64_t ws_rows = 0;
   at::Tensor x, normed, qkv, qbuf, attn, gu, act;
+  ForwardPhaseTimes phase_times;
   std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
   std::shared_ptr<RowPool> pool;
   Activations activations;
@@ -554,7 +555,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
   const std::int64_t total = s.cached + s.n;
   if (s.n <= kMaxRowsForStreamingKernel) {
     // Few new tokens (decode, speculative verify): detail::attention_rows over the sequence's cache, the nh * n query rows
-    // (ordered kv head, group member, token) shared in chunks by the pool's threads when there is enough work. Every row
+    // (ordered kv head, token, group member) shared in chunks by the pool's threads when there is enough work. Every row
     // is computed alone, so the split changes no result.
     const std::int64_t rows = group * s.n;  // query rows of one kv head
     const std::int64_t all_rows = nkv * rows;
@@ -562,16 +563,16 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     if (static_cast<std::int64_t>(scores_buf.size()) < all_rows * ld)
       scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
     const std::int64_t cap = cache.capacity();
-    const float* kbase = cache.keys(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
-    const float* vbase = cache.values(layer).data_ptr<float>() + s.slot * nkv * cap * hd;
+    const float* kbase = cache.key_data(layer) + s.slot * nkv * cap * hd;
+    const float* vbase = cache.value_data(layer) + s.slot * nkv * cap * hd;
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
     float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
     auto run_rows = [&](std::int64_t begin, std::int64_t end) {  // flattened rows kh * rows + r
       for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
         const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
-        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, hd, kbase + kh * cap * hd, vbase + kh * cap * hd, total,
-                               s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
+        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, kbase + kh * cap * hd, vbase + kh * cap * hd,
+                               total, s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
                                out + kh * group * hd, q_dim, hd);
       }
     };
@@ -580,23 +581,28 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     if (parts == 1) {
       run_rows(0, all_rows);
     } else {
-      // Chunks of a kv head's rows (pieces of about 8), so the rows of a chunk share every key and value block they load.
-      const std::int64_t pieces = (rows + 7) / 8, piece = (rows + pieces - 1) / pieces;
-      pool->run(nkv * pieces, [&](std::int64_t c) {
-        const std::int64_t kh = c / pieces, begin = kh * rows + (c % pieces) * piece;
+      // Chunks of a kv head's rows: whole tokens with all their group members, at most 3 tokens (9 rows for SmolLM2), so
+      // the rows of a chunk share every key block they transpose and every value they load (the members of a token and,
+      // over the cached context, every row of the chunk), and a 6-token verification still gives two threads 6 chunks.
+      // (bench_model's ms_attention at 6 tokens: one token per chunk was 15-30% slower; whole kv heads, 3 chunks, within
+      // noise of 3 tokens.)
+      const std::int64_t piece = std::min<std::int64_t>(s.n, 3) * group;
+      const std::int64_t per_head = (rows + piece - 1) / piece;
+      pool->run(nkv * per_head, [&](std::int64_t c) {
+        const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
         run_rows(begin, std::min(kh * rows + rows, begin + piece));
       });
     }
     return;
   }
-  at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, group * s.n, hd});
+  at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, s.n * group, hd});
   at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total);    // [nkv, total, hd]
   at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total);  // [nkv, total, hd]
-  at::Tensor scores = at::bmm(q, k.transpose(1, 2));                          // [nkv, group * n, total]
-  if (s.mask.defined()) scores.view({nkv, group, s.n, total}).add_(s.mask);
+  at::Tensor scores = at::bmm(q, k.transpose(1, 2));                          // [nkv, n * group, total]
+  if (s.mask.defined()) scores.view({nkv, s.n, group, total}).add_(s.mask.unsqueeze(1));
   at::Tensor probs = at::_softmax(scores, -1, false);
-  at::Tensor o = at::bmm(probs, v);  // [nkv, group * n, hd], rows ordered (group member, token)
-  attn.narrow(0, s.start, s.n).view({s.n, nkv, group, hd}).copy_(o.view({nkv, group, s.n, hd}).permute({2, 0, 1, 3}));
+  at::Tensor o = at::bmm(probs, v);  // [nkv, n * group, hd], rows ordered (token, group member)
+  attn.narrow(0, s.start, s.n).view({s.n, nkv, group, hd}).copy_(o.view({nkv, s.n, group, hd}).permute({1, 0, 2, 3}));
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
@@ -626,15 +632,26 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   const std::int64_t cap = cache.capacity();
   const std::int64_t slot_stride = nkv * cap * hd;  // in the [slots, nkv, cap, hd] view of one layer's keys or values
 
+  // Step timings (LlamaOptions::time_phases) of decode and verification forwards: the clock is read once per step.
+  const bool timed = opts.time_phases && N <= kMaxRowsForStreamingKernel;
+  auto last = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  auto mark = [&](ForwardPhaseTimes::Phase phase) {
+    if (!timed) return;
+    const auto now = std::chrono::steady_clock::now();
+    phase_times.seconds[phase] += std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const Layer& L = layers[l];
     rms_norm(xp, L.attn_norm.data_ptr<float>(), np, N, H, eps);
+    mark(ForwardPhaseTimes::kNorm);
     linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv);
+    mark(ForwardPhaseTimes::kQkv);
 
-    // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, group, n, hd];
+    // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, n, group, hd];
     // keys and values into the cache at positions cached + i.
-    float* kp = cache.keys(static_cast<std::int64_t>(l)).data_ptr<float>();
-    float* vp = cache.values(static_cast<std::int64_t>(l)).data_ptr<float>();
+    float* kp = cache.key_data(static_cast<std::int64_t>(l));
+    float* vp = cache.value_data(static_cast<std::int64_t>(l));
     for (const auto& s : plans) {
       for (std::int64_t i = 0; i < s.n; ++i) {
         const std::int64_t t = s.start + i;
@@ -644,7 +661,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         const float* sn = sin_table.data() + pos * half;
         for (std::int64_t h = 0; h < nh; ++h) {
           const std::int64_t kh = h / group, g = h % group;
-          float* dst = qp + s.start * q_dim + ((kh * group + g) * s.n + i) * hd;
+          float* dst = qp + s.start * q_dim + ((kh * s.n + i) * group + g) * hd;
           rope_rotate(row + h * hd, dst, c, sn, half, q_scale);
         }
         for (std::int64_t kh = 0; kh < nkv; ++kh) {
@@ -654,13 +671,20 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         }
       }
     }
+    mark(ForwardPhaseTimes::kRope);
     for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
+    mark(ForwardPhaseTimes::kAttention);
     linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
+    mark(ForwardPhaseTimes::kAttnOut);
 
     rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);
+    mark(ForwardPhaseTimes::kNorm);
     linear(ns, L.wgu, gus, opts.activation_bits.gate_up);
+    mark(ForwardPhaseTimes::kGateUp);
     detail::silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
+    mark(ForwardPhaseTimes::kSilu);
     linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down);
+    mark(ForwardPhaseTimes::kDown);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = xs.clone();
   }
@@ -688,7 +712,10 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     rows = ns;
   }
   out.logits = at::empty({rows.size(0), V}, xs.options());
+  mark(ForwardPhaseTimes::kNorm);
   linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head);
+  mark(ForwardPhaseTimes::kLmHead);
+  if (timed) ++phase_times.forwards;
   return out;
 }
 
@@ -990,6 +1017,9 @@ std::int64_t LlamaModel::weight_bytes() const noexcept {
 }
 
 int LlamaModel::num_threads() const noexcept { return impl_->pool->size(); }
+
+const ForwardPhaseTimes& LlamaModel::phase_times() const noexcept { return impl_->phase_times; }
+void LlamaModel::reset_phase_times() noexcept { impl_->phase_times = {}; }
 
 std::string LlamaModel::kernel_name() const {
   const Impl& m = *impl_;

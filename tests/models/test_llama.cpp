@@ -514,6 +514,39 @@ TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
   EXPECT_TRUE(results[0].equal(results[1]));
 }
 
+TEST(LlamaModel, PhaseTimesCoverDecodeAndVerifyForwardsOnly) {
+  const auto c = small_config();
+  const Weights w = make_weights(c, 43);
+  auto getter = [&](const std::string& n) {
+    auto it = w.find(n);
+    return it == w.end() ? at::Tensor() : it->second;
+  };
+  const auto tokens = random_tokens(26, c.vocab_size, 44);
+  std::vector<at::Tensor> logits;
+  for (bool timed : {false, true}) {
+    sm::LlamaOptions o;
+    o.time_phases = timed;
+    sm::LlamaModel m(c, getter, o);
+    const std::int64_t s = m.allocate_sequence();
+    m.forward(sm::make_chain_batch(s, {tokens.begin(), tokens.begin() + 20}));  // a prompt of 20 tokens: not timed
+    EXPECT_EQ(m.phase_times().forwards, 0);
+    m.forward(sm::make_chain_batch(s, {tokens.begin() + 20, tokens.begin() + 21}));
+    logits.push_back(m.forward(sm::make_chain_batch(s, {tokens.begin() + 21, tokens.end()})).logits);
+    const sm::ForwardPhaseTimes& t = m.phase_times();
+    EXPECT_EQ(t.forwards, timed ? 2 : 0);
+    double total = 0;
+    for (double x : t.seconds) {
+      EXPECT_GE(x, 0.0);
+      total += x;
+    }
+    EXPECT_EQ(total > 0, timed);
+    m.reset_phase_times();
+    EXPECT_EQ(m.phase_times().forwards, 0);
+    EXPECT_EQ(m.phase_times().seconds[sm::ForwardPhaseTimes::kQkv], 0.0);
+  }
+  EXPECT_TRUE(logits[0].equal(logits[1]));  // timing changes no result
+}
+
 namespace {
 // Writes `names` of `w` as one float32 safetensors file.
 void write_safetensors(const std::filesystem::path& path, const Weights& w, const std::vector<std::string>& names) {

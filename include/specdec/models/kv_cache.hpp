@@ -57,6 +57,10 @@ class KvCache {
   /// [num_slots, num_kv_heads, capacity, head_dim] views into the storage (invalidated by growth).
   at::Tensor keys(std::int64_t layer) const;
   at::Tensor values(std::int64_t layer) const;
+  /// The data of keys(layer) / values(layer) (contiguous) without making a view: what a CPU forward reads and writes on
+  /// every layer (invalidated by growth).
+  float* key_data(std::int64_t layer) const noexcept { return data_of(layer, 0); }
+  float* value_data(std::int64_t layer) const noexcept { return data_of(layer, 1); }
   /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim] (invalidated by growth).
   const at::Tensor& storage() const noexcept { return storage_; }
 
@@ -72,6 +76,9 @@ class KvCache {
 
  private:
   void check_slot(std::int64_t slot, const char* what) const;
+  float* data_of(std::int64_t layer, std::int64_t which) const noexcept {
+    return storage_.data_ptr<float>() + (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim;
+  }
   void resize(std::int64_t slots, std::int64_t capacity);
 
   KvCacheShape shape_{};

@@ -80,6 +80,19 @@ struct LlamaOptions {
   /// llama.context_length), the window the model was trained on. A forward that would write past it throws; a larger value
   /// runs the rotary embedding past the trained positions (quality is then the caller's risk).
   std::int64_t context_length = 0;
+  /// Time the steps of every forward of up to 16 new tokens (decode and verification; LlamaModel::phase_times). The clock
+  /// is read once per step, about 300 reads per forward.
+  bool time_phases = false;
+};
+
+/// Wall time the timed forwards spent in each step (LlamaOptions::time_phases), summed: where a decode or verification
+/// forward goes. kNorm also holds the embedding lookup and the final norm.
+struct ForwardPhaseTimes {
+  enum Phase { kNorm, kQkv, kRope, kAttention, kAttnOut, kGateUp, kSilu, kDown, kLmHead, kCount };
+  static constexpr const char* kNames[kCount] = {"norm", "qkv", "rope", "attention", "attn_out", "gate_up", "silu", "down",
+                                                 "lm_head"};
+  double seconds[kCount] = {};
+  std::int64_t forwards = 0;
 };
 
 /// Returns the float32 tensor stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",
@@ -148,6 +161,9 @@ class LlamaModel {
   std::string kernel_name() const;
   /// Bytes of all weights held (the embedding counted once when tied).
   std::int64_t weight_bytes() const noexcept;
+  /// Step timings since construction or reset_phase_times() (all zero unless LlamaOptions::time_phases).
+  const ForwardPhaseTimes& phase_times() const noexcept;
+  void reset_phase_times() noexcept;
 
  private:
   struct StoredTag {};

@@ -5,7 +5,8 @@
 //      four partial sums by dimension mod 4, ascending, then (p0 + p1) + (p2 + p3);
 //   2. the softmax runs over the row's visible keys only, packed in order (context, then its ancestors and itself), in
 //      16-key steps (padding gives exactly 0);
-//   3. an output element sums p[j] * v[j] over those keys in that order (rows of one token share the value loads).
+//   3. an output element sums p[j] * v[j] over those keys in that order, one fused multiply-add after another (rows share
+//      the value loads: every row of the call over the cached context, the group members of a token over its new keys).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -105,12 +106,14 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void score_rows(const float
                      _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
 }
 
-// out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows of token i (their outputs start at 0 when c0 == 0).
+// out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows (their outputs start at 0 when c0 == 0): over the cached
+// context (c1 <= cached) any rows of the call, over the new keys rows of one token (i = their token).
 template <int NV, int R>
 SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::int64_t* rows, std::int64_t c0, std::int64_t c1,
-                                                                     std::int64_t i, std::int64_t n, std::int64_t cached,
-                                                                     const std::int32_t* visible, const float* v,
-                                                                     const float* scores, std::int64_t ld_scores, float* out,
+                                                                     std::int64_t i, std::int64_t n, std::int64_t group,
+                                                                     std::int64_t cached, const std::int32_t* visible,
+                                                                     const float* v, const float* scores,
+                                                                     std::int64_t ld_scores, float* out,
                                                                      std::int64_t ld_out_token, std::int64_t ld_out_member) {
   constexpr std::int64_t hd = 16 * NV;
   const float* p[R];
@@ -119,7 +122,7 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::
 #pragma GCC unroll 4
   for (int m = 0; m < R; ++m) {
     p[m] = scores + rows[m] * ld_scores;
-    o[m] = out + i * ld_out_token + (rows[m] / n) * ld_out_member;
+    o[m] = out + (rows[m] / group) * ld_out_token + (rows[m] % group) * ld_out_member;
 #pragma GCC unroll 8
     for (int e = 0; e < NV; ++e) acc[m][e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o[m] + 16 * e);
   }
@@ -140,7 +143,7 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::
 
 template <int NV>  // hd = 16 NV
 SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                                               const float* k, const float* v, std::int64_t total, std::int64_t cached,
+                                               std::int64_t group, const float* k, const float* v, std::int64_t total, std::int64_t cached,
                                                const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
                                                std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
                                                std::int64_t ld_out_member) {
@@ -175,7 +178,7 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   // 2. softmax per row over the keys it sees, in place.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
-    const std::int64_t i = r % n;
+    const std::int64_t i = r / group;
     const std::int64_t count16 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 16);
     __m512 mx = _mm512_loadu_ps(row);
     for (std::int64_t j = 16; j < count16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
@@ -189,46 +192,54 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
     const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
     for (std::int64_t j = 0; j < count16; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
   }
-  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2. Rows of the same token (the group
-  //    members of a kv head: r = g n + i) see the same keys, so up to 4 of them share each value load; each row still
-  //    sums its own products in the same order.
+  // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2, in chunks of keys whose values stay
+  //    in L1: over the cached context every row sees the same keys, so up to 4 rows share each value load; over the new
+  //    keys, the rows of one token (its group members). Each row still sums its own products in ascending key order.
+  std::int64_t members[4];
+  int count = 0;
+  auto flush = [&](std::int64_t c0, std::int64_t c1, std::int64_t i) SPECDEC_TARGET_AVX512F {
+    switch (count) {
+      case 1: value_rows<NV, 1>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 2: value_rows<NV, 2>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 3: value_rows<NV, 3>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 4: value_rows<NV, 4>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      default: break;
+    }
+    count = 0;
+  };
   for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int64_t c1 = std::min(cached + visible_count[i], c0 + kValueChunk);
-      if (c0 >= c1) continue;
-      std::int64_t members[4];
-      int count = 0;
-      auto flush = [&]() SPECDEC_TARGET_AVX512F {
-        switch (count) {
-          case 1: value_rows<NV, 1>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-          case 2: value_rows<NV, 2>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-          case 3: value_rows<NV, 3>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-          case 4: value_rows<NV, 4>(members, c0, c1, i, n, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-          default: break;
-        }
-        count = 0;
-      };
-      // Rows r = g n + i of this call, in ascending g.
-      for (std::int64_t r = i; r < row_end; r += n) {
-        if (r < row_begin) continue;
+    const std::int64_t context_end = std::min(cached, c0 + kValueChunk);
+    if (c0 < context_end) {  // cached keys [c0, context_end): every row
+      for (std::int64_t r = row_begin; r < row_end; ++r) {
         members[count++] = r;
-        if (count == 4) flush();
+        if (count == 4) flush(c0, context_end, 0);
       }
-      flush();
+      flush(c0, context_end, 0);
+    }
+    const std::int64_t new_begin = std::max(c0, cached);
+    for (std::int64_t i = row_begin / group; i * group < row_end; ++i) {  // new keys [new_begin, c1): per token
+      const std::int64_t c1 = std::min(cached + visible_count[i], c0 + kValueChunk);
+      if (new_begin >= c1) continue;
+      for (std::int64_t r = std::max(row_begin, i * group); r < std::min(row_end, (i + 1) * group); ++r) {
+        members[count++] = r;
+        if (count == 4) flush(new_begin, c1, i);
+      }
+      flush(new_begin, c1, i);
     }
   }
 }
 
 }  // namespace
 
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                           std::int64_t group, std::int64_t hd,
                            const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                            const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                            std::int64_t ld_out_token, std::int64_t ld_out_member) {
   switch (hd) {
 #define SPECDEC_CASE(NV)                                                                                                   \
   case 16 * NV:                                                                                                            \
-    attention_rows_w16<NV>(q, row_begin, row_end, n, k, v, total, cached, visible, visible_count, scores, ld_scores, out,   \
+    attention_rows_w16<NV>(q, row_begin, row_end, n, group, k, v, total, cached, visible, visible_count, scores, ld_scores, out,   \
                            ld_out_token, ld_out_member);                                                                   \
     return true;
     SPECDEC_CASE(1)
@@ -249,7 +260,8 @@ bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t 
 #else
 
 namespace specdec::models::detail {
-bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*, const float*,
+bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*,
+                           const float*,
                            std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
                            std::int64_t, std::int64_t) {
   return false;

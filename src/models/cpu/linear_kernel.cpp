@@ -177,7 +177,7 @@ using v8i = std::int32_t __attribute__((vector_size(32)));
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 
 [[gnu::always_inline]] inline void attention_rows_impl(const float* q, std::int64_t row_begin, std::int64_t row_end,
-                                                       std::int64_t n, std::int64_t hd, const float* k, const float* v,
+                                                       std::int64_t n, std::int64_t group, std::int64_t hd, const float* k, const float* v,
                                                        std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                                                        const std::int32_t* visible_count, float* scores,
                                                        std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
@@ -208,7 +208,7 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
   //    (so a tree node's keys sit where its path's keys sit in a chain), then -inf up to a multiple of 8.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
-    const std::int64_t i = r % n;
+    const std::int64_t i = r / group;
     const std::int64_t count8 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 8);
     v8 mx = load8(row);
     for (std::int64_t j = 8; j < count8; j += 8) {
@@ -230,11 +230,11 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
     }
   }
   // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2.
-  auto out_row = [&](std::int64_t r) { return out + (r % n) * ld_out_token + (r / n) * ld_out_member; };
+  auto out_row = [&](std::int64_t r) { return out + (r / group) * ld_out_token + (r % group) * ld_out_member; };
   auto value = [&](std::int64_t r, std::int64_t j) {
-    return v + (j < cached ? j : cached + visible[(r % n) * n + (j - cached)]) * hd;
+    return v + (j < cached ? j : cached + visible[(r / group) * n + (j - cached)]) * hd;
   };
-  auto count_of = [&](std::int64_t r) { return cached + visible_count[r % n]; };
+  auto count_of = [&](std::int64_t r) { return cached + visible_count[r / group]; };
   if (hd % 8 == 0 && hd <= 128) {
     auto sum_rows = [&]<int NV>() {
       for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
@@ -314,21 +314,22 @@ __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::i
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
 __attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std::int64_t row_begin, std::int64_t row_end,
-                                                            std::int64_t n, std::int64_t hd, const float* k, const float* v,
+                                                            std::int64_t n, std::int64_t group, std::int64_t hd, const float* k, const float* v,
                                                             std::int64_t total, std::int64_t cached,
                                                             const std::int32_t* visible, const std::int32_t* visible_count,
                                                             float* scores, std::int64_t ld_scores, float* out,
                                                             std::int64_t ld_out_token, std::int64_t ld_out_member) {
-  attention_rows_impl(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+  attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
                       ld_out_token, ld_out_member);
 }
 #endif
 
-void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                             std::int64_t group, std::int64_t hd,
                              const float* k, const float* v, std::int64_t total, std::int64_t cached,
                              const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
                              std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member) {
-  attention_rows_impl(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+  attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
                       ld_out_token, ld_out_member);
 }
 
@@ -351,10 +352,9 @@ void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const
 using LinearRowsFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
                               std::int64_t, bool);
 
-using AttentionRowsFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*,
-                                 const float*, std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*,
-                                 std::int64_t, float*,
-                                 std::int64_t, std::int64_t);
+using AttentionRowsFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                 const float*, const float*, std::int64_t, std::int64_t, const std::int32_t*,
+                                 const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t);
 
 LinearRowsFn select_linear_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
@@ -392,13 +392,14 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
   fn(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
 
-/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
-/// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
-/// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
-/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
+/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (token i, group member g), r = i * group +
+/// g) is q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees
+/// the cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and
+/// itself); scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
 /// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call (see
 /// attention_rows_impl).
-void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                    std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member) {
@@ -413,11 +414,11 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
     return false;
 #endif
   }();
-  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores,
+  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
                                       ld_scores, out, ld_out_token, ld_out_member))
     return;
   static const AttentionRowsFn fn = select_attention_rows();
-  fn(q, row_begin, row_end, n, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
+  fn(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
      ld_out_member);
 }
 

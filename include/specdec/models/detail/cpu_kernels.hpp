@@ -12,12 +12,14 @@ namespace specdec::models::detail {
 void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
                  float* y, std::int64_t ldy, bool accumulate);
 
-/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (group member g, token i), r = g * n + i) is
-/// q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees the
-/// cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and itself);
-/// scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
-/// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call.
-void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (token i, group member g) of `group`
+/// members, r = i * group + g) is q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with
+/// total = cached + n; token i sees the cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i]
+/// (ascending: its ancestors and itself); scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16;
+/// row r's output goes to out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows
+/// in the call.
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                    std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member);
@@ -35,7 +37,8 @@ inline std::int64_t pack_visible_scores(float* row, std::int64_t cached, const s
 
 /// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp), for hd a multiple of 16 up to 128; returns false
 /// (computing nothing) for other head sizes. Only where the CPU has AVX-512F; attention_rows chooses it.
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t hd,
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                           std::int64_t group, std::int64_t hd,
                            const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                            const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                            std::int64_t ld_out_token, std::int64_t ld_out_member);
