@@ -14,8 +14,8 @@
 //   rss_mib                resident memory after the run (model, KV cache, libtorch); the context's rss_mib_at_start
 //                          is the process before any model is loaded (libtorch's share)
 //   cost_vs_1_token        (6-token rows) median time of this forward / median 1-token forward at the same context
-//   ms_<step>              ms per forward spent in each step (norm, qkv, rope, attention, attn_out, gate_up, silu, down,
-//                          lm_head; LlamaOptions::time_phases): where the time goes
+//   ms_<step>              ms per forward spent in each step (qkv, rope, attention, attn_out, gate_up, down, lm_head,
+//                          other; LlamaOptions::time_phases, ForwardPhaseTimes): where the time goes
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).

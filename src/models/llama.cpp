@@ -254,28 +254,41 @@ struct Activations {
   detail::QuantizedRows q;
 };
 
+// Fills rows [begin, end) of a product's input (an element-wise step before the product, run on the same rows).
+using RowPrep = std::function<void(std::int64_t begin, std::int64_t end)>;
+
 // out (+)= x @ w^T over every part of w; x [n, cols] contiguous float32, out [n, >= w.rows] rows with stride out.stride(0).
+// `prep`, when given, first fills x's rows (an RMSNorm or SiLU step), each row just before it is quantised and on the same
+// thread, so a verification's few rows share that step over the pool instead of leaving the workers waiting.
 void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
-                 Activations& act, std::int64_t planes) {
+                 Activations& act, std::int64_t planes, const RowPrep& prep = {}) {
   const std::int64_t n = x.size(0);
+  // Row-wise steps over the pool's threads (one row a chunk for a few rows, 16 for a prompt); each row is computed
+  // alone, so the split changes no byte.
+  auto for_rows = [&](const RowPrep& fn) {
+    const std::int64_t per = n >= 32 ? 16 : 1;
+    if (n >= 2 && pool.size() > 1)
+      pool.run((n + per - 1) / per, [&](std::int64_t c) { fn(c * per, std::min(n, (c + 1) * per)); });
+    else
+      fn(0, n);
+  };
+  bool prepared = !prep;
   for (const auto& p : w.parts) {
     if (p.dense.defined()) {
+      if (!prepared) for_rows(prep);
+      prepared = true;
       linear_dense(pool, x, p.dense, out.narrow(1, p.offset, p.rows), accumulate);
       continue;
     }
     const detail::PackedMatrix& m = p.packed;
     const float* xp = x.data_ptr<float>();
-    // Quantise the activations (rows shared by the pool's threads when there are many; each row is quantised alone, so
-    // the split changes no byte).
     detail::QuantizedRows& q = act.q;
     detail::prepare_rows(q, n, w.cols, m.block(), planes);
-    constexpr std::int64_t kRowsPerChunk = 16;
-    if (n >= 2 * kRowsPerChunk && pool.size() > 1)
-      pool.run((n + kRowsPerChunk - 1) / kRowsPerChunk, [&](std::int64_t c) {
-        detail::quantize_rows(xp, c * kRowsPerChunk, std::min(n, (c + 1) * kRowsPerChunk), w.cols, q);
-      });
-    else
-      detail::quantize_rows(xp, 0, n, w.cols, q);
+    for_rows([&](std::int64_t b, std::int64_t e) {
+      if (!prepared) prep(b, e);
+      detail::quantize_rows(xp, b, e, w.cols, q);
+    });
+    prepared = true;
     float* yp = out.data_ptr<float>() + p.offset;
     const std::int64_t ldy = out.stride(0), tiles = m.tiles();
     if (pool.size() == 1) {
@@ -427,11 +440,11 @@ struct LlamaModel::Impl {
   Activations activations;
 
   static std::int64_t planes(int bits) { return bits == 8 ? 1 : 2; }
-  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out, int bits) {
-    linear_impl(*pool, w, in, out, false, activations, planes(bits));
+  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out, int bits, const RowPrep& prep = {}) {
+    linear_impl(*pool, w, in, out, false, activations, planes(bits), prep);
   }
-  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc, int bits) {
-    linear_impl(*pool, w, in, acc, true, activations, planes(bits));
+  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc, int bits, const RowPrep& prep = {}) {
+    linear_impl(*pool, w, in, acc, true, activations, planes(bits), prep);
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -643,9 +656,11 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   };
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const Layer& L = layers[l];
-    rms_norm(xp, L.attn_norm.data_ptr<float>(), np, N, H, eps);
-    mark(ForwardPhaseTimes::kNorm);
-    linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv);
+    // RMSNorm, SiLU and the final norm run row by row inside the product that reads them (RowPrep).
+    const float* attn_norm = L.attn_norm.data_ptr<float>();
+    linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv, [&](std::int64_t r0, std::int64_t r1) {
+      rms_norm(xp + r0 * H, attn_norm, np + r0 * H, r1 - r0, H, eps);
+    });
     mark(ForwardPhaseTimes::kQkv);
 
     // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, n, group, hd];
@@ -677,13 +692,16 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
     mark(ForwardPhaseTimes::kAttnOut);
 
-    rms_norm(xp, L.ffn_norm.data_ptr<float>(), np, N, H, eps);
-    mark(ForwardPhaseTimes::kNorm);
-    linear(ns, L.wgu, gus, opts.activation_bits.gate_up);
+    const float* ffn_norm = L.ffn_norm.data_ptr<float>();
+    linear(ns, L.wgu, gus, opts.activation_bits.gate_up, [&](std::int64_t r0, std::int64_t r1) {
+      rms_norm(xp + r0 * H, ffn_norm, np + r0 * H, r1 - r0, H, eps);
+    });
     mark(ForwardPhaseTimes::kGateUp);
-    detail::silu_mul(gus.data_ptr<float>(), acts.data_ptr<float>(), N, F);
-    mark(ForwardPhaseTimes::kSilu);
-    linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down);
+    const float* gup = gus.data_ptr<float>();
+    float* actp = acts.data_ptr<float>();
+    linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down, [&](std::int64_t r0, std::int64_t r1) {
+      detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F);
+    });
     mark(ForwardPhaseTimes::kDown);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = xs.clone();
@@ -707,13 +725,16 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     }
   } else if (b.return_final_hidden) {
     rows = out.hidden_post_norm;
-  } else {
-    rms_norm(xp, final_norm.data_ptr<float>(), np, N, H, eps);
+  }
+  RowPrep final_rows;
+  if (!rows.defined()) {  // every row's logits: the final norm runs inside the output product
     rows = ns;
+    const float* fn = final_norm.data_ptr<float>();
+    final_rows = [&, fn](std::int64_t r0, std::int64_t r1) { rms_norm(xp + r0 * H, fn, np + r0 * H, r1 - r0, H, eps); };
   }
   out.logits = at::empty({rows.size(0), V}, xs.options());
-  mark(ForwardPhaseTimes::kNorm);
-  linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head);
+  mark(ForwardPhaseTimes::kOther);
+  linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head, final_rows);
   mark(ForwardPhaseTimes::kLmHead);
   if (timed) ++phase_times.forwards;
   return out;

@@ -86,11 +86,13 @@ struct LlamaOptions {
 };
 
 /// Wall time the timed forwards spent in each step (LlamaOptions::time_phases), summed: where a decode or verification
-/// forward goes. kNorm also holds the embedding lookup and the final norm.
+/// forward goes. A product's step includes the element-wise step that feeds it and its activations' quantisation: qkv
+/// and gate_up their RMSNorm, down the SiLU, lm_head the final norm; kOther is the rest after the layers (the logits'
+/// allocation, hidden-state copies).
 struct ForwardPhaseTimes {
-  enum Phase { kNorm, kQkv, kRope, kAttention, kAttnOut, kGateUp, kSilu, kDown, kLmHead, kCount };
-  static constexpr const char* kNames[kCount] = {"norm", "qkv", "rope", "attention", "attn_out", "gate_up", "silu", "down",
-                                                 "lm_head"};
+  enum Phase { kQkv, kRope, kAttention, kAttnOut, kGateUp, kDown, kLmHead, kOther, kCount };
+  static constexpr const char* kNames[kCount] = {"qkv", "rope", "attention", "attn_out", "gate_up", "down", "lm_head",
+                                                 "other"};
   double seconds[kCount] = {};
   std::int64_t forwards = 0;
 };
