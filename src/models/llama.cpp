@@ -581,19 +581,35 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
     float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
-    auto run_rows = [&](std::int64_t begin, std::int64_t end) {  // flattened rows kh * rows + r
+    auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {  // rows kh * rows + r
       for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
         const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
         detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, kbase + kh * cap * hd, vbase + kh * cap * hd,
                                total, s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
-                               out + kh * group * hd, q_dim, hd);
+                               out + kh * group * hd, q_dim, hd, part);
       }
     };
     // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
     const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
     if (parts == 1) {
-      run_rows(0, all_rows);
+      run_rows(0, all_rows, {});
     } else {
+      // Over a long cache the keys' side goes first, shared by key ranges: every (kv head, 256 keys) chunk transposes its
+      // key blocks once and scores all the head's rows against them (kScores), so the threads split a head's keys
+      // instead of taking whole heads (3 kv heads on 2 threads) or transposing the same keys once per chunk of rows;
+      // then the softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the
+      // split changes no bit.
+      constexpr std::int64_t kKeyRange = 256;
+      const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
+      const bool split_keys = ranges >= 2;
+      if (split_keys)
+        pool->run(nkv * ranges, [&](std::int64_t c) {
+          const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
+          detail::attention_rows(q + kh * rows * hd, 0, rows, s.n, group, hd, kbase + kh * cap * hd, vbase + kh * cap * hd,
+                                 total, s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
+                                 out + kh * group * hd, q_dim, hd,
+                                 {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
+        });
       // Chunks of a kv head's rows: whole tokens with all their group members, at most 3 tokens (9 rows for SmolLM2), so
       // the rows of a chunk share every key block they transpose and every value they load (the members of a token and,
       // over the cached context, every row of the chunk), and a 6-token verification still gives two threads 6 chunks.
@@ -603,7 +619,8 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       const std::int64_t per_head = (rows + piece - 1) / piece;
       pool->run(nkv * per_head, [&](std::int64_t c) {
         const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
-        run_rows(begin, std::min(kh * rows + rows, begin + piece));
+        run_rows(begin, std::min(kh * rows + rows, begin + piece),
+                 {split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
       });
     }
     return;

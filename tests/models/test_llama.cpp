@@ -72,13 +72,18 @@ Weights make_weights(const sm::LlamaConfig& c, std::uint64_t seed) {
   return w;
 }
 
+// The weights of `w` by name (undefined when absent), as LlamaModel's WeightGetter.
+sm::WeightGetter getter_of(const Weights& w) {
+  return [&w](const std::string& n) {
+    auto it = w.find(n);
+    return it == w.end() ? at::Tensor() : it->second;
+  };
+}
+
 sm::LlamaModel make_model(const sm::LlamaConfig& c, const Weights& w, std::int64_t capacity = 8) {
   sm::LlamaOptions o;
   o.initial_cache_capacity = capacity;
-  return sm::LlamaModel(c, [&](const std::string& n) {
-    auto it = w.find(n);
-    return it == w.end() ? at::Tensor() : it->second;
-  }, o);
+  return sm::LlamaModel(c, getter_of(w), o);
 }
 
 // --- independent reference: the Hugging Face modeling_llama forward, whole sequence at once ---------------------------
@@ -497,10 +502,7 @@ TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
   // Threads split output rows only, so every element is summed in the same order: results are bitwise equal.
   const auto c = small_config();
   const Weights w = make_weights(c, 41);
-  auto getter = [&](const std::string& n) {
-    auto it = w.find(n);
-    return it == w.end() ? at::Tensor() : it->second;
-  };
+  const sm::WeightGetter getter = getter_of(w);
   const auto tokens = random_tokens(12, c.vocab_size, 42);
   std::vector<at::Tensor> results;
   for (int threads : {1, 3}) {
@@ -514,13 +516,39 @@ TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
   EXPECT_TRUE(results[0].equal(results[1]));
 }
 
+TEST(LlamaModel, LongCacheAttentionSplitChangesNoBit) {
+  // Past 256 cached keys the pool splits a kv head's keys (scores by key range, then softmax and values by rows): a
+  // verification and a decode over a 300-token cache give the same bits on 1, 2 and 3 threads, and the chain's first row
+  // equals the same token decoded alone.
+  const auto c = small_config();
+  const Weights w = make_weights(c, 45);
+  const sm::WeightGetter getter = getter_of(w);
+  const auto tokens = random_tokens(306, c.vocab_size, 46);
+  const std::vector<std::int64_t> prompt(tokens.begin(), tokens.begin() + 300), chain(tokens.begin() + 300, tokens.end());
+  std::vector<at::Tensor> verified, decoded;
+  for (int threads : {1, 2, 3}) {
+    sm::LlamaOptions o;
+    o.num_threads = threads;
+    sm::LlamaModel m(c, getter, o);
+    for (bool verify : {true, false}) {
+      const std::int64_t s = m.allocate_sequence();
+      m.forward(sm::make_chain_batch(s, prompt));
+      const std::vector<std::int64_t> step = verify ? chain : std::vector<std::int64_t>{chain[0]};
+      (verify ? verified : decoded).push_back(m.forward(sm::make_chain_batch(s, step)).logits);
+      m.free_sequence(s);
+    }
+  }
+  for (std::size_t t = 1; t < verified.size(); ++t) {
+    EXPECT_TRUE(verified[t].equal(verified[0])) << "threads case " << t;
+    EXPECT_TRUE(decoded[t].equal(decoded[0])) << "threads case " << t;
+  }
+  for (std::size_t t = 0; t < verified.size(); ++t) EXPECT_TRUE(verified[t][0].equal(decoded[t][0])) << "threads case " << t;
+}
+
 TEST(LlamaModel, PhaseTimesCoverDecodeAndVerifyForwardsOnly) {
   const auto c = small_config();
   const Weights w = make_weights(c, 43);
-  auto getter = [&](const std::string& n) {
-    auto it = w.find(n);
-    return it == w.end() ? at::Tensor() : it->second;
-  };
+  const sm::WeightGetter getter = getter_of(w);
   const auto tokens = random_tokens(26, c.vocab_size, 44);
   std::vector<at::Tensor> logits;
   for (bool timed : {false, true}) {

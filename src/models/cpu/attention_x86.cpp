@@ -146,14 +146,16 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
                                                std::int64_t group, const float* k, const float* v, std::int64_t total, std::int64_t cached,
                                                const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
                                                std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
-                                               std::int64_t ld_out_member) {
+                                               std::int64_t ld_out_member, AttentionPart part) {
   constexpr std::int64_t hd = 16 * NV;
   const std::int64_t padded = (total + 15) / 16 * 16;
+  const bool all = part.kind == AttentionPart::kAll;
+  const std::int64_t kb_begin = all ? 0 : part.key_begin, kb_end = all ? padded : std::min(part.key_end, padded);
   // 1. scores[r, j] = q[r] . k[j] in blocks of 16 keys: the block is transposed once ([hd][16 keys]) and every row runs
   //    over it with its query elements broadcast (four rows at a time share each load), summing d = 0, 4, 8, ... into
   //    partial 0, d = 1, 5, ... into partial 1 and so on, then (p0 + p1) + (p2 + p3): the same steps for every row.
   alignas(64) float kt[hd * 16];
-  for (std::int64_t kb = 0; kb < padded; kb += 16) {
+  for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 16) {
     const float* kp[16];
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
@@ -175,6 +177,7 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
       default: break;
     }
   }
+  if (part.kind == AttentionPart::kScores) return;
   // 2. softmax per row over the keys it sees, in place.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
@@ -235,12 +238,12 @@ bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t 
                            std::int64_t group, std::int64_t hd,
                            const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                            const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member) {
+                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
   switch (hd) {
 #define SPECDEC_CASE(NV)                                                                                                   \
   case 16 * NV:                                                                                                            \
     attention_rows_w16<NV>(q, row_begin, row_end, n, group, k, v, total, cached, visible, visible_count, scores, ld_scores, out,   \
-                           ld_out_token, ld_out_member);                                                                   \
+                           ld_out_token, ld_out_member, part);                                                             \
     return true;
     SPECDEC_CASE(1)
     SPECDEC_CASE(2)
@@ -263,7 +266,7 @@ namespace specdec::models::detail {
 bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*,
                            const float*,
                            std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
-                           std::int64_t, std::int64_t) {
+                           std::int64_t, std::int64_t, AttentionPart) {
   return false;
 }
 }  // namespace specdec::models::detail

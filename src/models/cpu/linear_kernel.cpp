@@ -181,10 +181,12 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
                                                        std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                                                        const std::int32_t* visible_count, float* scores,
                                                        std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
-                                                       std::int64_t ld_out_member) {
+                                                       std::int64_t ld_out_member, AttentionPart part) {
   const std::int64_t padded = (total + 7) / 8 * 8;
+  const bool all = part.kind == AttentionPart::kAll;
+  const std::int64_t kb_begin = all ? 0 : part.key_begin, kb_end = all ? padded : std::min(part.key_end, padded);
   // 1. scores[r, j] = q[r] . k[j] in blocks of 8 keys (the last block repeats key total - 1 past the end).
-  for (std::int64_t kb = 0; kb < padded; kb += 8) {
+  for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 8) {
     const float* kp[8];
     for (int c = 0; c < 8; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
     for (std::int64_t r = row_begin; r < row_end; ++r) {
@@ -204,6 +206,7 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
       std::memcpy(scores + r * ld_scores + kb, &sv, sizeof sv);
     }
   }
+  if (part.kind == AttentionPart::kScores) return;
   // 2. softmax per row over the keys it sees, in place: the context, then its visible new keys moved down to follow it
   //    (so a tree node's keys sit where its path's keys sit in a chain), then -inf up to a multiple of 8.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
@@ -318,9 +321,10 @@ __attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std
                                                             std::int64_t total, std::int64_t cached,
                                                             const std::int32_t* visible, const std::int32_t* visible_count,
                                                             float* scores, std::int64_t ld_scores, float* out,
-                                                            std::int64_t ld_out_token, std::int64_t ld_out_member) {
+                                                            std::int64_t ld_out_token, std::int64_t ld_out_member,
+                                                            AttentionPart part) {
   attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
-                      ld_out_token, ld_out_member);
+                      ld_out_token, ld_out_member, part);
 }
 #endif
 
@@ -328,9 +332,10 @@ void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_
                              std::int64_t group, std::int64_t hd,
                              const float* k, const float* v, std::int64_t total, std::int64_t cached,
                              const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
-                             std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member) {
+                             std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member,
+                             AttentionPart part) {
   attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
-                      ld_out_token, ld_out_member);
+                      ld_out_token, ld_out_member, part);
 }
 
 void silu_mul_baseline(const float* gu, float* out, std::int64_t rows, std::int64_t f) { silu_mul_impl(gu, out, rows, f); }
@@ -354,7 +359,8 @@ using LinearRowsFn = void (*)(const float*, std::int64_t, std::int64_t, const fl
 
 using AttentionRowsFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                                  const float*, const float*, std::int64_t, std::int64_t, const std::int32_t*,
-                                 const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t);
+                                 const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t,
+                                 AttentionPart);
 
 LinearRowsFn select_linear_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
@@ -402,7 +408,7 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                    std::int64_t ld_out_token, std::int64_t ld_out_member) {
+                    std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
   static const bool avx512 = [] {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
     // SPECDEC_CPU_ISA (as for the packed products) set to anything but avx512-vnni keeps the 8-lane kernel.
@@ -415,11 +421,11 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
 #endif
   }();
   if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
-                                      ld_scores, out, ld_out_token, ld_out_member))
+                                      ld_scores, out, ld_out_token, ld_out_member, part))
     return;
   static const AttentionRowsFn fn = select_attention_rows();
   fn(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
-     ld_out_member);
+     ld_out_member, part);
 }
 
 }  // namespace specdec::models::detail

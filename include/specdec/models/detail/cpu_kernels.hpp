@@ -12,6 +12,15 @@ namespace specdec::models::detail {
 void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin, std::int64_t o_end,
                  float* y, std::int64_t ldy, bool accumulate);
 
+/// Which part of attention_rows a call runs: all of it (kAll); only the scores of key columns [key_begin, key_end) (kScores:
+/// key_begin a multiple of 16, the range clipped to the keys' padded count), so several threads can share one kv head's
+/// keys; or only the softmax and the weighted values over the scores earlier kScores calls wrote for every key (kFinish).
+/// Each score and each row's result are computed by the same steps in every case, so splitting a call changes no bit.
+struct AttentionPart {
+  enum Kind { kAll, kScores, kFinish } kind = kAll;
+  std::int64_t key_begin = 0, key_end = 0;
+};
+
 /// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (token i, group member g) of `group`
 /// members, r = i * group + g) is q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with
 /// total = cached + n; token i sees the cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i]
@@ -22,7 +31,7 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     std::int64_t hd,
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                    std::int64_t ld_out_token, std::int64_t ld_out_member);
+                    std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
 
 /// The softmax's row layout in attention_rows: moves a row's visible new-key scores down to follow the context
 /// (row[cached + a] = row[cached + visible[a]], a < seen) and pads with -inf up to a multiple of `width`. Returns that
@@ -41,7 +50,7 @@ bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t 
                            std::int64_t group, std::int64_t hd,
                            const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                            const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member);
+                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part);
 
 /// out[r, i] = silu(gu[r, i]) * gu[r, f + i] = gu[r, i] / (1 + exp(-gu[r, i])) * gu[r, f + i] for rows [0, rows) (gu rows
 /// of 2f values, out rows of f). Element by element (exp to ~2e-7 relative), so each value is independent of the batch.
