@@ -599,9 +599,11 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       // instead of taking whole heads (3 kv heads on 2 threads) or transposing the same keys once per chunk of rows;
       // then the softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the
       // split changes no bit.
+      // A decode (one token: one chunk of rows a kv head, whose keys it transposes once anyway) keeps the one-step path,
+      // which needs one pool step less.
       constexpr std::int64_t kKeyRange = 256;
       const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
-      const bool split_keys = ranges >= 2;
+      const bool split_keys = ranges >= 2 && s.n > 1;
       if (split_keys)
         pool->run(nkv * ranges, [&](std::int64_t c) {
           const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
