@@ -605,12 +605,9 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
       const bool split_keys = ranges >= 2 && s.n > 1;
       if (split_keys)
-        pool->run(nkv * ranges, [&](std::int64_t c) {
+        pool->run(nkv * ranges, [&](std::int64_t c) {  // every row of kv head kh against keys [k0, k0 + kKeyRange)
           const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
-          detail::attention_rows(q + kh * rows * hd, 0, rows, s.n, group, hd, kbase + kh * cap * hd, vbase + kh * cap * hd,
-                                 total, s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
-                                 out + kh * group * hd, q_dim, hd,
-                                 {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
+          run_rows(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
         });
       // Chunks of a kv head's rows: whole tokens with all their group members, at most 3 tokens (9 rows for SmolLM2), so
       // the rows of a chunk share every key block they transpose and every value they load (the members of a token and,
