@@ -121,8 +121,10 @@ BENCHMARK(BM_verify_chain_cpu_torch_threads)->ArgNames({"B", "K", "V"})->Args({6
 
 // The decoder's verification of one step through the engine entry, on ATen's current thread count (1 in specdec-generate):
 // float32 logits [B (K + 1), V] processed into probabilities and verified against deterministic drafts (n-gram style),
-// greedy (temp_x10 = 0) or sampled at temperature 1. SmolLM2's vocabulary by default. Microseconds per step: compare with
-// bench_decoder's ms_per_step for the share of a step it takes.
+// greedy (temp_x10 = 0) or sampled at temperature 1. SmolLM2's vocabulary by default. ws = 1 keeps a workspace across
+// calls, as the decoder does (ws = 0: fresh [N + B, V] rows per call, whose page faults cost as much as the work).
+// Microseconds per step: compare with bench_decoder's ms_per_step for the share of a step it takes; ns_per_value is
+// per logit processed (V (K + 1) B of them).
 void BM_verify_logits_step(benchmark::State& state) {
   const std::int64_t B = state.range(0), K = state.range(1), V = state.range(2);
   const float temperature = static_cast<float>(state.range(3)) / 10.f;
@@ -143,15 +145,19 @@ void BM_verify_logits_step(benchmark::State& state) {
   a.seeds = torch::arange(B);
   a.positions = torch::full({B}, 100, torch::kLong);
   a.max_num_draft_tokens = K;
+  if (state.range(4) != 0)
+    a.workspace = at::empty({specdec::torch::verify_logits_workspace_bytes(B, N, V, false, false)}, at::kByte);
   for (auto _ : state) {
     auto r = specdec::torch::verify_logits(a);
     benchmark::DoNotOptimize(r.num_accepted.data_ptr());
   }
   state.counters["aten_threads"] = at::get_num_threads();
+  state.counters["ns_per_value"] = benchmark::Counter(
+      static_cast<double>((N + B) * V) * 1e-9, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_verify_logits_step)
-    ->ArgNames({"B", "K", "V", "temp_x10"})
-    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}})
+    ->ArgNames({"B", "K", "V", "temp_x10", "ws"})
+    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 #endif

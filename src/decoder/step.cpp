@@ -315,7 +315,7 @@ Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits
 /// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
 Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logits,
                           std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                          bool expected_acceptance, VerifyMethod method) {
+                          bool expected_acceptance, VerifyMethod method, at::Tensor* workspace) {
   const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const bool tree = !d.parents.empty(), kinds = !d.has_probs.empty();
@@ -377,6 +377,13 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.positions = view(o_pos, B, at::kLong, 8);
   a.max_num_draft_tokens = max_k;
   a.method = method;
+  if (workspace) {
+    const bool draft_rows = d.probs.defined() && d.probs.scalar_type() != at::kFloat;
+    const std::int64_t need = torch::verify_logits_workspace_bytes(B, N, logits.size(1), tree, draft_rows);
+    if (!workspace->defined() || workspace->device() != dev || workspace->numel() < need)
+      *workspace = at::empty({need + need / 2}, at::TensorOptions().device(dev).dtype(at::kByte));  // room to grow
+    a.workspace = *workspace;
+  }
   const torch::VerifyLogitsResult r = torch::verify_logits(a);
   std::vector<at::Tensor> parts{r.output_token_ids.reshape({-1}).to(at::kLong), r.num_accepted.to(at::kLong),
                                 r.status.to(at::kLong)};
@@ -412,7 +419,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
 
 Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                std::span<const std::uint8_t> block, bool expected_acceptance) {
+                std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace) {
   const auto B = static_cast<std::int64_t>(params.size());
   if (d.num_requests() != B || static_cast<std::int64_t>(positions.size()) != B)
     throw error(Status::kInvalidArgument, "verify: expected " + std::to_string(d.num_requests()) +
@@ -426,10 +433,11 @@ Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
                                                 " per-request flags, got " + std::to_string(block.size()));
     // Every request block-verified: the device entry's block mode; a mix of methods: the CPU core, request by request.
     if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
-      return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock);
+      return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock,
+                              workspace);
     return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
   }
-  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken);
+  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace);
 }
 
 namespace {

@@ -128,6 +128,19 @@ Shapes check_verify_logits(const VerifyLogitsArgs& a) {
 
 namespace {
 
+/// The CPU path's workspace: the processed target rows [N + B, V] float32, then the processed draft rows [N, V] when
+/// draft_rows (the first two regions of the CUDA layout, in the same order).
+std::int64_t cpu_workspace_bytes(std::int64_t B, std::int64_t N, std::int64_t V, bool draft_rows) {
+  return (N + B + (draft_rows ? N : 0)) * V * static_cast<std::int64_t>(sizeof(float));
+}
+
+/// Rows [rows, V] float32 at byte `offset` of the caller's workspace, or a fresh tensor without one.
+at::Tensor cpu_rows(const VerifyLogitsArgs& a, std::int64_t offset, std::int64_t rows, std::int64_t V) {
+  if (!a.workspace) return at::empty({rows, V}, at::TensorOptions().dtype(at::kFloat));
+  const std::int64_t bytes = rows * V * static_cast<std::int64_t>(sizeof(float));
+  return a.workspace->slice(0, offset, offset + bytes).view(at::kFloat).view({rows, V});
+}
+
 template <class IdT>
 VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Shapes& s) {
   const std::int64_t B = s.B, N = s.N, V = s.V;
@@ -168,7 +181,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
     });
   };
   const at::Tensor logits = a.target_logits.scalar_type() == at::kFloat ? a.target_logits : a.target_logits.to(at::kFloat);
-  at::Tensor probs = at::empty({N + B, V}, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor probs = cpu_rows(a, 0, N + B, V);  // the workspace, when the caller keeps one across steps
   std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
   if (N + B > 0)
     process(logits.data_ptr<float>(), N + B, logits.stride(0), 1, probs.data_ptr<float>(), target_rows.data());
@@ -176,7 +189,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   std::vector<Status> draft_rows;
   if (a.draft_logits) {
     const at::Tensor dl = a.draft_logits->scalar_type() == at::kFloat ? *a.draft_logits : a.draft_logits->to(at::kFloat);
-    draft = at::empty({N, V}, at::TensorOptions().dtype(at::kFloat));
+    draft = cpu_rows(a, (N + B) * V * static_cast<std::int64_t>(sizeof(float)), N, V);
     draft_rows.assign(static_cast<std::size_t>(N), Status::kSuccess);
     if (N > 0) process(dl.data_ptr<float>(), N, dl.stride(0), 0, draft.data_ptr<float>(), draft_rows.data());
   } else if (a.draft_probs) {
@@ -235,11 +248,12 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
 
 std::int64_t verify_logits_workspace_bytes(std::int64_t batch_size, std::int64_t num_draft_tokens,
                                            std::int64_t vocab_size, bool tree, bool draft_rows) {
+  const std::int64_t cpu = cpu_workspace_bytes(batch_size, num_draft_tokens, vocab_size, draft_rows);
 #if defined(SPECDEC_TORCH_HAS_CUDA)
-  return verify_logits_workspace_bytes_cuda(batch_size, num_draft_tokens, vocab_size, tree, draft_rows);
+  return std::max(cpu, verify_logits_workspace_bytes_cuda(batch_size, num_draft_tokens, vocab_size, tree, draft_rows));
 #else
-  (void)batch_size, (void)num_draft_tokens, (void)vocab_size, (void)tree, (void)draft_rows;
-  return 0;  // the CPU path needs none
+  (void)tree;
+  return cpu;
 #endif
 }
 

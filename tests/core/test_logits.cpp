@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -303,7 +304,8 @@ TEST(Logits, BatchEqualsRowByRowAndReportsPerRow) {
 
 // The vectorised row scan against a one-lane reference: the largest value, lowest index on ties (+0 and -0 equal), and
 // validity (logits: NaN and +inf invalid, -inf valid; probabilities: also negatives invalid), for every length from 0 to
-// 80 (the 16-lane body and the tail) and values placed at the start, in the body and in the tail.
+// 80 and some up to 1023 (the 16- and 64-lane bodies and the tail) and values placed at the start, in the body and in
+// the tail.
 TEST(RowScan, ArgmaxAndValidityEqualTheOneLaneScan) {
   using specdec::detail::RowValues;
   std::mt19937 rng(11);
@@ -312,7 +314,10 @@ TEST(RowScan, ArgmaxAndValidityEqualTheOneLaneScan) {
                             std::numeric_limits<float>::denorm_min(), FLT_MAX};
   std::uniform_int_distribution<int> pick(0, 10), small(0, 3);
   int checked = 0;
-  for (std::int64_t n = 0; n <= 80; ++n)
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n = 0; n <= 80; ++n) lengths.push_back(n);
+  for (std::int64_t n : {127, 128, 129, 191, 200, 1000, 1023}) lengths.push_back(n);  // the 64-lane AVX-512 body too
+  for (const std::int64_t n : lengths)
     for (int trial = 0; trial < 40; ++trial) {
       std::vector<float> v(static_cast<std::size_t>(n));
       for (auto& x : v) x = trial % 2 == 0 ? static_cast<float>(small(rng)) : specials[pick(rng)];  // many ties
@@ -342,4 +347,57 @@ TEST(RowScan, ArgmaxAndValidityEqualTheOneLaneScan) {
       }
     }
   EXPECT_GT(checked, 2000);
+}
+
+// Every vector path of logits_simd.hpp the CPU has against the one-lane code, bit for bit: the weights of step 2 over
+// logits whose scaled differences cover exp's whole range (1 down to the denormals and 0, with -inf), the tile masses
+// and the normalisation, for lengths around the 16-lane body, the 32-lane tile rows and partial last tiles.
+TEST(LogitsPaths, EveryVectorPathEqualsTheOneLaneBits) {
+  using specdec::detail::LogitsPath;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 6.0f);
+  std::uniform_real_distribution<float> deep(-110.0f, 0.0f);
+  std::uniform_int_distribution<int> kind(0, 9);
+  const float inf = std::numeric_limits<float>::infinity();
+  int paths = 0;
+  for (const LogitsPath path : {LogitsPath::kVector4, LogitsPath::kAvx512}) {
+    if (!specdec::detail::logits_path_available(path)) continue;
+    ++paths;
+    for (const std::int64_t n : {1, 3, 15, 16, 17, 31, 33, 1000, 1024, 1025, 4097, 49152, 50001})
+      for (const float t : {1.0f, 0.7f, 0.05f, 3.0f, 1e-3f}) {
+        std::vector<float> logits(static_cast<std::size_t>(n));
+        for (auto& l : logits) {
+          const int k = kind(rng);
+          // deep: (l - max) / t spans exp's range down to the denormals and 0
+          l = k == 0 ? -inf : k <= 3 ? deep(rng) * t : std::min(normal(rng) * t, 0.0f);
+        }
+        logits[static_cast<std::size_t>(n / 2)] = 0.0f;  // the max: weight exactly 1
+        const float max_logit = *std::max_element(logits.begin(), logits.end());
+        std::vector<float> want(logits.size()), got(logits.size());
+        specdec::detail::logit_weights_one_lane(logits.data(), n, max_logit, t, want.data());
+        specdec::detail::logit_weights(path, logits.data(), n, max_logit, t, got.data());
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << "weights, path " << static_cast<int>(path) << " n " << n << " t " << t;
+        bool denormal = false;
+        for (float w : want) denormal = denormal || (w > 0.0f && w < FLT_MIN);
+        if (n >= 1000) {
+          ASSERT_TRUE(denormal) << "the rows must reach exp's denormal range, n " << n;
+        }
+        const std::int64_t tiles = specdec::num_tiles(n);
+        std::vector<float> mw(static_cast<std::size_t>(tiles)), mg(static_cast<std::size_t>(tiles));
+        specdec::detail::tile_masses_one_lane(want.data(), n, mw.data());
+        specdec::detail::tile_masses(path, want.data(), n, mg.data());
+        ASSERT_EQ(std::memcmp(mw.data(), mg.data(), mw.size() * sizeof(float)), 0)
+            << "tile masses, path " << static_cast<int>(path) << " n " << n;
+        const float mass = specdec::detail::combine_tiles(mw.data(), tiles, 1);
+        got = want;
+        specdec::detail::divide_one_lane(want.data(), n, mass);
+        specdec::detail::divide_row(path, got.data(), n, mass);
+        ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+            << "normalisation, path " << static_cast<int>(path) << " n " << n;
+      }
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  EXPECT_GE(paths, 1) << "an x86-64 GCC/clang build has at least the 4-wide path";
+#endif
 }

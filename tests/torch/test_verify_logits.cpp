@@ -357,6 +357,31 @@ TEST(VerifyLogits, BadShapesAndDtypesAreNamedErrors) {
   expect_error(e, "max_num_draft_tokens: expected >= 0 (or -1 on CPU), got -2");
 }
 
+// A workspace kept across calls on the CPU: the same results, target_probs and the draft rows live in it (no fresh
+// rows per call), and one that is too small is a named error.
+TEST(VerifyLogits, CpuWorkspaceHoldsTheRowsAndChangesNothing) {
+  for (const bool tree : {false, true}) {
+    const Step s = random_step(31 + (tree ? 1 : 0), 6, 3000, tree);
+    VerifyLogitsArgs a = args_of(s, tree, true, true);
+    const auto fresh = specdec::torch::verify_logits(a);
+    const std::int64_t need = specdec::torch::verify_logits_workspace_bytes(s.B, s.N, s.V, tree, true);
+    ASSERT_GE(need, (2 * s.N + s.B) * s.V * static_cast<std::int64_t>(sizeof(float)));
+    at::Tensor ws = at::full({need}, 0xff, at::TensorOptions().dtype(at::kByte));  // NaN garbage: must be overwritten
+    a.workspace = ws;
+    for (int call = 0; call < 2; ++call) {
+      const auto kept = specdec::torch::verify_logits(a);
+      EXPECT_TRUE(at::equal(kept.output_token_ids, fresh.output_token_ids));
+      EXPECT_TRUE(at::equal(kept.num_accepted, fresh.num_accepted));
+      EXPECT_TRUE(at::equal(kept.accepted, fresh.accepted));
+      EXPECT_TRUE(at::equal(kept.status, fresh.status));
+      EXPECT_TRUE(at::equal(kept.target_probs, fresh.target_probs));
+      EXPECT_EQ(kept.target_probs.data_ptr(), static_cast<void*>(ws.data_ptr<std::uint8_t>()));
+    }
+    a.workspace = at::empty({need - 1}, at::TensorOptions().dtype(at::kByte));
+    expect_error(a, "workspace: expected at least");
+  }
+}
+
 TEST(VerifyLogits, OpByName) {
   void* handle = dlopen(SPECDEC_OPS_PATH, RTLD_NOW | RTLD_GLOBAL);
   ASSERT_NE(handle, nullptr) << dlerror();

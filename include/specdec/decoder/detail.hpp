@@ -44,9 +44,12 @@ struct Verified {
 /// token by token; a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none).
 /// With `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft
 /// probs (from the processed rows, copied to the host). A failed request (a NaN logit, ...) throws specdec::error.
+/// `workspace`, when given, is the caller's buffer kept across steps (torch::VerifyLogitsArgs::workspace), replaced by
+/// a larger one on the logits' device when it is too small or elsewhere.
 Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                std::span<const std::uint8_t> block = {}, bool expected_acceptance = false);
+                std::span<const std::uint8_t> block = {}, bool expected_acceptance = false,
+                at::Tensor* workspace = nullptr);
 
 /// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,

@@ -219,7 +219,7 @@ class SpeculativeDecoder {
 
     // 3. logits processing and verification on the target's device (only the accepted tokens come back)
     const detail::Verified v = detail::verify(drafts, out.logits, params, positions, block,
-                                              options_.measure_expected_acceptance);
+                                              options_.measure_expected_acceptance, &verify_workspace_);
     cost_model_.observe(B, N + B, seconds_since(t_target));  // what a step of N + B rows costs beyond its drafting
 
     // 4. emit, stop, roll caches back, tell the proposer
@@ -543,6 +543,7 @@ class SpeculativeDecoder {
   TokenCallback callback_;
   DecoderMetrics metrics_;
   ForwardCostModel cost_model_;          // F(B, T) of verification steps, learned from this run's steps
+  at::Tensor verify_workspace_;         // verification's rows, kept across steps (no fresh [N + B, V] rows per step)
   double draft_position_seconds_ = -1;   // decayed mean of Proposer::propose seconds per sequential draft position
 };
 

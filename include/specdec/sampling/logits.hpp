@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "specdec/sampling/logits_core.hpp"
+#include "specdec/sampling/logits_simd.hpp"
 #include "specdec/sampling/params.hpp"
 #include "specdec/sampling/row_scan.hpp"
 
@@ -63,9 +64,14 @@ inline void candidate_masses(const float* w, std::int64_t vocab_size, const std:
 
 /// M(floor) over the whole row: lane l of a tile adds its tokens in increasing j (masked_lane_sum's order), here with
 /// j outer and the 32 lanes inner (contiguous loads); adding +0 for a masked token is exact.
+/// With floor 0 (every weight kept) the tiles go through tile_masses, on the CPU's widest path.
 inline float row_mass(const float* w, std::int64_t vocab_size, std::uint64_t floor, LogitsScratch& s) {
   const std::int64_t tiles = num_tiles(vocab_size);
   s.masses.resize(static_cast<std::size_t>(tiles));
+  if (floor == 0) {
+    tile_masses(best_logits_path(), w, vocab_size, s.masses.data());
+    return combine_tiles(s.masses.data(), tiles, 1);
+  }
   for (std::int64_t t = 0; t < tiles; ++t) {
     float acc[kTileLanes] = {};
     const std::int64_t begin = t * kTileSize;
@@ -73,8 +79,8 @@ inline float row_mass(const float* w, std::int64_t vocab_size, std::uint64_t flo
       for (std::int32_t l = 0; l < kTileLanes; ++l) {
         const std::int64_t x = begin + j * kTileLanes + l;
         if (x >= vocab_size) break;
-        const float v = w[x];  // >= +0: with floor 0 every weight is kept (adding +0 is exact)
-        acc[l] += floor == 0 || (v > 0.0f && cut_key(v, x, vocab_size) >= floor) ? v : 0.0f;
+        const float v = w[x];
+        acc[l] += v > 0.0f && cut_key(v, x, vocab_size) >= floor ? v : 0.0f;  // adding +0 is exact
       }
     s.masses[static_cast<std::size_t>(t)] = reduce_lanes(acc);
   }
@@ -105,7 +111,8 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
     probs[argmax] = 1.0f;
     return Status::kSuccess;
   }
-  for (std::int64_t x = 0; x < n; ++x) probs[x] = logit_weight(logits[x], max_logit, p.temperature);
+  const LogitsPath path = best_logits_path();
+  logit_weights(path, logits, n, max_logit, p.temperature, probs);
   const CutSteps steps = cut_steps(p, n);
   std::uint64_t floor = 0;
   if (steps.top_k || steps.top_p) {
@@ -144,7 +151,7 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
   floor = std::max(floor, min_p_floor(p.min_p, probs[argmax]));
   const float mass = row_mass(probs, n, floor, s);
   if (floor == 0) {
-    for (std::int64_t x = 0; x < n; ++x) probs[x] = probs[x] / mass;  // 0 / mass = +0
+    divide_row(path, probs, n, mass);  // 0 / mass = +0
   } else {
     for (std::int64_t x = 0; x < n; ++x) {
       const float v = probs[x];

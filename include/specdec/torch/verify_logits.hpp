@@ -25,7 +25,9 @@
 //   max_num_draft_tokens             a bound on every K_b: the output width is max_num_draft_tokens + 1. Required on
 //                                    CUDA (reading it from cu would synchronise); on CPU -1 = max K_b.
 //   workspace            [bytes]     optional uint8 tensor on the device of at least verify_logits_workspace_bytes(..)
-//                                    bytes, reused across steps; absent, one buffer is taken from the caching allocator.
+//                                    bytes, reused across steps (target_probs and the draft rows live in it); absent,
+//                                    one buffer is taken from the caching allocator on CUDA, fresh tensors on the CPU
+//                                    (a fresh 4 MB tensor per call costs page faults: engines should keep one).
 // Results (on the logits' device):
 //   output_token_ids [B, max_K + 1] ids dtype: the accepted drafts, then one recovered or bonus token, -1 padded
 //   num_accepted     [B] int32
@@ -34,7 +36,8 @@
 //                    draft kinds), kInvalidTokenId, kInvalidTree, kInvalidProbability (a NaN or +inf logit, a bad
 //                    probability), kZeroMass (a row of -inf logits); a failed request's tokens are -1, its count 0,
 //                    its flags 0. Requests are independent. check_verify_status() raises for the first failed one.
-//   target_probs     [N + B, V] float32, the processed target distribution (a view into the workspace on CUDA)
+//   target_probs     [N + B, V] float32, the processed target distribution (a view into the workspace when one is
+//                    given, always on CUDA)
 // Shapes, dtypes and devices are checked on the host and raise c10::Error naming the argument, expected and got;
 // values are checked per request (on the device on CUDA) and land in `status`.
 //
@@ -82,8 +85,8 @@ struct VerifyLogitsResult {
   at::Tensor target_probs;
 };
 
-/// Bytes of CUDA workspace for B requests, N drafts, V tokens (trees or chains; draft logits or draft probs to
-/// convert to float32 need N * V floats more: pass draft_rows = true).
+/// Bytes of workspace for B requests, N drafts, V tokens, enough on either device (trees or chains; draft logits or
+/// draft probs to convert to float32 need N * V floats more: pass draft_rows = true).
 std::int64_t verify_logits_workspace_bytes(std::int64_t batch_size, std::int64_t num_draft_tokens,
                                            std::int64_t vocab_size, bool tree, bool draft_rows);
 
