@@ -240,6 +240,8 @@ nlohmann::json speculative_json(const DecoderMetrics& m, double t1) {
           {"target_forwards", m.total.target_forwards},
           {"tokens", m.total.emitted},
           {"overhead_fraction", m.overhead_fraction()},
+          {"draft_fraction", m.step_seconds() > 0 ? m.draft_seconds / m.step_seconds() : 0.0},
+          {"ms_per_step", m.steps ? 1e3 * m.step_seconds() / static_cast<double>(m.steps) : 0.0},
           {"expected_steps", m.total.expected_steps},
           {"expected_accepted_token", m.total.expected_steps
                                           ? m.total.expected_accepted_token / static_cast<double>(m.total.expected_steps)
@@ -503,8 +505,11 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
     j["theoretical_speedup"] = spec.metrics.theoretical_speedup(t1);
     j["one_token_forward_seconds"] = t1;
     if (base) {
-      j["baseline"] = {{"tokens_per_second", base->metrics.tokens_per_second()},
-                       {"tokens", base->metrics.total.emitted}};
+      const auto& bm = base->metrics;
+      j["baseline"] = {{"tokens_per_second", bm.tokens_per_second()},
+                       {"tokens", bm.total.emitted},
+                       {"overhead_fraction", bm.overhead_fraction()},
+                       {"ms_per_step", bm.steps ? 1e3 * bm.step_seconds() / static_cast<double>(bm.steps) : 0.0}};
       j["speedup"] = spec.metrics.tokens_per_second() / base->metrics.tokens_per_second();
       bool same = true;
       for (std::size_t i = 0; i < spec.results.size(); ++i) same &= spec.results[i].tokens == base->results[i].tokens;

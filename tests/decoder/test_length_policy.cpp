@@ -206,19 +206,41 @@ struct Fixture {
 
 TEST(DecoderAdaptive, PlainStepsAndProbesWhenDraftsAreNeverAccepted) {
   Fixture f(1, 80);
-  auto p = f.synthetic(0.0);
-  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
-  const auto res = dec.generate(f.requests);
-  EXPECT_EQ(res[0].tokens, f.reference[0]);
-  const auto& m = res[0].metrics;
-  EXPECT_EQ(m.accepted, 0);
-  // two drafting steps bring the estimate down (prior 0.5, then 0.25, then below break-even), then one probe every
-  // 16 plain steps
-  const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
-  EXPECT_GE(m.steps_with_drafts, 2 + plain / 16);
-  EXPECT_LE(m.steps_with_drafts, 2 + plain / 16 + 1);
-  EXPECT_GE(m.steps_with_drafts, 5);  // probes happened
-  EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);  // a probe drafts one token
+  // probe_backoff 1: two drafting steps bring the estimate down (prior 0.5, then 0.25, then below break-even), then
+  // one probe every 16 plain steps
+  {
+    auto p = f.synthetic(0.0);
+    sd::DecoderOptions o = Fixture::options(6, 0.2);
+    o.adaptive.probe_backoff = 1;
+    sd::SpeculativeDecoder dec(p, f.target, o);
+    const auto res = dec.generate(f.requests);
+    EXPECT_EQ(res[0].tokens, f.reference[0]);
+    const auto& m = res[0].metrics;
+    EXPECT_EQ(m.accepted, 0);
+    const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
+    EXPECT_GE(m.steps_with_drafts, 2 + plain / 16);
+    EXPECT_LE(m.steps_with_drafts, 2 + plain / 16 + 1);
+    EXPECT_GE(m.steps_with_drafts, 5);              // probes happened
+    EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);  // a probe drafts one token
+  }
+  // the default backoff: each rejected probe doubles the wait, so the probes come after 16, 16 + 32, 16 + 32 + 64, ..
+  // plain steps
+  {
+    auto p = f.synthetic(0.0);
+    sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
+    const auto res = dec.generate(f.requests);
+    EXPECT_EQ(res[0].tokens, f.reference[0]);
+    const auto& m = res[0].metrics;
+    EXPECT_EQ(m.accepted, 0);
+    const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
+    std::int64_t probes = 0;
+    for (std::int64_t due = 16, wait = 16; due <= plain; wait = std::min<std::int64_t>(2 * wait, 16 * 8), due += wait)
+      ++probes;
+    EXPECT_GE(plain, 48);  // the run reaches the second probe
+    EXPECT_GE(m.steps_with_drafts, 2 + probes);
+    EXPECT_LE(m.steps_with_drafts, 2 + probes + 1);
+    EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);
+  }
 }
 
 TEST(DecoderAdaptive, FullLengthWhenDraftsAreAlwaysAccepted) {
@@ -286,7 +308,8 @@ TEST(DecoderAdaptive, OptOutAndOptIn) {
   // bad policy options are refused
   for (auto bad : {+[](sd::DecoderOptions& x) { x.adaptive.acceptance_decay = 0; },
                    +[](sd::DecoderOptions& x) { x.adaptive.cost_decay = 1.5; },
-                   +[](sd::DecoderOptions& x) { x.adaptive.probe_interval = 0; }}) {
+                   +[](sd::DecoderOptions& x) { x.adaptive.probe_interval = 0; },
+                   +[](sd::DecoderOptions& x) { x.adaptive.probe_backoff = 0; }}) {
     sd::DecoderOptions x;
     bad(x);
     sp::NoProposer none;

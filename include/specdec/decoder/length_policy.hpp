@@ -15,9 +15,9 @@
 //   d       seconds of one sequential draft position (measured from Proposer::propose, or fixed).
 //
 // With these estimates, one request with a constant h = a is Leviathan's walltime_improvement(a, g, c, r(g)) with
-// c = d / F(1, 1) and r(g) = F(1, 1 + g) / F(1, 1) (theory.hpp). A request whose best g is 0 decodes plainly and, every
+// c = d / F(1, 1) and r(g) = F(1, 1 + g) / F(1, 1) (theory.hpp). A request whose best g is 0 decodes plainly and, after
 // probe_interval such steps, drafts one token to refresh its estimate, so it returns to drafting when the text starts
-// to repeat.
+// to repeat; each rejected probe doubles the wait (up to probe_backoff intervals), an accepted draft resets it.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,11 @@ struct AdaptiveSpeculation {
   double cost_decay = 0.98;
   /// A request at g = 0 drafts one token after this many plain steps, to learn whether drafting pays again.
   std::int32_t probe_interval = 16;
+  /// Each rejected probe doubles the plain steps before the next one, up to probe_backoff * probe_interval; any accepted
+  /// draft brings the wait back to probe_interval. A probe for which the proposer finds nothing to draft costs a plain
+  /// step and is tried again the next step. 1: a probe every probe_interval plain steps. (On text that never repeats,
+  /// e.g. chat, fixed probes cost about (r(2) - 1) / probe_interval of the plain speed: 1-3% on the bundled model.)
+  std::int32_t probe_backoff = 8;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
   /// Fixed seconds per sequential draft position; < 0: measured from Proposer::propose.

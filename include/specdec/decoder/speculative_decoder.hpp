@@ -368,6 +368,8 @@ class SpeculativeDecoder {
     AcceptanceEstimate acceptance;  // by draft position, decayed (the adaptive policy's E[tokens])
     double rows_per_depth = 1.0;    // token rows per draft depth of the request's last drafts (trees > 1)
     std::int32_t plain_steps = 0;   // consecutive steps the adaptive policy chose g = 0
+    std::int32_t probe_wait = 0;    // plain steps before the next probe (0: AdaptiveSpeculation::probe_interval)
+    bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
   };
 
   std::int64_t generated(const Request& r) const {
@@ -389,7 +391,8 @@ class SpeculativeDecoder {
   }
 
   /// Every request's g for this step: its bound, or under the adaptive policy the batch's best choice (length_policy.hpp),
-  /// with a one-draft probe after probe_interval plain steps of a request whose bound allows drafting.
+  /// with a one-draft probe after probe_interval plain steps of a request whose bound allows drafting (twice as many
+  /// after each rejected probe, up to probe_backoff intervals; an accepted draft resets the wait).
   std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs) {
     const std::size_t B = reqs.size();
     std::vector<std::int32_t> g(B);
@@ -424,16 +427,29 @@ class SpeculativeDecoder {
       if (choices[b].fixed || g[b] == 0) continue;
       if (chosen[b] > 0) {
         r.plain_steps = 0;
-      } else if (++r.plain_steps >= a.probe_interval) {
-        chosen[b] = 1;  // probe: is drafting paying again?
-        r.plain_steps = 0;
+        r.probing = false;
+      } else if (++r.plain_steps >= (r.probe_wait > 0 ? r.probe_wait : a.probe_interval)) {
+        chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
+        r.probing = true;
       }
     }
     return chosen;
   }
 
   void update_estimate(Request& r, const proposers::DraftBatch& d, std::int64_t b, std::int64_t k, std::int64_t n_acc) {
-    if (k == 0) return;
+    if (k == 0) return;  // nothing tested (a probe that found nothing to draft stays due)
+    const AdaptiveSpeculation& a = options_.adaptive;
+    if (n_acc > 0) {
+      r.probe_wait = a.probe_interval;
+    } else if (r.probing) {  // a rejected probe: wait twice as long, up to probe_backoff intervals
+      const std::int64_t wait = r.probe_wait > 0 ? r.probe_wait : a.probe_interval;
+      r.probe_wait = static_cast<std::int32_t>(std::min<std::int64_t>(
+          2 * wait, static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
+    }
+    if (r.probing) {
+      r.probing = false;
+      r.plain_steps = 0;
+    }
     std::int64_t depth = k;
     if (!d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty()) {
       const auto depths = detail::draft_depths(d, b);
