@@ -6,10 +6,15 @@
 //   non_forward_fraction  (step time - target forward) / step time: the overhead plus the n-gram proposer
 //   ms_per_step, tokens_per_step (tau), tokens_per_second, acceptance_rate
 //
-//   bench_decoder [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path)
+//   bench_decoder [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_ATEN_THREADS
+//                                               (ATen's pool, where logits processing runs; default 1, as specdec-generate)
 #include <benchmark/benchmark.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <filesystem>
 #include <memory>
 
@@ -88,4 +93,14 @@ BENCHMARK(BM_DecoderStep)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  int aten_threads = 1;
+  if (const char* env = std::getenv("SPECDEC_BENCH_ATEN_THREADS")) aten_threads = std::max(1, std::atoi(env));
+  at::set_num_threads(aten_threads);
+  benchmark::AddCustomContext("aten_threads", std::to_string(aten_threads));
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

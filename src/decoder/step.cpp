@@ -2,6 +2,7 @@
 // metrics.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -420,6 +421,9 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
 Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace) {
+  // Every tensor made here stays here (the results are plain vectors): inference mode skips autograd's dispatch on the
+  // step's few dozen small ATen calls. The workspace is made in it too, and only ever written by verify_logits.
+  c10::InferenceMode inference;
   const auto B = static_cast<std::int64_t>(params.size());
   if (d.num_requests() != B || static_cast<std::int64_t>(positions.size()) != B)
     throw error(Status::kInvalidArgument, "verify: expected " + std::to_string(d.num_requests()) +
