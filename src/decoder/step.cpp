@@ -378,6 +378,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.positions = view(o_pos, B, at::kLong, 8);
   a.max_num_draft_tokens = max_k;
   a.method = method;
+  a.all_target_probs = expected_acceptance;  // the only reader of the rows past a rejection
   if (workspace) {
     const bool draft_rows = d.probs.defined() && d.probs.scalar_type() != at::kFloat;
     const std::int64_t need = torch::verify_logits_workspace_bytes(B, N, logits.size(1), tree, draft_rows);

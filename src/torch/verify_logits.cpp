@@ -183,8 +183,11 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   const at::Tensor logits = a.target_logits.scalar_type() == at::kFloat ? a.target_logits : a.target_logits.to(at::kFloat);
   at::Tensor probs = cpu_rows(a, 0, N + B, V);  // the workspace, when the caller keeps one across steps
   std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
-  if (N + B > 0)
-    process(logits.data_ptr<float>(), N + B, logits.stride(0), 1, probs.data_ptr<float>(), target_rows.data());
+  // Lazy rows: each request's rows are processed in the verification loop as the chain rule reaches them.
+  const bool lazy = !a.all_target_probs && !s.tree && a.method == VerifyMethod::kToken && !a.draft_logits;
+  const float* lg = logits.data_ptr<float>();
+  const std::int64_t lg_stride = logits.stride(0);
+  if (N + B > 0 && !lazy) process(lg, N + B, lg_stride, 1, probs.data_ptr<float>(), target_rows.data());
   at::Tensor draft;
   std::vector<Status> draft_rows;
   if (a.draft_logits) {
@@ -216,12 +219,40 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   auto* flags = s.tree ? nullptr : reinterpret_cast<std::uint8_t*>(r.accepted.data_ptr<bool>());
   auto* nodes = s.tree ? r.accepted.data_ptr<IdT>() : nullptr;
   auto* status = r.status.data_ptr<std::int32_t>();
+  float* pw = probs.data_ptr<float>();
   at::parallel_for(0, B, 1, [&](std::int64_t lo, std::int64_t hi) {
     std::vector<float> tiles(static_cast<std::size_t>(num_tiles(V)));
+    specdec::detail::LogitsScratch scratch;
     for (std::int64_t b = lo; b < hi; ++b) {
       const detail::RequestRange range = detail::request_range(cu, b, B, N, stride, positions);
       Status st = range.status;
       if (st == Status::kSuccess && range.num_drafts > 0 && has_q && has_q[b] && !q) st = Status::kInvalidArgument;
+      if (st == Status::kSuccess && lazy) {
+        // Row i is processed, and row i + 1 only while the chain rule goes on past draft i; the rows after the stop
+        // get logits_row's checks alone, so every row's status is what processing it would give.
+        const LogitsParams& lp = params[static_cast<std::size_t>(b)];
+        const std::int64_t row0 = range.start + b, k = range.num_drafts;
+        const float* qb = q && (!has_q || has_q[b]) ? q + range.start * V : nullptr;
+        std::int64_t i = 0;
+        for (; i <= k; ++i) {
+          const std::int64_t row = row0 + i;
+          target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, pw + row * V, scratch, true);
+          if (i == k || target_rows[row] != Status::kSuccess) break;
+          const auto x = static_cast<std::int64_t>(ids[range.start + i]);  // out of range: the verifier reports it
+          if (x < 0 || x >= V) break;
+          // greedy: the processed row is one-hot on its argmax
+          const bool goes_on = lp.temperature == 0.0f
+                                   ? pw[row * V + x] == 1.0f
+                                   : specdec::detail::chain_continues(pw + row * V, x, qb ? qb + i * V : nullptr,
+                                                                      static_cast<std::uint64_t>(seeds[b]),
+                                                                      positions[b] + i, 1.0f);
+          if (!goes_on) break;
+        }
+        for (std::int64_t j = i + 1; j <= k; ++j) {
+          specdec::detail::RowArgmax scan;
+          target_rows[row0 + j] = specdec::detail::logits_row_check(lg + (row0 + j) * lg_stride, V, lp, scan);
+        }
+      }
       if (st == Status::kSuccess)
         st = detail::first_failed_row(target_rows.data(), draft_rows.empty() ? nullptr : draft_rows.data(), range, b);
       if (st == Status::kSuccess) {

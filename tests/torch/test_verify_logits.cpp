@@ -382,6 +382,51 @@ TEST(VerifyLogits, CpuWorkspaceHoldsTheRowsAndChangesNothing) {
   }
 }
 
+// all_target_probs = false on the CPU: rows processed as the chain rule reaches them. Same tokens, counts, flags and
+// statuses as processing every row, with no draft probs, with draft probs (with and without per-request kinds) and with
+// bad values (a NaN logit after a request's first rows, an all -inf row, an id out of range, a bad temperature). The
+// workspace starts as NaN bytes, so a row the verifier reads but nobody processed would change the results; some rows
+// must stay unprocessed (the point of it). Trees ignore the flag.
+TEST(VerifyLogits, LazyRowsGiveTheSameResults) {
+  std::int64_t skipped = 0, total = 0;
+  for (std::uint64_t seed = 0; seed < 24; ++seed) {
+    const Step s = random_step(100 + seed, 8, 500, false);
+    const int mode = static_cast<int>(seed % 4);
+    VerifyLogitsArgs a = args_of(s, false, false, mode == 1);
+    if (mode == 1 || mode == 2) a.draft_probs = at::softmax(rows(s.draft, s.N, s.V), 1).contiguous();
+    if (mode == 3) {
+      a.target_logits = a.target_logits.clone();
+      a.target_logits[s.cu[1] + 1 + (s.cu[2] - s.cu[1]) / 2][7] = std::nanf("");
+      a.target_logits[s.cu[4] + 4].fill_(-std::numeric_limits<float>::infinity());
+      a.temperature = a.temperature->clone();
+      (*a.temperature)[6] = -1.0f;
+      if (s.cu[6] > s.cu[5]) {
+        a.draft_token_ids = a.draft_token_ids.clone();
+        a.draft_token_ids[s.cu[6] - 1] = s.V + 3;
+      }
+    }
+    const auto full = specdec::torch::verify_logits(a);
+    const std::int64_t need = specdec::torch::verify_logits_workspace_bytes(s.B, s.N, s.V, false, false);
+    a.workspace = at::full({need}, 0xff, at::TensorOptions().dtype(at::kByte));
+    a.all_target_probs = false;
+    const auto lazy = specdec::torch::verify_logits(a);
+    EXPECT_TRUE(at::equal(lazy.output_token_ids, full.output_token_ids)) << "seed " << seed;
+    EXPECT_TRUE(at::equal(lazy.num_accepted, full.num_accepted)) << "seed " << seed;
+    EXPECT_TRUE(at::equal(lazy.accepted, full.accepted)) << "seed " << seed;
+    EXPECT_TRUE(at::equal(lazy.status, full.status)) << "seed " << seed;
+    const at::Tensor untouched = at::isnan(lazy.target_probs).all(1);
+    skipped += untouched.sum().item<std::int64_t>();
+    total += s.N + s.B;
+  }
+  EXPECT_GT(skipped, total / 10) << "rows after a rejection are left unprocessed";
+  // Trees (and blocks) process every row whatever the flag says.
+  const Step t = random_step(7, 6, 400, true);
+  VerifyLogitsArgs a = args_of(t, true, false, false);
+  const auto full = specdec::torch::verify_logits(a);
+  a.all_target_probs = false;
+  EXPECT_TRUE(at::equal(specdec::torch::verify_logits(a).target_probs, full.target_probs));
+}
+
 TEST(VerifyLogits, OpByName) {
   void* handle = dlopen(SPECDEC_OPS_PATH, RTLD_NOW | RTLD_GLOBAL);
   ASSERT_NE(handle, nullptr) << dlerror();

@@ -262,6 +262,23 @@ inline VerifyResult value_failure(const char* argument, float value, std::int64_
                       static_cast<double>(value), -1, position);
 }
 
+/// The sampled test of one draft: accepted when u * q(x) * lenience < p(x), or u < p(x) for a deterministic draft.
+inline bool accepts_draft(float u, float px, bool has_q, float qx, float lenience) {
+  return has_q ? u * qx * lenience < px : u < px;
+}
+
+/// Whether sampled chain verification reads the target row after draft i of a request (draft_token_ids[i] = x in
+/// [0, V), p = its row, q = its draft row or nullptr): the draft is accepted by the rule below; false when it is not,
+/// or when a value fails a check (then nothing after it is read either). Lets a caller process the rows one at a time.
+/// (Greedy: the draft goes on when it is the row's argmax.)
+inline bool chain_continues(const float* p, std::int64_t x, const float* q, std::uint64_t seed, std::int64_t position_i,
+                            float lenience) {
+  const float px = p[x];
+  const float qx = q ? q[x] : 1.0f;
+  if (!valid_probability(px) || !valid_probability(qx)) return false;
+  return accepts_draft(uniform(seed, position_i, Purpose::kAccept, 0), px, q != nullptr, qx, lenience);
+}
+
 /// The chain rule for one request whose arguments are known to be valid (sizes, pointers, every id in range):
 /// the batch entries call it after checking the whole batch. Outputs are written only on success.
 template <class IdT>
@@ -286,16 +303,10 @@ inline VerifyResult verify_chain_request_unchecked(std::int64_t vocab_size, std:
     }
     const float px = p[x];
     const float u = uniform(seed, position + i, Purpose::kAccept, 0);
-    bool accept;
     if (!valid_probability(px)) return value_failure("target_probs", px, i);
-    if (has_q) {
-      const float qx = draft_probs[i * V + x];
-      if (!valid_probability(qx)) return value_failure("draft_probs", qx, i);
-      accept = u * qx * lenience < px;
-    } else {
-      accept = u < px;
-    }
-    if (!accept) {
+    const float qx = has_q ? draft_probs[i * V + x] : 1.0f;
+    if (has_q && !valid_probability(qx)) return value_failure("draft_probs", qx, i);
+    if (!accepts_draft(u, px, has_q, qx, lenience)) {
       if (has_q)
         s = draw_residual(ResidualWeight{p, draft_probs + i * V}, p, V, seed, position + i, tile_masses, token);
       else

@@ -91,19 +91,26 @@ inline void keep_above(const float* w, std::int64_t vocab_size, std::uint64_t fl
   std::erase_if(cand, [&](std::int32_t x) { return cut_key(w[x], x, vocab_size) < floor; });
 }
 
+/// Step 1's checks of one row and its scan (the largest logit, lowest id on ties): the Status logits_row returns,
+/// without writing anything.
+inline Status logits_row_check(const float* logits, std::int64_t vocab_size, const LogitsParams& p, RowArgmax& scan) {
+  if (!logits_params_ok(p) || vocab_size <= 0 || vocab_size > 0x7fffffffLL) return Status::kInvalidArgument;
+  scan = row_argmax<RowValues::kLogits>(logits, vocab_size);
+  if (!scan.all_valid) return Status::kInvalidProbability;
+  if (scan.max == -std::numeric_limits<float>::infinity()) return Status::kZeroMass;
+  return Status::kSuccess;
+}
+
 /// One row (logits_core.hpp steps 1-4). On success `probs` holds the distribution; on failure it is untouched
 /// unless `zero_on_error`.
 inline Status logits_row(const float* logits, std::int64_t vocab_size, const LogitsParams& p, float* probs,
                          LogitsScratch& s, bool zero_on_error) {
-  auto fail = [&](Status st) {
+  RowArgmax scan;
+  if (const Status st = logits_row_check(logits, vocab_size, p, scan); st != Status::kSuccess) {
     if (zero_on_error) std::fill(probs, probs + vocab_size, 0.0f);
     return st;
-  };
-  if (!logits_params_ok(p) || vocab_size <= 0 || vocab_size > 0x7fffffffLL) return fail(Status::kInvalidArgument);
+  }
   const std::int64_t n = vocab_size;
-  const RowArgmax scan = row_argmax<RowValues::kLogits>(logits, n);  // the largest logit, lowest id on ties
-  if (!scan.all_valid) return fail(Status::kInvalidProbability);
-  if (scan.max == -std::numeric_limits<float>::infinity()) return fail(Status::kZeroMass);
   const std::int64_t argmax = scan.index;
   const float max_logit = scan.max;
   if (p.temperature == 0.0f) {

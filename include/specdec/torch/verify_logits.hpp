@@ -75,6 +75,11 @@ struct VerifyLogitsArgs {
   /// kBlock: every chain is verified by block verification (sampling/block.hpp; greedy rows and deterministic drafts
   /// keep the token rule); chains only (trees are refused). CPU core or the CUDA block kernel, the same bits.
   VerifyMethod method = VerifyMethod::kToken;
+  /// false (CPU, token-verified chains without draft logits): the target rows are processed one at a time as the
+  /// chain rule reaches them, so a request's rows after its first rejected draft are only checked (the same statuses),
+  /// not turned into probabilities; those rows of target_probs are then unspecified. The tokens, counts, flags and
+  /// statuses are the same. Ignored on CUDA (every row is processed in parallel there) and for trees and blocks.
+  bool all_target_probs = true;
 };
 
 struct VerifyLogitsResult {
