@@ -64,6 +64,7 @@ struct Options {
   bool adaptive = true;       // the adaptive draft-length policy (greedy requests; off with --fixed-g)
   bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
+  int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
   bool tree = false;
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
@@ -409,6 +410,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
   spec_options.adaptive.enabled = o.adaptive;
+  spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.sampled = o.adaptive_all;
   const bool adaptive = o.adaptive && (params.greedy() || o.adaptive_all);  // what the run does
   spec_options.measure_expected_acceptance = o.expected_acceptance;
@@ -557,6 +559,11 @@ int main(int argc, char** argv) {
                                 "a seed then depend on the g chosen)");
   app.add_flag("--fixed-g,--no-adaptive", o.fixed_g, "draft exactly g tokens every step (turn the adaptive policy off)")
       ->excludes(adaptive);
+  app.add_option("--probe-backoff", o.probe_backoff,
+                 "adaptive policy: each rejected one-draft probe of a request at g = 0 doubles the plain steps before "
+                 "the next, up to this many probe intervals (16 steps each); 1 = a probe every 16 plain steps")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--verify", o.verify,
                  "how chains of drafts are verified: token (token by token) or block (block verification, Sun et al. "
                  "2024: jointly, lossless, never fewer accepted drafts in expectation; trees stay token-level)")
