@@ -2,8 +2,9 @@
 // (logits_core.hpp), the unmasked mass M(0) and the normalisation of step 4. Each gives the same bits as the one-lane
 // SPECDEC_HD code it replaces: per element the same IEEE operations in the same order (every product kept apart from
 // the add after it by an empty asm, so no compiler fuses them), and the mass summed in the same 32 lanes of each tile
-// in increasing j, then reduce_lanes and combine_tiles as before. The one-lane loop ran the deterministic exp at about
-// 3.8 ns a value (190 us for a 49,152-token row, most of a sampled decoder step's overhead).
+// in increasing j, then reduce_lanes and combine_tiles as before. With the one-lane loops a sampled row of 49,152 logits
+// took about 300 us (bench_verify), most of a sampled decoder step's overhead; now about 45 us. Inside the AVX-512
+// functions even the tails run as (padded) vectors: one-lane code compiled there may be contracted into FMAs.
 //
 // Paths: AVX-512 (16 lanes, chosen at run time when the CPU has AVX512F), 4-wide vectors (SSE2, the x86-64 baseline;
 // any GCC/clang target with 16-byte vectors), one lane (any compiler). tests/core/test_logits.cpp compares every path
@@ -115,7 +116,7 @@ __attribute__((always_inline)) inline void logit_weights_v(const float* logits, 
   const F m = splat<W>(max_logit), t = splat<W>(temperature);
   std::int64_t x = 0;
   if (temperature == 1.0f) {
-    for (; x + W <= n; x += W) {  // d / 1 == d for every float: the division (a tenth of the work) is skipped
+    for (; x + W <= n; x += W) {  // d / 1 == d for every float, so the division is skipped
       F l;
       std::memcpy(&l, logits + x, sizeof l);
       const F e = exp_nonpositive_v<W>(l - m);
