@@ -316,7 +316,8 @@ Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits
 /// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
 Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logits,
                           std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                          bool expected_acceptance, VerifyMethod method, at::Tensor* workspace) {
+                          bool expected_acceptance, VerifyMethod method, at::Tensor* workspace,
+                          const HostParallelFor& parallel_for) {
   const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const bool tree = !d.parents.empty(), kinds = !d.has_probs.empty();
@@ -379,6 +380,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.max_num_draft_tokens = max_k;
   a.method = method;
   a.all_target_probs = expected_acceptance;  // the only reader of the rows past a rejection
+  if (logits.is_cpu()) a.parallel_for = parallel_for;
   if (workspace) {
     const bool draft_rows = d.probs.defined() && d.probs.scalar_type() != at::kFloat;
     const std::int64_t need = torch::verify_logits_workspace_bytes(B, N, logits.size(1), tree, draft_rows);
@@ -421,7 +423,8 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
 
 Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace) {
+                std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace,
+                const HostParallelFor& parallel_for) {
   // Every tensor made here stays here (the results are plain vectors): inference mode skips autograd's dispatch on the
   // step's few dozen small ATen calls. The workspace is made in it too, and only ever written by verify_logits.
   c10::InferenceMode inference;
@@ -439,10 +442,11 @@ Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
     // Every request block-verified: the device entry's block mode; a mix of methods: the CPU core, request by request.
     if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
       return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock,
-                              workspace);
+                              workspace, parallel_for);
     return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
   }
-  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace);
+  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace,
+                          parallel_for);
 }
 
 namespace {

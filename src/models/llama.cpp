@@ -1055,6 +1055,10 @@ std::int64_t LlamaModel::weight_bytes() const noexcept {
 
 int LlamaModel::num_threads() const noexcept { return impl_->pool->size(); }
 
+void LlamaModel::parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+  if (n > 0) impl_->pool->run(n, fn);
+}
+
 const ForwardPhaseTimes& LlamaModel::phase_times() const noexcept { return impl_->phase_times; }
 void LlamaModel::reset_phase_times() noexcept { impl_->phase_times = {}; }
 

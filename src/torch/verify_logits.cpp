@@ -141,6 +141,16 @@ at::Tensor cpu_rows(const VerifyLogitsArgs& a, std::int64_t offset, std::int64_t
   return a.workspace->slice(0, offset, offset + bytes).view(at::kFloat).view({rows, V});
 }
 
+/// body(lo, hi) over [0, n): one index a call on the caller's threads (VerifyLogitsArgs::parallel_for), else ATen's.
+void for_range(const VerifyLogitsArgs& a, std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
+  if (n <= 0) return;
+  if (a.parallel_for) {
+    a.parallel_for(n, [&](std::int64_t i) { body(i, i + 1); });
+    return;
+  }
+  at::parallel_for(0, n, 1, body);
+}
+
 template <class IdT>
 VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Shapes& s) {
   const std::int64_t B = s.B, N = s.N, V = s.V;
@@ -165,7 +175,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   // logits_to_probs_batch row by row.
   auto process = [&](const float* src, std::int64_t rows, std::int64_t src_stride, std::int32_t extra, float* dst,
                      Status* st) {
-    at::parallel_for(0, rows, 1, [&](std::int64_t lo, std::int64_t hi) {
+    for_range(a, rows, [&](std::int64_t lo, std::int64_t hi) {
       specdec::detail::LogitsScratch scratch;
       for (std::int64_t r = lo; r < hi; ++r) {
         const std::int64_t b = specdec::detail::logits_row_request(cu, B, extra, r);
@@ -220,7 +230,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   auto* nodes = s.tree ? r.accepted.data_ptr<IdT>() : nullptr;
   auto* status = r.status.data_ptr<std::int32_t>();
   float* pw = probs.data_ptr<float>();
-  at::parallel_for(0, B, 1, [&](std::int64_t lo, std::int64_t hi) {
+  for_range(a, B, [&](std::int64_t lo, std::int64_t hi) {
     std::vector<float> tiles(static_cast<std::size_t>(num_tiles(V)));
     specdec::detail::LogitsScratch scratch;
     for (std::int64_t b = lo; b < hi; ++b) {

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "specdec/sampling/block.hpp"
@@ -425,6 +428,38 @@ TEST(VerifyLogits, LazyRowsGiveTheSameResults) {
   const auto full = specdec::torch::verify_logits(a);
   a.all_target_probs = false;
   EXPECT_TRUE(at::equal(specdec::torch::verify_logits(a).target_probs, full.target_probs));
+}
+
+// VerifyLogitsArgs::parallel_for: the caller's threads (here two, each taking every other index, from the last down)
+// give the same results as ATen's, with every row processed and with rows as the chain rule reaches them.
+TEST(VerifyLogits, CallersThreadsChangeNothing) {
+  std::atomic<std::int64_t> calls{0};
+  auto two_threads = [&](std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+    ++calls;
+    std::thread other([&] {
+      for (std::int64_t i = n - 1; i >= 0; i -= 2) fn(i);
+    });
+    for (std::int64_t i = n - 2; i >= 0; i -= 2) fn(i);
+    other.join();
+  };
+  for (const bool tree : {false, true})
+    for (const bool all_rows : {true, false}) {
+      const Step s = random_step(41 + (tree ? 1 : 0), 7, 700, tree);
+      VerifyLogitsArgs a = args_of(s, tree, /*draft_logits=*/all_rows, true);  // lazy rows take no draft logits
+      a.all_target_probs = all_rows;
+      const auto aten = specdec::torch::verify_logits(a);
+      a.parallel_for = two_threads;
+      const std::int64_t before = calls.load();
+      const auto mine = specdec::torch::verify_logits(a);
+      EXPECT_GT(calls.load(), before);
+      EXPECT_TRUE(at::equal(mine.output_token_ids, aten.output_token_ids));
+      EXPECT_TRUE(at::equal(mine.num_accepted, aten.num_accepted));
+      EXPECT_TRUE(at::equal(mine.accepted, aten.accepted));
+      EXPECT_TRUE(at::equal(mine.status, aten.status));
+      if (all_rows) {
+        EXPECT_TRUE(at::equal(mine.target_probs, aten.target_probs));
+      }
+    }
 }
 
 TEST(VerifyLogits, OpByName) {

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -45,11 +46,13 @@ struct Verified {
 /// With `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft
 /// probs (from the processed rows, copied to the host). A failed request (a NaN logit, ...) throws specdec::error.
 /// `workspace`, when given, is the caller's buffer kept across steps (torch::VerifyLogitsArgs::workspace), replaced by
-/// a larger one on the logits' device when it is too small or elsewhere.
+/// a larger one on the logits' device when it is too small or elsewhere. `parallel_for` (CPU logits): the threads the
+/// work is shared on (torch::VerifyLogitsArgs::parallel_for; the target's pool when it has one), empty: ATen's.
+using HostParallelFor = std::function<void(std::int64_t, const std::function<void(std::int64_t)>&)>;
 Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block = {}, bool expected_acceptance = false,
-                at::Tensor* workspace = nullptr);
+                at::Tensor* workspace = nullptr, const HostParallelFor& parallel_for = {});
 
 /// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,

@@ -219,7 +219,8 @@ class SpeculativeDecoder {
 
     // 3. logits processing and verification on the target's device (only the accepted tokens come back)
     const detail::Verified v = detail::verify(drafts, out.logits, params, positions, block,
-                                              options_.measure_expected_acceptance, &verify_workspace_);
+                                              options_.measure_expected_acceptance, &verify_workspace_,
+                                              host_parallel_for());
     cost_model_.observe(B, N + B, seconds_since(t_target));  // what a step of N + B rows costs beyond its drafting
 
     // 4. emit, stop, roll caches back, tell the proposer
@@ -383,6 +384,15 @@ class SpeculativeDecoder {
                                                      max_sequence_length_ - static_cast<std::int64_t>(r.context.size())) -
                               1;
     return static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min<std::int64_t>(g, room)));
+  }
+
+  /// The target's pool for the step's host work (models::HasParallelFor), or none (ATen's).
+  detail::HostParallelFor host_parallel_for() {
+    if constexpr (models::HasParallelFor<Target>) {
+      return [t = target_](std::int64_t n, const std::function<void(std::int64_t)>& fn) { t->parallel_for(n, fn); };
+    } else {
+      return {};
+    }
   }
 
   bool is_adaptive(const GenerationRequest& q) const {

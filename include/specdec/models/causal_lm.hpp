@@ -11,6 +11,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -83,6 +84,15 @@ concept TreeCausalLM = CausalLM<M> && requires(M& m, std::int64_t slot, std::int
 template <class M>
 concept HasSequenceLength = requires(const M& cm, std::int64_t slot) {
   { cm.sequence_length(slot) } -> std::convertible_to<std::int64_t>;
+};
+
+/// Optional capability: the model's own worker threads, lent to the decoder for its host work between forwards (a CPU
+/// step's logits processing and verification), so that work does not need a second pool beside the model's.
+/// parallel_for(n, fn) calls fn(i) for every i in [0, n), in any order and on any of the threads, and returns when all
+/// are done.
+template <class M>
+concept HasParallelFor = requires(M& m, std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+  { m.parallel_for(n, fn) };
 };
 
 /// Optional capability: the hidden width (the size of the hidden-state rows a forward returns when asked for them, which

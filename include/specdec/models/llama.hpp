@@ -159,6 +159,8 @@ class LlamaModel {
   std::int64_t weight_bytes_per_forward() const noexcept;
   /// Threads of the model's pool.
   int num_threads() const noexcept;
+  /// fn(i) for every i in [0, n) on the model's pool (HasParallelFor, causal_lm.hpp); not during a forward.
+  void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& fn);
   /// The instruction set of the packed products ("avx512-vnni", "avx2", "portable"), or "float32" when no weight is packed.
   std::string kernel_name() const;
   /// Bytes of all weights held (the embedding counted once when tied).

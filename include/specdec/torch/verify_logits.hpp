@@ -50,6 +50,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "specdec/sampling/block.hpp"
@@ -80,6 +81,10 @@ struct VerifyLogitsArgs {
   /// not turned into probabilities; those rows of target_probs are then unspecified. The tokens, counts, flags and
   /// statuses are the same. Ignored on CUDA (every row is processed in parallel there) and for trees and blocks.
   bool all_target_probs = true;
+  /// CPU: runs fn(i) for every i in [0, n) and returns when all are done, on the caller's threads (e.g. its model's pool:
+  /// models::HasParallelFor) instead of ATen's; the rows and the requests are shared out by it. Which thread runs what
+  /// changes no result. Empty: at::parallel_for.
+  std::function<void(std::int64_t n, const std::function<void(std::int64_t)>& fn)> parallel_for;
 };
 
 struct VerifyLogitsResult {
