@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <exception>
+#include <mutex>
 #include <vector>
 
 #include "specdec/sampling/block.hpp"
@@ -144,8 +146,18 @@ at::Tensor cpu_rows(const VerifyLogitsArgs& a, std::int64_t offset, std::int64_t
 /// body(lo, hi) over [0, n): one index a call on the caller's threads (VerifyLogitsArgs::parallel_for), else ATen's.
 void for_range(const VerifyLogitsArgs& a, std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;
-  if (a.parallel_for) {
-    a.parallel_for(n, [&](std::int64_t i) { body(i, i + 1); });
+  if (a.parallel_for) {  // an exception in a chunk comes back to the caller (the first one), as at::parallel_for does
+    std::mutex mutex;
+    std::exception_ptr first;
+    a.parallel_for(n, [&](std::int64_t i) {
+      try {
+        body(i, i + 1);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (!first) first = std::current_exception();
+      }
+    });
+    if (first) std::rethrow_exception(first);
     return;
   }
   at::parallel_for(0, n, 1, body);
