@@ -234,14 +234,17 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   const std::uint8_t* has_q = has_q_t.defined() ? has_q_t.data_ptr<std::uint8_t>() : nullptr;
   const auto* seeds = a.seeds.data_ptr<std::int64_t>();
   const auto* positions = a.positions.data_ptr<std::int64_t>();
-  const float* p = probs.data_ptr<float>();
+  float* const p = probs.data_ptr<float>();  // written here too when rows are processed lazily
   const float* q = draft.defined() ? draft.data_ptr<float>() : nullptr;
   auto* out = r.output_token_ids.data_ptr<IdT>();
   auto* nacc = r.num_accepted.data_ptr<std::int32_t>();
   auto* flags = s.tree ? nullptr : reinterpret_cast<std::uint8_t*>(r.accepted.data_ptr<bool>());
   auto* nodes = s.tree ? r.accepted.data_ptr<IdT>() : nullptr;
   auto* status = r.status.data_ptr<std::int32_t>();
-  float* pw = probs.data_ptr<float>();
+  // Request b's draft rows (from its first draft), or none: deterministic drafts, or a request without draft probs.
+  auto draft_rows_of = [&](std::int64_t b, std::int64_t start) -> const float* {
+    return q && (!has_q || has_q[b]) ? q + start * V : nullptr;
+  };
   for_range(a, B, [&](std::int64_t lo, std::int64_t hi) {
     std::vector<float> tiles(static_cast<std::size_t>(num_tiles(V)));
     specdec::detail::LogitsScratch scratch;
@@ -254,18 +257,18 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
         // get logits_row's checks alone, so every row's status is what processing it would give.
         const LogitsParams& lp = params[static_cast<std::size_t>(b)];
         const std::int64_t row0 = range.start + b, k = range.num_drafts;
-        const float* qb = q && (!has_q || has_q[b]) ? q + range.start * V : nullptr;
+        const float* qb = draft_rows_of(b, range.start);
         std::int64_t i = 0;
         for (; i <= k; ++i) {
           const std::int64_t row = row0 + i;
-          target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, pw + row * V, scratch, true);
+          target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, p + row * V, scratch, true);
           if (i == k || target_rows[row] != Status::kSuccess) break;
           const auto x = static_cast<std::int64_t>(ids[range.start + i]);  // out of range: the verifier reports it
           if (x < 0 || x >= V) break;
           // greedy: the processed row is one-hot on its argmax
           const bool goes_on = lp.temperature == 0.0f
-                                   ? pw[row * V + x] == 1.0f
-                                   : specdec::detail::chain_continues(pw + row * V, x, qb ? qb + i * V : nullptr,
+                                   ? p[row * V + x] == 1.0f
+                                   : specdec::detail::chain_continues(p + row * V, x, qb ? qb + i * V : nullptr,
                                                                       static_cast<std::uint64_t>(seeds[b]),
                                                                       positions[b] + i, 1.0f);
           if (!goes_on) break;
@@ -279,7 +282,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
         st = detail::first_failed_row(target_rows.data(), draft_rows.empty() ? nullptr : draft_rows.data(), range, b);
       if (st == Status::kSuccess) {
         const std::int64_t start = range.start, k = range.num_drafts;
-        const float* qb = q && (!has_q || has_q[b]) ? q + start * V : nullptr;
+        const float* qb = draft_rows_of(b, start);
         const float* pb = p + (start + b) * V;
         const bool greedy = params[b].temperature == 0.0f;
         const auto seed = static_cast<std::uint64_t>(seeds[b]);

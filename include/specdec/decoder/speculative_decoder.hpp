@@ -92,6 +92,7 @@ class SpeculativeDecoder {
     Request r;
     r.id = next_id_;
     r.acceptance = AcceptanceEstimate(options_.adaptive.acceptance_decay);
+    r.probe_wait = options_.adaptive.probe_interval;
     r.context = request.prompt;
     r.req = std::move(request);
     if (!r.req.stop_strings.empty()) r.stops = detail::StopMatcher(r.req.stop_strings);
@@ -369,7 +370,7 @@ class SpeculativeDecoder {
     AcceptanceEstimate acceptance;  // by draft position, decayed (the adaptive policy's E[tokens])
     double rows_per_depth = 1.0;    // token rows per draft depth of the request's last drafts (trees > 1)
     std::int32_t plain_steps = 0;   // consecutive steps the adaptive policy chose g = 0
-    std::int32_t probe_wait = 0;    // plain steps before the next probe (0: AdaptiveSpeculation::probe_interval)
+    std::int32_t probe_wait = 0;    // plain steps before the next probe (from AdaptiveSpeculation::probe_interval)
     bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
   };
 
@@ -438,7 +439,7 @@ class SpeculativeDecoder {
       if (chosen[b] > 0) {
         r.plain_steps = 0;
         r.probing = false;
-      } else if (++r.plain_steps >= (r.probe_wait > 0 ? r.probe_wait : a.probe_interval)) {
+      } else if (++r.plain_steps >= r.probe_wait) {
         chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
         r.probing = true;
       }
@@ -452,9 +453,8 @@ class SpeculativeDecoder {
     if (n_acc > 0) {
       r.probe_wait = a.probe_interval;
     } else if (r.probing) {  // a rejected probe: wait twice as long, up to probe_backoff intervals
-      const std::int64_t wait = r.probe_wait > 0 ? r.probe_wait : a.probe_interval;
       r.probe_wait = static_cast<std::int32_t>(std::min<std::int64_t>(
-          2 * wait, static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
+          2 * static_cast<std::int64_t>(r.probe_wait), static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
     }
     if (r.probing) {
       r.probing = false;

@@ -270,7 +270,7 @@ inline bool accepts_draft(float u, float px, bool has_q, float qx, float lenienc
 /// Whether sampled chain verification reads the target row after draft i of a request (draft_token_ids[i] = x in
 /// [0, V), p = its row, q = its draft row or nullptr): the draft is accepted by the rule below; false when it is not,
 /// or when a value fails a check (then nothing after it is read either). Lets a caller process the rows one at a time.
-/// (Greedy: the draft goes on when it is the row's argmax.)
+/// Sampled rows only: in a greedy chain a draft goes on when it is its row's argmax.
 inline bool chain_continues(const float* p, std::int64_t x, const float* q, std::uint64_t seed, std::int64_t position_i,
                             float lenience) {
   const float px = p[x];
