@@ -23,7 +23,8 @@
 // products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx512-vnni|amx picks another that the CPU supports).
 //
 //   bench_model [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_THREADS (default: cores),
-//                                             SPECDEC_ACTIVATION_BITS (16 default, 8, or per kind: 16,attn_out=8)
+//                                             SPECDEC_ACTIVATION_BITS (16 default, 8, or per kind: 16,attn_out=8),
+//                                             SPECDEC_KV_CACHE (f16 default, f32)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
@@ -66,6 +67,7 @@ sm::LlamaModel& model() {
       o.num_threads = g_threads;
       o.time_phases = true;
       if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) o.activation_bits = specdec::models::ActivationBits::parse(bits);
+      if (const char* kv = std::getenv("SPECDEC_KV_CACHE")) o.kv_cache_half = sm::parse_kv_cache_type(kv);
       return std::make_unique<sm::LlamaModel>(sm::load_llama_gguf(path, o));
     }
     g_model_label = "random weights, SmolLM2-135M shape (model file absent)";

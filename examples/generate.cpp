@@ -83,6 +83,7 @@ struct Options {
   std::string json;
   int threads = 0;
   std::string activation_bits = "16";  // ActivationBits::parse
+  std::string kv_cache = "f16";        // parse_kv_cache_type
   std::string draft_weights = "q8_0";
   int aten_threads = 1;
   int ngram_min_n = 1, ngram_max_n = 4;
@@ -102,14 +103,14 @@ using specdec::models::read_prompt_file;
 std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
-LlamaModel load_model(const std::string& path, const char* flag, int threads, const std::string& activation_bits,
-                      bool quantize = false) {
+LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
   specdec::models::LlamaOptions options;
-  options.num_threads = threads;
-  options.activation_bits = specdec::models::ActivationBits::parse(activation_bits);
+  options.num_threads = o.threads;
+  options.activation_bits = specdec::models::ActivationBits::parse(o.activation_bits);
+  options.kv_cache_half = specdec::models::parse_kv_cache_type(o.kv_cache);
   options.quantize_float_weights = quantize;
   if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
   return specdec::models::load_llama_gguf(path, options);
@@ -314,7 +315,7 @@ specdec::proposers::SuffixOptions suffix_options(const Options& o) {
 
 LlamaModel load_draft_model(const Options& o) {
   const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-  return load_model(path, "--draft-model", o.threads, o.activation_bits, o.draft_weights == "q8_0");
+  return load_model(path, "--draft-model", o, o.draft_weights == "q8_0");
 }
 
 int run_cli(const Options& o) {
@@ -347,7 +348,7 @@ int run_cli(const Options& o) {
   }
   if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
   if (o.device == "cpu") {
-    LlamaModel target = load_model(o.model, "--model", o.threads, o.activation_bits);
+    LlamaModel target = load_model(o.model, "--model", o);
     return run_on(o, params, proposer, tokenizer_path, target);
   }
   specdec::models::AtenLlamaOptions ao;
@@ -622,6 +623,11 @@ int main(int argc, char** argv) {
                  "precision of activations meeting block-format weights: 16 (two int8 planes, ~float accuracy), 8 (one "
                  "plane, as llama.cpp), or per kind of matrix, e.g. 16,attn_out=8 (kinds qkv, attn_out, gate_up, down, "
                  "lm_head)")
+      ->capture_default_str();
+  app.add_option("--kv-cache", o.kv_cache,
+                 "the CPU models' KV cache: f16 (IEEE half, half the bytes a long context's attention reads, as llama.cpp) "
+                 "or f32")
+      ->check(CLI::IsMember({"f16", "f32"}))
       ->capture_default_str();
   try {
     app.parse(argc, argv);

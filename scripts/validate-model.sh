@@ -4,6 +4,7 @@
 #   scripts/validate-model.sh [MODEL.gguf]
 # Environment: SPECDEC_VALIDATE_VENV (default /tmp/specdec-validate), SPECDEC_BUILD_DIR (default build-llama),
 # SPECDEC_ACTIVATION_BITS (16, the default: two int8 planes; 8: one plane, as llama.cpp's Q8 activations).
+# SPECDEC_KV_CACHE (f16, the default: the KV cache stored as IEEE float16; f32).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPECDEC_VALIDATE_VENV:-/tmp/specdec-validate}"

@@ -25,7 +25,7 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   c10::NoGradGuard guard;
   capacity_ = shape.initial_capacity;
   storage_ = at::zeros({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
-                       at::TensorOptions().dtype(at::kFloat));
+                       at::TensorOptions().dtype(shape.half ? at::kHalf : at::kFloat));
   lengths_.assign(static_cast<std::size_t>(shape.initial_slots), 0);
   allocated_.assign(static_cast<std::size_t>(shape.initial_slots), false);
 }
@@ -33,7 +33,7 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
 void KvCache::resize(std::int64_t slots, std::int64_t capacity) {
   c10::NoGradGuard guard;
   at::Tensor grown = at::zeros({shape_.num_layers, 2, slots, shape_.num_kv_heads, capacity, shape_.head_dim},
-                               at::TensorOptions().dtype(at::kFloat));
+                               at::TensorOptions().dtype(shape_.half ? at::kHalf : at::kFloat));
   if (storage_.defined()) {
     const std::int64_t old_slots = storage_.size(2);
     grown.narrow(2, 0, old_slots).narrow(4, 0, capacity_).copy_(storage_);
@@ -130,7 +130,7 @@ at::Tensor KvCache::keys(std::int64_t layer) const { return storage_.select(0, l
 at::Tensor KvCache::values(std::int64_t layer) const { return storage_.select(0, layer).select(0, 1); }
 
 std::int64_t KvCache::bytes() const noexcept {
-  return storage_.defined() ? static_cast<std::int64_t>(storage_.numel()) * 4 : 0;
+  return storage_.defined() ? static_cast<std::int64_t>(storage_.numel()) * (half() ? 2 : 4) : 0;
 }
 
 }  // namespace specdec::models

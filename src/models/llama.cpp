@@ -319,6 +319,12 @@ int parse_bits(std::string_view item, std::string_view value) {
 }
 }  // namespace
 
+bool parse_kv_cache_type(std::string_view name) {
+  if (name == "f16") return true;
+  if (name == "f32") return false;
+  fail(fmt::format("KV cache type: expected f16 or f32, got '{}'", name));
+}
+
 ActivationBits ActivationBits::parse(std::string_view spec) {
   if (spec.empty()) fail("activation bits: expected 16, 8 or a list such as 16,attn_out=8, got an empty string");
   ActivationBits b;
@@ -436,6 +442,7 @@ struct LlamaModel::Impl {
   at::Tensor x, normed, qkv, qbuf, attn, gu, act;
   ForwardPhaseTimes phase_times;
   std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
+  std::vector<float> rope_buf;    // one rotated key before a float16 cache stores it [hd]
   std::shared_ptr<RowPool> pool;
   Activations activations;
 
@@ -576,17 +583,22 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     if (static_cast<std::int64_t>(scores_buf.size()) < all_rows * ld)
       scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
     const std::int64_t cap = cache.capacity();
-    const float* kbase = cache.key_data(layer) + s.slot * nkv * cap * hd;
-    const float* vbase = cache.value_data(layer) + s.slot * nkv * cap * hd;
+    const std::int64_t seq_offset = s.slot * nkv * cap * hd;
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
     float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
     auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {  // rows kh * rows + r
       for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
         const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
-        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, kbase + kh * cap * hd, vbase + kh * cap * hd,
-                               total, s.cached, s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld,
-                               out + kh * group * hd, q_dim, hd, part);
+        const std::int64_t kv = seq_offset + kh * cap * hd;
+        if (cache.half())
+          detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, cache.key_data_half(layer) + kv,
+                                 cache.value_data_half(layer) + kv, total, s.cached, s.visible.data(),
+                                 s.visible_count.data(), sc + kh * rows * ld, ld, out + kh * group * hd, q_dim, hd, part);
+        else
+          detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, cache.key_data(layer) + kv,
+                                 cache.value_data(layer) + kv, total, s.cached, s.visible.data(), s.visible_count.data(),
+                                 sc + kh * rows * ld, ld, out + kh * group * hd, q_dim, hd, part);
       }
     };
     // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
@@ -625,8 +637,9 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     return;
   }
   at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, s.n * group, hd});
-  at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total);    // [nkv, total, hd]
-  at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total);  // [nkv, total, hd]
+  // [nkv, total, hd]; a float16 cache's keys and values converted (exactly) to float32 for the products.
+  at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total).to(at::kFloat);
+  at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total).to(at::kFloat);
   at::Tensor scores = at::bmm(q, k.transpose(1, 2));                          // [nkv, n * group, total]
   if (s.mask.defined()) scores.view({nkv, s.n, group, total}).add_(s.mask.unsqueeze(1));
   at::Tensor probs = at::_softmax(scores, -1, false);
@@ -683,6 +696,8 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     // keys and values into the cache at positions cached + i.
     float* kp = cache.key_data(static_cast<std::int64_t>(l));
     float* vp = cache.value_data(static_cast<std::int64_t>(l));
+    std::uint16_t* kph = cache.key_data_half(static_cast<std::int64_t>(l));
+    std::uint16_t* vph = cache.value_data_half(static_cast<std::int64_t>(l));
     for (const auto& s : plans) {
       for (std::int64_t i = 0; i < s.n; ++i) {
         const std::int64_t t = s.start + i;
@@ -697,8 +712,15 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         }
         for (std::int64_t kh = 0; kh < nkv; ++kh) {
           const std::int64_t off = s.slot * slot_stride + (kh * cap + s.cached + i) * hd;
-          rope_rotate(row + q_dim + kh * hd, kp + off, c, sn, half, 1.f);
-          std::copy_n(row + q_dim + kv_dim + kh * hd, hd, vp + off);
+          if (kph != nullptr) {  // a float16 cache: each key and value rounded once, as it is stored
+            float* rotated = rope_buf.data();
+            rope_rotate(row + q_dim + kh * hd, rotated, c, sn, half, 1.f);
+            detail::floats_to_halves(rotated, kph + off, hd);
+            detail::floats_to_halves(row + q_dim + kv_dim + kh * hd, vph + off, hd);
+          } else {
+            rope_rotate(row + q_dim + kh * hd, kp + off, c, sn, half, 1.f);
+            std::copy_n(row + q_dim + kv_dim + kh * hd, hd, vp + off);
+          }
         }
       }
     }
@@ -971,7 +993,9 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   shape.head_dim = m.hd;
   shape.initial_capacity = std::max<std::int64_t>(options.initial_cache_capacity, 1);
   shape.initial_slots = std::max<std::int64_t>(options.initial_cache_slots, 1);
+  shape.half = options.kv_cache_half;
   m.cache = KvCache(shape);
+  m.rope_buf.resize(static_cast<std::size_t>(m.hd));
   m.ensure_rope(std::min<std::int64_t>(std::max<std::int64_t>(c.max_position_embeddings, 1), 4096));
 }
 

@@ -3,6 +3,7 @@ if(TARGET specdec::models)
   specdec_add_test(test_models_llama
     SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kv_cache.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama.cpp
             ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_packed.cpp
+            ${CMAKE_CURRENT_SOURCE_DIR}/test_attention_half.cpp
     LIBS specdec::models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
   # The packed forward's batch invariance on the other instruction-set paths (each skips if the CPU lacks it: the model
@@ -12,6 +13,10 @@ if(TARGET specdec::models)
              COMMAND test_models_llama --gtest_filter=SmolLM2.PackedForwardIsBatchInvariant)
     set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)
   endforeach()
+  # The float16 cache's attention on the 8-lane kernel too (the plain run takes AVX-512 where the CPU has it).
+  add_test(NAME AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues_avx2
+           COMMAND test_models_llama --gtest_filter=AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues)
+  set_tests_properties(AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues_avx2 PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=avx2)
 
   # The Llama block on ATen ops (any device), against LlamaModel and through the decoder.
   if(TARGET specdec::decoder)

@@ -44,7 +44,9 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a.cpu() - b.
 TEST(AtenLlama, MatchesLlamaModelOnTheSameWeights) {
   const auto c = tiny_config();
   const auto weights = sm::random_llama_weights(c, 11);
-  sm::LlamaModel ref(c, weights);
+  sm::LlamaOptions float_cache;  // AtenLlamaModel keeps float32 keys and values: compare with the same cache
+  float_cache.kv_cache_half = false;
+  sm::LlamaModel ref(c, weights, float_cache);
   sm::AtenLlamaModel m(c, weights);
   const auto rs = ref.allocate_sequence(), ms = m.allocate_sequence();
   const std::vector<std::int64_t> prompt = {5, 17, 3, 88, 42, 42, 7, 1, 60, 2, 9};

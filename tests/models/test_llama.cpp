@@ -80,9 +80,10 @@ sm::WeightGetter getter_of(const Weights& w) {
   };
 }
 
-sm::LlamaModel make_model(const sm::LlamaConfig& c, const Weights& w, std::int64_t capacity = 8) {
+sm::LlamaModel make_model(const sm::LlamaConfig& c, const Weights& w, std::int64_t capacity = 8, bool half_kv = true) {
   sm::LlamaOptions o;
   o.initial_cache_capacity = capacity;
+  o.kv_cache_half = half_kv;
   return sm::LlamaModel(c, getter_of(w), o);
 }
 
@@ -110,7 +111,9 @@ at::Tensor ref_inv_freq(const sm::LlamaConfig& c) {
   return inv;
 }
 
-at::Tensor reference_logits(const sm::LlamaConfig& c, const Weights& w, const std::vector<std::int64_t>& tokens) {
+// half_kv: keys (after the rotary embedding) and values rounded to IEEE float16, as a float16 KV cache stores them.
+at::Tensor reference_logits(const sm::LlamaConfig& c, const Weights& w, const std::vector<std::int64_t>& tokens,
+                            bool half_kv = false) {
   c10::NoGradGuard guard;
   const auto T = static_cast<std::int64_t>(tokens.size());
   const std::int64_t nh = c.num_heads, nkv = c.num_kv_heads, hd = c.head_dim;
@@ -128,6 +131,10 @@ at::Tensor reference_logits(const sm::LlamaConfig& c, const Weights& w, const st
     at::Tensor v = at::matmul(h, w.at(p + "self_attn.v_proj.weight").t()).view({T, nkv, hd});
     q = q * cos + ref_rotate_half(q) * sin;
     k = k * cos + ref_rotate_half(k) * sin;
+    if (half_kv) {
+      k = k.to(at::kHalf).to(at::kFloat);
+      v = v.to(at::kHalf).to(at::kFloat);
+    }
     k = k.repeat_interleave(nh / nkv, 1);
     v = v.repeat_interleave(nh / nkv, 1);
     at::Tensor scores = at::einsum("thd,shd->hts", {q, k}) / std::sqrt(static_cast<double>(hd));
@@ -208,13 +215,27 @@ TEST_P(LlamaReference, MatchesIndependentFullSequenceForward) {
     c.rope_theta = 500000.0;
   }
   const Weights w = make_weights(c, 11);
-  sm::LlamaModel m = make_model(c, w);
   const auto tokens = random_tokens(40, c.vocab_size, 5);
-  const std::int64_t s = m.allocate_sequence();
-  // Prompt of 25 in one forward, then 15 one at a time: covers the multi-token and the single-token path.
-  std::vector<at::Tensor> rows = {run_chain(m, s, {tokens.begin(), tokens.begin() + 25})};
-  for (std::size_t i = 25; i < tokens.size(); ++i) rows.push_back(run_chain(m, s, {tokens[i]}));
-  EXPECT_TRUE(logits_close(at::cat(rows, 0), reference_logits(c, w, tokens)));
+  // Both KV-cache precisions, each against the reference that stores keys and values the same way; the float16 cache
+  // also against the float32 reference, with the error its rounding allows (below).
+  for (const bool half_kv : {false, true}) {
+    SCOPED_TRACE(half_kv ? "float16 KV cache" : "float32 KV cache");
+    sm::LlamaModel m = make_model(c, w, 8, half_kv);
+    const std::int64_t s = m.allocate_sequence();
+    // Prompt of 25 in one forward, then 15 one at a time: covers the multi-token and the single-token path.
+    std::vector<at::Tensor> rows = {run_chain(m, s, {tokens.begin(), tokens.begin() + 25})};
+    for (std::size_t i = 25; i < tokens.size(); ++i) rows.push_back(run_chain(m, s, {tokens[i]}));
+    const at::Tensor logits = at::cat(rows, 0);
+    EXPECT_TRUE(logits_close(logits, reference_logits(c, w, tokens, half_kv)));
+    if (half_kv) {
+      // Rounding every key and value to 11 significant bits (relative error <= 2^-11) moves these logits by about that
+      // fraction of their scale (measured 2.7e-4 to 5.8e-4 over these configs); 4 * 2^-11 leaves room for the configs'
+      // spread and still fails a cache that stored something else (a bad conversion, a wrong position).
+      const at::Tensor ref = reference_logits(c, w, tokens, false);
+      const double scale = std::max(1.0, ref.abs().max().item<double>());
+      EXPECT_LE((logits - ref).abs().max().item<double>(), 4.0 * std::ldexp(1.0, -11) * scale);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, LlamaReference,

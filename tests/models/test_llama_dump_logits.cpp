@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
     // SPECDEC_ACTIVATION_BITS=8 checks the one-plane (llama.cpp-like) activations instead of the default 16.
     sm::LlamaOptions options;
     if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) options.activation_bits = specdec::models::ActivationBits::parse(bits);
+    // SPECDEC_KV_CACHE=f32 checks the float32 KV cache instead of the default float16.
+    if (const char* kv = std::getenv("SPECDEC_KV_CACHE")) options.kv_cache_half = sm::parse_kv_cache_type(kv);
     sm::LlamaModel model = sm::load_llama_gguf(model_path, options);
     const sm::Tokenizer tok = sm::Tokenizer::from_gguf(sm::GgufFile(model_path));
     std::ifstream in(argv[2]);

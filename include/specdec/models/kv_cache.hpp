@@ -1,6 +1,7 @@
 // KvCache: per-layer key/value storage for several sequences ("slots") of a decoder-only transformer, with O(1) rollback.
 //
-// Layout: one float32 tensor `storage` of shape [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim]
+// Layout: one tensor `storage` (float32, or float16 with KvCacheShape::half) of shape
+// [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim]
 // (index 0 of dim 1 holds keys, 1 holds values). keys(l) / values(l) are views [num_slots, num_kv_heads, capacity, head_dim];
 // the first length(slot) positions of a slot are valid. Keys are stored after the rotary embedding was applied.
 //
@@ -11,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -23,6 +25,7 @@ struct KvCacheShape {
   std::int64_t head_dim = 0;
   std::int64_t initial_capacity = 64;  ///< positions per slot before the first growth (>= 1)
   std::int64_t initial_slots = 1;      ///< slots before the first growth (>= 1)
+  bool half = false;                   ///< store IEEE float16 (half the bytes a forward reads) instead of float32
 };
 
 class KvCache {
@@ -58,9 +61,18 @@ class KvCache {
   at::Tensor keys(std::int64_t layer) const;
   at::Tensor values(std::int64_t layer) const;
   /// The data of keys(layer) / values(layer) (contiguous) without making a view: what a CPU forward reads and writes on
-  /// every layer (invalidated by growth).
-  float* key_data(std::int64_t layer) const noexcept { return data_of(layer, 0); }
-  float* value_data(std::int64_t layer) const noexcept { return data_of(layer, 1); }
+  /// every layer (invalidated by growth). Float32 storage only (nullptr for a half cache).
+  float* key_data(std::int64_t layer) const noexcept { return half() ? nullptr : static_cast<float*>(data_of(layer, 0)); }
+  float* value_data(std::int64_t layer) const noexcept { return half() ? nullptr : static_cast<float*>(data_of(layer, 1)); }
+  /// The same as IEEE float16 bit patterns. Half storage only (nullptr for a float32 cache).
+  std::uint16_t* key_data_half(std::int64_t layer) const noexcept {
+    return half() ? static_cast<std::uint16_t*>(data_of(layer, 0)) : nullptr;
+  }
+  std::uint16_t* value_data_half(std::int64_t layer) const noexcept {
+    return half() ? static_cast<std::uint16_t*>(data_of(layer, 1)) : nullptr;
+  }
+  /// Whether the storage is float16 (KvCacheShape::half).
+  bool half() const noexcept { return shape_.half; }
   /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim] (invalidated by growth).
   const at::Tensor& storage() const noexcept { return storage_; }
 
@@ -76,8 +88,9 @@ class KvCache {
 
  private:
   void check_slot(std::int64_t slot, const char* what) const;
-  float* data_of(std::int64_t layer, std::int64_t which) const noexcept {
-    return storage_.data_ptr<float>() + (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim;
+  void* data_of(std::int64_t layer, std::int64_t which) const noexcept {
+    return static_cast<std::byte*>(storage_.data_ptr()) +
+           (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim * (half() ? 2 : 4);
   }
   void resize(std::int64_t slots, std::int64_t capacity);
 

@@ -80,6 +80,10 @@ struct LlamaOptions {
   /// llama.context_length), the window the model was trained on. A forward that would write past it throws; a larger value
   /// runs the rotary embedding past the trained positions (quality is then the caller's risk).
   std::int64_t context_length = 0;
+  /// Store the KV cache as IEEE float16 (each key and value rounded to nearest once, when written; attention converts
+  /// them back exactly and computes in float32): half the bytes a decode reads per cached position, which is what bounds
+  /// a long context's attention, as llama.cpp's default f16 cache. false: float32.
+  bool kv_cache_half = true;
   /// Time the steps of every forward of up to 16 new tokens (decode and verification; LlamaModel::phase_times). The clock
   /// is read once per step, about 300 reads per forward.
   bool time_phases = false;
@@ -175,6 +179,9 @@ class LlamaModel {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// LlamaOptions::kv_cache_half from a name: "f16" -> true, "f32" -> false. Throws specdec::error naming the value otherwise.
+bool parse_kv_cache_type(std::string_view name);
 
 /// Loads a llama-architecture GGUF file: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices stay in their block format, F32/F16/BF16 ones
 /// become float32. Throws specdec::error on a missing file, an unsupported architecture, missing tensors, or a tensor whose

@@ -46,6 +46,12 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), y);
 }
 
+// 16 keys' or values' elements as float: a float32 cache's as stored, a float16 cache's converted exactly (vcvtph2ps).
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 load16(const std::uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 
 // Transposes the 16 x 16 block held in r (row i in r[i]) in place (column j ends in r[j]).
@@ -108,11 +114,11 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void score_rows(const float
 
 // out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows (their outputs start at 0 when c0 == 0): over the cached
 // context (c1 <= cached) any rows of the call, over the new keys rows of one token (i = their token).
-template <int NV, int R>
+template <int NV, int R, class KV>
 SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::int64_t* rows, std::int64_t c0, std::int64_t c1,
                                                                      std::int64_t i, std::int64_t n, std::int64_t group,
                                                                      std::int64_t cached, const std::int32_t* visible,
-                                                                     const float* v, const float* scores,
+                                                                     const KV* v, const float* scores,
                                                                      std::int64_t ld_scores, float* out,
                                                                      std::int64_t ld_out_token, std::int64_t ld_out_member) {
   constexpr std::int64_t hd = 16 * NV;
@@ -127,10 +133,10 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::
     for (int e = 0; e < NV; ++e) acc[m][e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o[m] + 16 * e);
   }
   for (std::int64_t j = c0; j < c1; ++j) {
-    const float* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
+    const KV* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
 #pragma GCC unroll 8
     for (int e = 0; e < NV; ++e) {
-      const __m512 ve = _mm512_loadu_ps(vj + 16 * e);
+      const __m512 ve = load16(vj + 16 * e);
 #pragma GCC unroll 4
       for (int m = 0; m < R; ++m) acc[m][e] = _mm512_fmadd_ps(_mm512_set1_ps(p[m][j]), ve, acc[m][e]);
     }
@@ -141,9 +147,9 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::
     for (int e = 0; e < NV; ++e) _mm512_storeu_ps(o[m] + 16 * e, acc[m][e]);
 }
 
-template <int NV>  // hd = 16 NV
+template <int NV, class KV>  // hd = 16 NV; KV: float, or std::uint16_t (IEEE float16)
 SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                                               std::int64_t group, const float* k, const float* v, std::int64_t total, std::int64_t cached,
+                                               std::int64_t group, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
                                                const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
                                                std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
                                                std::int64_t ld_out_member, AttentionPart part) {
@@ -156,14 +162,14 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   //    partial 0, d = 1, 5, ... into partial 1 and so on, then (p0 + p1) + (p2 + p3): the same steps for every row.
   alignas(64) float kt[hd * 16];
   for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 16) {
-    const float* kp[16];
+    const KV* kp[16];
 #pragma GCC unroll 16
     for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
 #pragma GCC unroll 8
     for (int dc = 0; dc < NV; ++dc) {
       __m512 rws[16];
 #pragma GCC unroll 16
-      for (int c = 0; c < 16; ++c) rws[c] = _mm512_loadu_ps(kp[c] + 16 * dc);
+      for (int c = 0; c < 16; ++c) rws[c] = load16(kp[c] + 16 * dc);
       transpose16(rws);
 #pragma GCC unroll 16
       for (int t = 0; t < 16; ++t) _mm512_store_ps(kt + (16 * dc + t) * 16, rws[t]);
@@ -202,10 +208,10 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   int count = 0;
   auto flush = [&](std::int64_t c0, std::int64_t c1, std::int64_t i) SPECDEC_TARGET_AVX512F {
     switch (count) {
-      case 1: value_rows<NV, 1>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 2: value_rows<NV, 2>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 3: value_rows<NV, 3>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 4: value_rows<NV, 4>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 1: value_rows<NV, 1, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 2: value_rows<NV, 2, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 3: value_rows<NV, 3, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 4: value_rows<NV, 4, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
       default: break;
     }
     count = 0;
@@ -232,13 +238,13 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   }
 }
 
-}  // namespace
 
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                           std::int64_t group, std::int64_t hd,
-                           const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+template <class KV>
+bool attention_rows_avx512_any(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                               std::int64_t group, std::int64_t hd, const KV* k, const KV* v, std::int64_t total,
+                               std::int64_t cached, const std::int32_t* visible, const std::int32_t* visible_count,
+                               float* scores, std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
+                               std::int64_t ld_out_member, AttentionPart part) {
   switch (hd) {
 #define SPECDEC_CASE(NV)                                                                                                   \
   case 16 * NV:                                                                                                            \
@@ -258,6 +264,25 @@ bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t 
   }
 }
 
+}  // namespace
+
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                           std::int64_t group, std::int64_t hd, const float* k, const float* v, std::int64_t total,
+                           std::int64_t cached, const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
+                           std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member,
+                           AttentionPart part) {
+  return attention_rows_avx512_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
+                                   ld_scores, out, ld_out_token, ld_out_member, part);
+}
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                           std::int64_t group, std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v,
+                           std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+  return attention_rows_avx512_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
+                                   ld_scores, out, ld_out_token, ld_out_member, part);
+}
+
 }  // namespace specdec::models::detail
 
 #else
@@ -267,6 +292,11 @@ bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_
                            const float*,
                            std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
                            std::int64_t, std::int64_t, AttentionPart) {
+  return false;
+}
+bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                           const std::uint16_t*, const std::uint16_t*, std::int64_t, std::int64_t, const std::int32_t*,
+                           const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t, AttentionPart) {
   return false;
 }
 }  // namespace specdec::models::detail

@@ -13,6 +13,11 @@
 #include <cstring>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
+#include "specdec/models/float16.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
 
 // Vector-extension types wider than the baseline ISA are only used inside always-inlined helpers.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -50,6 +55,38 @@ constexpr int rows_for_tokens() {
 
 [[gnu::always_inline]] inline v8 load_partial(const float* p, std::int64_t count) {
   float buf[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (std::int64_t j = 0; j < count; ++j) buf[j] = p[j];
+  return load8(buf);
+}
+
+using v8i = std::int32_t __attribute__((vector_size(32)));
+
+// 8 IEEE float16 values (a half KV cache) to float, exactly (subnormals, infinities and NaN included; half_to_float's
+// values): the exponent and mantissa move up 13 bits and the exponent is rebased; a subnormal is renormalised by
+// subtracting 2^-14 after giving it the smallest normal exponent, which is exact.
+[[gnu::always_inline]] inline v8 load8(const std::uint16_t* p) {
+  std::uint16_t h[8];
+  std::memcpy(h, p, sizeof h);
+  v8i x = {h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]};
+  const v8i exp_mask = v8i{} + (0x7C00 << 13);
+  v8i o = (x & 0x7FFF) << 13;
+  const v8i e = o & exp_mask;
+  o += (127 - 15) << 23;
+  o += e == exp_mask ? v8i{} + ((128 - 16) << 23) : v8i{};  // infinity / NaN: the float exponent's top value
+  const v8i sub = e == 0;                                     // zero or subnormal
+  o += sub & (1 << 23);
+  v8 f;
+  std::memcpy(&f, &o, sizeof f);
+  const v8 magic = v8{} + 6.103515625e-05f;  // 2^-14: the value the renormalising exponent added
+  f = sub ? f - magic : f;
+  v8i bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits |= (x & 0x8000) << 16;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+[[gnu::always_inline]] inline v8 load_partial(const std::uint16_t* p, std::int64_t count) {
+  std::uint16_t buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (std::int64_t j = 0; j < count; ++j) buf[j] = p[j];
   return load8(buf);
 }
@@ -129,8 +166,6 @@ template <int NT>
 // gives exactly 0); an output element sums p[j] * v[j] over those keys in the same order. So a token gets bit-identical
 // values fed alone, in a chain or as a tree node.
 
-using v8i = std::int32_t __attribute__((vector_size(32)));
-
 // Lane c of the result = ((a[c]_0 + a[c]_1) + (a[c]_2 + a[c]_3)) + ((a[c]_4 + a[c]_5) + (a[c]_6 + a[c]_7)).
 [[gnu::always_inline]] inline v8 reduce8(const v8* a) {
   const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
@@ -176,8 +211,9 @@ using v8i = std::int32_t __attribute__((vector_size(32)));
 
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 
+template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, read through load8's exact conversion
 [[gnu::always_inline]] inline void attention_rows_impl(const float* q, std::int64_t row_begin, std::int64_t row_end,
-                                                       std::int64_t n, std::int64_t group, std::int64_t hd, const float* k, const float* v,
+                                                       std::int64_t n, std::int64_t group, std::int64_t hd, const KV* k, const KV* v,
                                                        std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                                                        const std::int32_t* visible_count, float* scores,
                                                        std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
@@ -187,7 +223,7 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
   const std::int64_t kb_begin = all ? 0 : part.key_begin, kb_end = all ? padded : std::min(part.key_end, padded);
   // 1. scores[r, j] = q[r] . k[j] in blocks of 8 keys (the last block repeats key total - 1 past the end).
   for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 8) {
-    const float* kp[8];
+    const KV* kp[8];
     for (int c = 0; c < 8; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
     for (std::int64_t r = row_begin; r < row_end; ++r) {
       const float* qr = q + r * hd;
@@ -250,7 +286,7 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
           for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? v8{} : load8(o + 8 * e);
           for (std::int64_t j = c0; j < c1; ++j) {
             const float pj = p[j];
-            const float* vj = value(r, j);
+            const KV* vj = value(r, j);
             for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
           }
           for (int e = 0; e < NV; ++e) std::memcpy(o + 8 * e, &acc[e], sizeof(v8));
@@ -281,8 +317,11 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
     float* o = out_row(r);
     for (std::int64_t d = 0; d < hd; ++d) o[d] = 0.f;
     for (std::int64_t j = 0; j < count_of(r); ++j) {
-      const float* vj = value(r, j);
-      for (std::int64_t d = 0; d < hd; ++d) o[d] += p[j] * vj[d];
+      const KV* vj = value(r, j);
+      for (std::int64_t d = 0; d < hd; d += 8) {  // a last partial block converts only the values that exist
+        const v8 vv = load_partial(vj + d, std::min<std::int64_t>(8, hd - d));
+        for (std::int64_t l = 0; l < 8 && d + l < hd; ++l) o[d + l] += p[j] * vv[l];
+      }
     }
   }
 }
@@ -316,8 +355,9 @@ __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::i
                                                           std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
+template <class KV>
 __attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std::int64_t row_begin, std::int64_t row_end,
-                                                            std::int64_t n, std::int64_t group, std::int64_t hd, const float* k, const float* v,
+                                                            std::int64_t n, std::int64_t group, std::int64_t hd, const KV* k, const KV* v,
                                                             std::int64_t total, std::int64_t cached,
                                                             const std::int32_t* visible, const std::int32_t* visible_count,
                                                             float* scores, std::int64_t ld_scores, float* out,
@@ -326,11 +366,19 @@ __attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std
   attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
                       ld_out_token, ld_out_member, part);
 }
+__attribute__((target("avx2,fma,f16c"))) void floats_to_halves_f16c(const float* x, std::uint16_t* out, std::int64_t n) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = float_to_half(x[i]);
+}
 #endif
 
+template <class KV>
 void attention_rows_baseline(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
                              std::int64_t group, std::int64_t hd,
-                             const float* k, const float* v, std::int64_t total, std::int64_t cached,
+                             const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
                              const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
                              std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member,
                              AttentionPart part) {
@@ -357,8 +405,9 @@ void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const
 using LinearRowsFn = void (*)(const float*, std::int64_t, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
                               std::int64_t, bool);
 
+template <class KV>
 using AttentionRowsFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                                 const float*, const float*, std::int64_t, std::int64_t, const std::int32_t*,
+                                 const KV*, const KV*, std::int64_t, std::int64_t, const std::int32_t*,
                                  const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t,
                                  AttentionPart);
 
@@ -368,11 +417,37 @@ LinearRowsFn select_linear_rows() {
 #endif
   return &linear_rows_baseline;
 }
-AttentionRowsFn select_attention_rows() {
+template <class KV>
+AttentionRowsFn<KV> select_attention_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  if (has_avx2_fma()) return &attention_rows_avx2;
+  if (has_avx2_fma()) return &attention_rows_avx2<KV>;
 #endif
-  return &attention_rows_baseline;
+  return &attention_rows_baseline<KV>;
+}
+
+// The AVX-512 kernel where the CPU has it (and SPECDEC_CPU_ISA does not rule it out), else the 8-lane one.
+template <class KV>
+void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                        std::int64_t hd, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
+                        const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
+                        float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+  static const bool avx512 = [] {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+    // SPECDEC_CPU_ISA (as for the packed products) set to anything but avx512-vnni keeps the 8-lane kernel.
+    if (const char* isa = std::getenv("SPECDEC_CPU_ISA"); isa != nullptr && std::string_view(isa) != "avx512-vnni")
+      return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
+#else
+    return false;
+#endif
+  }();
+  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
+                                      ld_scores, out, ld_out_token, ld_out_member, part))
+    return;
+  static const AttentionRowsFn<KV> fn = select_attention_rows<KV>();
+  fn(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
+     ld_out_member, part);
 }
 
 using SiluMulFn = void (*)(const float*, float*, std::int64_t, std::int64_t);
@@ -384,6 +459,20 @@ SiluMulFn select_silu_mul() {
 }
 
 }  // namespace
+
+void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n) {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  static const bool f16c = [] {
+    __builtin_cpu_init();
+    return has_avx2_fma() && __builtin_cpu_supports("f16c");
+  }();
+  if (f16c) {
+    floats_to_halves_f16c(x, out, n);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_half(x[i]);
+}
 
 void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   static const SiluMulFn fn = select_silu_mul();
@@ -409,23 +498,16 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
-  static const bool avx512 = [] {
-#ifdef SPECDEC_LINEAR_X86_DISPATCH
-    // SPECDEC_CPU_ISA (as for the packed products) set to anything but avx512-vnni keeps the 8-lane kernel.
-    if (const char* isa = std::getenv("SPECDEC_CPU_ISA"); isa != nullptr && std::string_view(isa) != "avx512-vnni")
-      return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
-#else
-    return false;
-#endif
-  }();
-  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
-                                      ld_scores, out, ld_out_token, ld_out_member, part))
-    return;
-  static const AttentionRowsFn fn = select_attention_rows();
-  fn(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out, ld_out_token,
-     ld_out_member, part);
+  attention_rows_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+                     ld_out_token, ld_out_member, part);
+}
+
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                    std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v, std::int64_t total, std::int64_t cached,
+                    const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
+                    float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+  attention_rows_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
+                     ld_out_token, ld_out_member, part);
 }
 
 }  // namespace specdec::models::detail

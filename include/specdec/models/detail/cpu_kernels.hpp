@@ -32,6 +32,16 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                     const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                     std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
+/// The same over IEEE float16 keys and values (a half KV cache): each is converted exactly to float as it is read, so the
+/// result equals attention_rows over float keys and values holding the same numbers, bit for bit.
+void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                    std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v, std::int64_t total, std::int64_t cached,
+                    const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
+                    float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
+
+/// out[i] = x[i] as IEEE float16, rounded to nearest even (float_to_half's bits for every value but NaN payloads; F16C
+/// where the CPU has it).
+void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n);
 
 /// The softmax's row layout in attention_rows: moves a row's visible new-key scores down to follow the context
 /// (row[cached + a] = row[cached + visible[a]], a < seen) and pads with -inf up to a multiple of `width`. Returns that
@@ -49,6 +59,11 @@ inline std::int64_t pack_visible_scores(float* row, std::int64_t cached, const s
 bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
                            std::int64_t group, std::int64_t hd,
                            const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
+                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
+                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part);
+bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
+                           std::int64_t group, std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v,
+                           std::int64_t total, std::int64_t cached, const std::int32_t* visible,
                            const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
                            std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part);
 
