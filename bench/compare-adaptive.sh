@@ -73,16 +73,20 @@ prompts = list(dict.fromkeys(r["prompt"] for r in runs))
 def med(prompt, cfg, key="speedup"):
     v = [r[key] for r in runs if r["prompt"] == prompt and r["config"] == cfg and r[key] is not None]
     return statistics.median(v) if v else float("nan")
-head = "| prompt | adaptive | " + " | ".join(f"g = {g}" for g in gs) + " | best fixed | adaptive / best | adaptive: steps drafting, mean g | identical |"
+head = "| prompt | adaptive | " + "".join(f"g = {g} | " for g in gs) + "best fixed | adaptive / best | adaptive: steps drafting, mean g | identical |"
 print(head)
 print("|" + "---|" * (len(gs) + 6))
 for p in prompts:
     fixed = {g: med(p, g) for g in gs}
-    best = max(fixed, key=fixed.get)
     a = med(p, "adaptive")
     ident = all(r["outputs_identical"] for r in runs if r["prompt"] == p)
-    cells = " | ".join(f"{fixed[g]:.2f}x" for g in gs)
-    print(f"| {p} | **{a:.2f}x** | {cells} | {fixed[best]:.2f}x (g = {best}) | {a / fixed[best]:.0%} | "
+    cells = "".join(f"{fixed[g]:.2f}x | " for g in gs)
+    if fixed:  # --g "" runs the adaptive policy alone: no fixed g to compare with
+        best = max(fixed, key=fixed.get)
+        best_cells = f"{fixed[best]:.2f}x (g = {best}) | {a / fixed[best]:.0%}"
+    else:
+        best_cells = "- | -"
+    print(f"| {p} | **{a:.2f}x** | {cells}{best_cells} | "
           f"{med(p, 'adaptive', 'drafting_step_fraction'):.0%}, {med(p, 'adaptive', 'mean_gamma'):.1f} | {'yes' if ident else 'NO'} |")
 PY
 cat "$out/table.md"
