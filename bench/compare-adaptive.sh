@@ -46,6 +46,8 @@ for rep in $(seq 1 "$repeats"); do
   for name in $names; do
     for cfg in adaptive $gs; do
       if [[ $cfg == adaptive ]]; then flags=(-g "$max_g"); else flags=(-g "$cfg" --fixed-g); fi
+      # Even repeats time the baseline second: the order of the two runs in one process moves a ratio by a few percent.
+      if ((rep % 2 == 0)); then flags+=(--baseline-last); fi
       json="$out/run.json"
       "$bin" --chat --prompt-file "$out/prompts/$name.jsonl" --proposer "$proposer" --compare --threads "$threads" \
         --max-new-tokens "$max_new" "${flags[@]}" "${extra[@]}" --json "$json" >/dev/null 2>&1
@@ -57,7 +59,7 @@ print(json.dumps({"prompt": sys.argv[2], "config": sys.argv[3], "repeat": int(sy
                   "tokens_per_second": s["tokens_per_second"], "baseline_tokens_per_second": j["baseline"]["tokens_per_second"],
                   "acceptance_rate": s["acceptance_rate"], "tau": s["mean_accepted_length"], "r": s["verify_cost_ratio"],
                   "drafting_step_fraction": j.get("drafting_step_fraction"), "mean_gamma": j.get("mean_gamma"),
-                  "outputs_identical": j["outputs_identical"]}))
+                  "outputs_identical": j["outputs_identical"], "baseline_last": j.get("baseline_last", False)}))
 PY
     done
     echo "compare-adaptive: repeat $rep/$repeats, $name done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
