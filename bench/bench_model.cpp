@@ -185,7 +185,8 @@ BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kM
 
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
 // cached keys, one thread, one layer per iteration (random data resident in cache): detail::attention_rows as the
-// forward calls it. SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
+// forward calls it, over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
+// SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
 void BM_Attention(benchmark::State& state) {
   const std::int64_t n = state.range(0), context = state.range(1), hd = 64, group = 3, kv = 3, rows = group * n;
   const std::int64_t total = context + n, ld = (total + 15) / 16 * 16;
@@ -200,20 +201,27 @@ void BM_Attention(benchmark::State& state) {
     count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
     for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
   }
-  for (auto _ : state)
-    for (std::int64_t h = 0; h < kv; ++h)
-      sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, k.data() + h * total * hd,
-                                 v.data() + h * total * hd, total, context, visible.data(), count.data(), scores.data(), ld,
-                                 out.data() + h * group * hd, kv * group * hd, hd);
+  auto run = [&](const auto* kp, const auto* vp) {
+    for (auto _ : state)
+      for (std::int64_t h = 0; h < kv; ++h)
+        sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, kp + h * total * hd, vp + h * total * hd,
+                                   total, context, visible.data(), count.data(), scores.data(), ld,
+                                   out.data() + h * group * hd, kv * group * hd, hd);
+  };
+  if (state.range(2) != 0) {
+    std::vector<std::uint16_t> kh(k.size()), vh(v.size());
+    sm::detail::floats_to_halves(k.data(), kh.data(), static_cast<std::int64_t>(k.size()));
+    sm::detail::floats_to_halves(v.data(), vh.data(), static_cast<std::int64_t>(v.size()));
+    run(kh.data(), vh.data());
+  } else {
+    run(k.data(), v.data());
+  }
   state.counters["us_per_layer"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Attention)
-    ->ArgNames({"new_tokens", "context"})
-    ->Args({1, 128})
-    ->Args({6, 128})
-    ->Args({1, 1024})
-    ->Args({6, 1024})
+    ->ArgNames({"new_tokens", "context", "half"})
+    ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}})
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,

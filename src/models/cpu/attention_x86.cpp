@@ -239,13 +239,25 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
 }
 
 
+}  // namespace
+
+}  // namespace specdec::models::detail
+#endif
+
+namespace specdec::models::detail {
+
 template <class KV>
-bool attention_rows_avx512_any(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                               std::int64_t group, std::int64_t hd, const KV* k, const KV* v, std::int64_t total,
-                               std::int64_t cached, const std::int32_t* visible, const std::int32_t* visible_count,
-                               float* scores, std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
-                               std::int64_t ld_out_member, AttentionPart part) {
+bool attention_rows_avx512([[maybe_unused]] const float* q, [[maybe_unused]] std::int64_t row_begin,
+                           [[maybe_unused]] std::int64_t row_end, [[maybe_unused]] std::int64_t n,
+                           [[maybe_unused]] std::int64_t group, std::int64_t hd, [[maybe_unused]] const KV* k,
+                           [[maybe_unused]] const KV* v, [[maybe_unused]] std::int64_t total,
+                           [[maybe_unused]] std::int64_t cached, [[maybe_unused]] const std::int32_t* visible,
+                           [[maybe_unused]] const std::int32_t* visible_count, [[maybe_unused]] float* scores,
+                           [[maybe_unused]] std::int64_t ld_scores, [[maybe_unused]] float* out,
+                           [[maybe_unused]] std::int64_t ld_out_token, [[maybe_unused]] std::int64_t ld_out_member,
+                           [[maybe_unused]] AttentionPart part) {
   switch (hd) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPECDEC_CASE(NV)                                                                                                   \
   case 16 * NV:                                                                                                            \
     attention_rows_w16<NV>(q, row_begin, row_end, n, group, k, v, total, cached, visible, visible_count, scores, ld_scores, out,   \
@@ -260,45 +272,17 @@ bool attention_rows_avx512_any(const float* q, std::int64_t row_begin, std::int6
     SPECDEC_CASE(7)
     SPECDEC_CASE(8)
 #undef SPECDEC_CASE
-    default: return false;
+#endif
+    default: return false;  // another head size, or not x86: the 8-lane kernel
   }
 }
-
-}  // namespace
-
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                           std::int64_t group, std::int64_t hd, const float* k, const float* v, std::int64_t total,
-                           std::int64_t cached, const std::int32_t* visible, const std::int32_t* visible_count, float* scores,
-                           std::int64_t ld_scores, float* out, std::int64_t ld_out_token, std::int64_t ld_out_member,
-                           AttentionPart part) {
-  return attention_rows_avx512_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
-                                   ld_scores, out, ld_out_token, ld_out_member, part);
-}
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                           std::int64_t group, std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v,
-                           std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
-  return attention_rows_avx512_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
-                                   ld_scores, out, ld_out_token, ld_out_member, part);
-}
+template bool attention_rows_avx512<float>(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                           std::int64_t, const float*, const float*, std::int64_t, std::int64_t,
+                                           const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
+                                           std::int64_t, std::int64_t, AttentionPart);
+template bool attention_rows_avx512<std::uint16_t>(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                                   std::int64_t, const std::uint16_t*, const std::uint16_t*, std::int64_t,
+                                                   std::int64_t, const std::int32_t*, const std::int32_t*, float*,
+                                                   std::int64_t, float*, std::int64_t, std::int64_t, AttentionPart);
 
 }  // namespace specdec::models::detail
-
-#else
-
-namespace specdec::models::detail {
-bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, const float*,
-                           const float*,
-                           std::int64_t, std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t, float*,
-                           std::int64_t, std::int64_t, AttentionPart) {
-  return false;
-}
-bool attention_rows_avx512(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                           const std::uint16_t*, const std::uint16_t*, std::int64_t, std::int64_t, const std::int32_t*,
-                           const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t, AttentionPart) {
-  return false;
-}
-}  // namespace specdec::models::detail
-
-#endif

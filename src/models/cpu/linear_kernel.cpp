@@ -487,27 +487,22 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
   fn(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
 
-/// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (token i, group member g), r = i * group +
-/// g) is q[r * hd, +hd) (already scaled by 1/sqrt(hd)); keys and values are [total, hd] with total = cached + n; token i sees
-/// the cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i] (ascending: its ancestors and
-/// itself); scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16; row r's output goes to
-/// out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows in the call (see
-/// attention_rows_impl).
+/// See cpu_kernels.hpp; the AVX-512 kernel where the CPU has it, else the 8-lane one (attention_rows_any).
+template <class KV>
 void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
-                    std::int64_t hd,
-                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                    std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
-  attention_rows_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
-                     ld_out_token, ld_out_member, part);
-}
-
-void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
-                    std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v, std::int64_t total, std::int64_t cached,
+                    std::int64_t hd, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
                     const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
                     float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
   attention_rows_any(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
                      ld_out_token, ld_out_member, part);
 }
+template void attention_rows<float>(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                    const float*, const float*, std::int64_t, std::int64_t, const std::int32_t*,
+                                    const std::int32_t*, float*, std::int64_t, float*, std::int64_t, std::int64_t,
+                                    AttentionPart);
+template void attention_rows<std::uint16_t>(const float*, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                            std::int64_t, const std::uint16_t*, const std::uint16_t*, std::int64_t,
+                                            std::int64_t, const std::int32_t*, const std::int32_t*, float*, std::int64_t,
+                                            float*, std::int64_t, std::int64_t, AttentionPart);
 
 }  // namespace specdec::models::detail

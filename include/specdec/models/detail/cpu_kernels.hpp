@@ -26,16 +26,12 @@ struct AttentionPart {
 /// total = cached + n; token i sees the cached keys and the new keys cached + visible[i * n + a] for a < visible_count[i]
 /// (ascending: its ancestors and itself); scores is [rows, ld_scores] scratch with ld_scores >= total rounded up to 16;
 /// row r's output goes to out + i * ld_out_token + g * ld_out_member. Each row's result is independent of the other rows
-/// in the call.
+/// in the call. KV: float, or std::uint16_t for IEEE float16 keys and values (a half KV cache), each converted exactly to
+/// float as it is read, so the result equals the float call's over the same numbers, bit for bit (both instantiated in
+/// src/models/cpu/linear_kernel.cpp).
+template <class KV>
 void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
-                    std::int64_t hd,
-                    const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                    const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                    std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
-/// The same over IEEE float16 keys and values (a half KV cache): each is converted exactly to float as it is read, so the
-/// result equals attention_rows over float keys and values holding the same numbers, bit for bit.
-void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
-                    std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v, std::int64_t total, std::int64_t cached,
+                    std::int64_t hd, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
                     const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
                     float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
 
@@ -54,18 +50,15 @@ inline std::int64_t pack_visible_scores(float* row, std::int64_t cached, const s
   return padded;
 }
 
-/// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp), for hd a multiple of 16 up to 128; returns false
-/// (computing nothing) for other head sizes. Only where the CPU has AVX-512F; attention_rows chooses it.
+/// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp, which instantiates float and std::uint16_t),
+/// for hd a multiple of 16 up to 128; returns false (computing nothing) for other head sizes. Only where the CPU has
+/// AVX-512F; attention_rows chooses it.
+template <class KV>
 bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                           std::int64_t group, std::int64_t hd,
-                           const float* k, const float* v, std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part);
-bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
-                           std::int64_t group, std::int64_t hd, const std::uint16_t* k, const std::uint16_t* v,
-                           std::int64_t total, std::int64_t cached, const std::int32_t* visible,
-                           const std::int32_t* visible_count, float* scores, std::int64_t ld_scores, float* out,
-                           std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part);
+                           std::int64_t group, std::int64_t hd, const KV* k, const KV* v, std::int64_t total,
+                           std::int64_t cached, const std::int32_t* visible, const std::int32_t* visible_count,
+                           float* scores, std::int64_t ld_scores, float* out, std::int64_t ld_out_token,
+                           std::int64_t ld_out_member, AttentionPart part);
 
 /// out[r, i] = silu(gu[r, i]) * gu[r, f + i] = gu[r, i] / (1 + exp(-gu[r, i])) * gu[r, f + i] for rows [0, rows) (gu rows
 /// of 2f values, out rows of f). Element by element (exp to ~2e-7 relative), so each value is independent of the batch.
