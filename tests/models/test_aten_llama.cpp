@@ -134,9 +134,12 @@ TEST(AtenLlama, GreedySpeculativeEqualsPlainDecoding) {
 std::filesystem::path smollm2() { return std::filesystem::path(SPECDEC_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
 // Teacher-forced logits of the GGUF on `m` against the packed CPU forward: the same weights (dequantised here, in their
-// blocks there with 16-bit activations), so the same top-1 and logits within the activation quantisation's ~1e-2.
+// blocks there with 16-bit activations; float32 keys and values on both sides), so the same top-1 and logits within the
+// activation quantisation's ~1e-2.
 void check_against_packed(sm::AtenLlamaModel& m, double tolerance) {
-  auto ref = sm::load_llama_gguf(smollm2());
+  sm::LlamaOptions float_cache;
+  float_cache.kv_cache_half = false;
+  auto ref = sm::load_llama_gguf(smollm2(), float_cache);
   const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042, 30,
                                           378, 3458, 282, 4649, 314, 1345, 30, 378, 3458, 282, 2896, 314};
   const auto a = run(ref, ref.allocate_sequence(), text).logits;
