@@ -28,5 +28,6 @@ endif()
 
 # The torch-free CPU kernels (specdec::cpu): packed block-format products; also in the sanitizer build.
 if(TARGET specdec_cpu)
-  specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_packed_matrix.cpp LIBS specdec::cpu)
+  specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_packed_matrix.cpp
+                   ${CMAKE_CURRENT_LIST_DIR}/test_row_pool.cpp LIBS specdec::cpu)
 endif()
