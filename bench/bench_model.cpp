@@ -46,6 +46,7 @@
 #include "bandwidth.hpp"
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/detail/row_pool.hpp"
 #include "specdec/models/llama.hpp"
 
 namespace sm = specdec::models;
@@ -273,6 +274,22 @@ BENCHMARK(BM_PackedLinear)
     ->ArgNames({"isa", "rows", "planes", "copies"})
     ->ArgsProduct({{static_cast<std::int64_t>(sm::detail::best_cpu_isa())}, {1, 6}, {2}, {64}})
     ->Unit(benchmark::kMicrosecond);
+
+// The cost of one parallel step of the forward's thread pool with no work in it (the hand-off to the workers and the wait
+// for the last of them): run() with 16 chunks from the shared counter (kind 0), or run_ranges() over 64 units in pieces
+// of 4 (kind 1). A forward takes 2 such steps per product (the row step before it, the product) and 1-2 for attention.
+void BM_PoolStep(benchmark::State& state) {
+  static sm::detail::RowPool pool(g_threads);
+  std::atomic<std::int64_t> sink{0};
+  for (auto _ : state) {
+    if (state.range(0) == 0)
+      pool.run(16, [&](std::int64_t c) { sink.fetch_add(c, std::memory_order_relaxed); });
+    else
+      pool.run_ranges(64, 4, [&](std::int64_t b, std::int64_t) { sink.fetch_add(b, std::memory_order_relaxed); });
+  }
+  state.counters["threads"] = pool.size();
+}
+BENCHMARK(BM_PoolStep)->ArgName("kind")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
