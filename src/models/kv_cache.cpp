@@ -1,11 +1,14 @@
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/kv_cache.hpp"
+#include "specdec/models/detail/weight_arena.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 
 #include "specdec/sampling/status.hpp"
 
@@ -13,6 +16,19 @@ namespace specdec::models {
 
 namespace {
 using detail::fail;
+
+// A zeroed cache in huge pages (detail::allocate_huge_pages): a decode at a long context streams the whole cache once per
+// forward, like the weights.
+at::Tensor zeros_in_huge_pages(at::IntArrayRef sizes, bool half) {
+  std::int64_t numel = 1;
+  for (const auto s : sizes) numel *= s;
+  const auto bytes = static_cast<std::size_t>(numel) * (half ? 2u : 4u);
+  std::shared_ptr<std::byte> memory = detail::allocate_huge_pages(bytes);
+  std::memset(memory.get(), 0, bytes);
+  void* data = memory.get();
+  return at::from_blob(data, sizes, [memory](void*) mutable { memory.reset(); },
+                       at::TensorOptions().dtype(half ? at::kHalf : at::kFloat));
+}
 }  // namespace
 
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
@@ -24,16 +40,15 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   if (shape.initial_slots < 1) fail(fmt::format("KvCache: initial_slots: expected >= 1, got {}", shape.initial_slots));
   c10::NoGradGuard guard;
   capacity_ = shape.initial_capacity;
-  storage_ = at::zeros({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
-                       at::TensorOptions().dtype(shape.half ? at::kHalf : at::kFloat));
+  storage_ = zeros_in_huge_pages({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
+                                 shape.half);
   lengths_.assign(static_cast<std::size_t>(shape.initial_slots), 0);
   allocated_.assign(static_cast<std::size_t>(shape.initial_slots), false);
 }
 
 void KvCache::resize(std::int64_t slots, std::int64_t capacity) {
   c10::NoGradGuard guard;
-  at::Tensor grown = at::zeros({shape_.num_layers, 2, slots, shape_.num_kv_heads, capacity, shape_.head_dim},
-                               at::TensorOptions().dtype(shape_.half ? at::kHalf : at::kFloat));
+  at::Tensor grown = zeros_in_huge_pages({shape_.num_layers, 2, slots, shape_.num_kv_heads, capacity, shape_.head_dim}, shape_.half);
   if (storage_.defined()) {
     const std::int64_t old_slots = storage_.size(2);
     grown.narrow(2, 0, old_slots).narrow(4, 0, capacity_).copy_(storage_);

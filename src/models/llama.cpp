@@ -704,7 +704,7 @@ at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, 
 // become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float` (and cols a multiple
 // of 32) Q8_0 blocks packed like a file's.
 Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
-                    std::int64_t cols, bool quantize_float) {
+                    std::int64_t cols, bool quantize_float, detail::WeightArena& arena) {
   Linear lin;
   lin.cols = cols;
   std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
@@ -733,7 +733,7 @@ Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<s
       }
       Linear::Part part;
       try {
-        part.packed = detail::PackedMatrix::pack(src);
+        part.packed = detail::PackedMatrix::pack(src, &arena);
       } catch (const specdec::error& e) {
         fail(fmt::format("LlamaModel: {}", e.what()));
       }
@@ -850,9 +850,11 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   m.inv_freq = rope_inverse_frequencies(c, m.hd);
 
   const bool q8 = options.quantize_float_weights;
-  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8);
+  // The packed matrices one after another in huge-page slabs, in the order a forward reads them (detail::WeightArena).
+  detail::WeightArena arena;
+  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8, arena);
   m.tied = c.tie_word_embeddings || !get("lm_head.weight").present();
-  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8);
+  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8, arena);
   m.final_norm = fetch_vector(get, "model.norm.weight", m.H);
   m.layers.reserve(static_cast<std::size_t>(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -862,10 +864,10 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
     layer.ffn_norm = fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
     layer.wqkv = fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
                                     {p + "self_attn.v_proj.weight", m.kv_dim}},
-                              m.H, q8);
-    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim, q8);
-    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H, q8);
-    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F, q8);
+                              m.H, q8, arena);
+    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim, q8, arena);
+    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H, q8, arena);
+    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F, q8, arena);
     m.layers.push_back(std::move(layer));
   }
   KvCacheShape shape;

@@ -29,5 +29,6 @@ endif()
 # The torch-free CPU kernels (specdec::cpu): packed block-format products; also in the sanitizer build.
 if(TARGET specdec_cpu)
   specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_packed_matrix.cpp
-                   ${CMAKE_CURRENT_LIST_DIR}/test_row_pool.cpp LIBS specdec::cpu)
+                   ${CMAKE_CURRENT_LIST_DIR}/test_row_pool.cpp ${CMAKE_CURRENT_LIST_DIR}/test_weight_arena.cpp
+                   LIBS specdec::cpu)
 endif()

@@ -167,9 +167,7 @@ std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n) {
 
 bool can_pack(GgmlType type) noexcept { return format_info(type).source_block_elements != 0; }
 
-void PackedMatrix::Free::operator()(std::byte* p) const noexcept { std::free(p); }
-
-PackedMatrix PackedMatrix::pack(std::span<const Source> sources) {
+PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* arena) {
   if (sources.empty()) fail("PackedMatrix::pack: sources: expected at least one tensor, got none");
   const Source& first = sources.front();
   PackedMatrix m;
@@ -206,8 +204,15 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources) {
   const std::int64_t blocks = m.cols_ / m.block_;
   m.tile_bytes_ = blocks * m.layout_.tile_block_bytes();
   const auto total = static_cast<std::size_t>((m.tiles() * m.tile_bytes_ + 63) / 64 * 64);
-  m.data_.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<std::size_t>(total, 64))));
-  if (!m.data_) fail(fmt::format("tensor {}: cannot allocate {} bytes for the packed weights", first.name, total));
+  const std::size_t bytes = std::max<std::size_t>(total, 64);
+  if (arena != nullptr) {
+    m.data_ = arena->allocate(bytes);
+  } else if (bytes >= kHugePageBytes) {
+    m.data_ = allocate_huge_pages(bytes);
+  } else {
+    m.data_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(std::aligned_alloc(64, bytes)), [](std::byte* p) { std::free(p); });
+    if (!m.data_) fail(fmt::format("tensor {}: cannot allocate {} bytes for the packed weights", first.name, total));
+  }
   std::memset(m.data_.get(), 0, total);  // padding rows of the last tile: u = 0, d = 0, m = 0
 
   const Layout& L = m.layout_;

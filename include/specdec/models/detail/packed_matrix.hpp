@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/models/detail/weight_arena.hpp"
 #include "specdec/models/gguf.hpp"
 
 namespace specdec::models::detail {
@@ -102,7 +103,9 @@ class PackedMatrix {
   /// Stacks the sources' rows (in order) into one matrix. Every source must have a packable type (can_pack), the same type
   /// and the same cols, cols a multiple of the type's block, and data of exactly the size the shape needs; otherwise throws
   /// specdec::error naming the source, its type and what was expected.
-  static PackedMatrix pack(std::span<const Source> sources);
+  /// The packed tiles go into `arena` when given (a model's matrices one after another in huge-page slabs), otherwise into
+  /// memory of their own (huge pages from 2 MiB up).
+  static PackedMatrix pack(std::span<const Source> sources, WeightArena* arena = nullptr);
 
   bool empty() const noexcept { return rows_ == 0; }
   std::int64_t rows() const noexcept { return rows_; }
@@ -151,13 +154,10 @@ class PackedMatrix {
   const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const noexcept;
-  };
   GgmlType type_ = GgmlType::kF32;
   Layout layout_;
   std::int64_t rows_ = 0, cols_ = 0, block_ = 32, tile_bytes_ = 0;
-  std::unique_ptr<std::byte[], Free> data_;
+  std::shared_ptr<std::byte> data_;  // the tiles (shares its slab's ownership when carved from a WeightArena)
 };
 
 }  // namespace specdec::models::detail
