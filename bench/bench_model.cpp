@@ -185,7 +185,7 @@ void BM_Prefill(benchmark::State& state) {
 BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
-// cached keys, one thread, one layer per iteration (random data resident in cache): detail::attention_rows as the
+// cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the
 // forward calls it, over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
 // SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
 void BM_Attention(benchmark::State& state) {
@@ -202,27 +202,45 @@ void BM_Attention(benchmark::State& state) {
     count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
     for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
   }
+  // copies > 1: that many copies of the layer's keys and values used in turn, so each call reads them from memory (as a
+  // forward does, between whose layers the weights stream through the caches).
+  const std::int64_t copies = state.range(3), layer = kv * total * hd;
   auto run = [&](const auto* kp, const auto* vp) {
-    for (auto _ : state)
+    std::int64_t c = 0;
+    for (auto _ : state) {
       for (std::int64_t h = 0; h < kv; ++h)
-        sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, kp + h * total * hd, vp + h * total * hd,
-                                   total, context, visible.data(), count.data(), scores.data(), ld,
-                                   out.data() + h * group * hd, kv * group * hd, hd);
+        sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, kp + c * layer + h * total * hd,
+                                   vp + c * layer + h * total * hd, total, context, visible.data(), count.data(),
+                                   scores.data(), ld, out.data() + h * group * hd, kv * group * hd, hd);
+      c = c + 1 == copies ? 0 : c + 1;
+    }
+  };
+  auto replicate = [&](const auto& x) {
+    std::vector<std::decay_t<decltype(x[0])>> r;
+    for (std::int64_t c = 0; c < copies; ++c) r.insert(r.end(), x.begin(), x.end());
+    return r;
   };
   if (state.range(2) != 0) {
     std::vector<std::uint16_t> kh(k.size()), vh(v.size());
     sm::detail::floats_to_halves(k.data(), kh.data(), static_cast<std::int64_t>(k.size()));
     sm::detail::floats_to_halves(v.data(), vh.data(), static_cast<std::int64_t>(v.size()));
-    run(kh.data(), vh.data());
+    const auto kc = replicate(kh), vc = replicate(vh);
+    run(kc.data(), vc.data());
   } else {
-    run(k.data(), v.data());
+    const auto kc = replicate(k), vc = replicate(v);
+    run(kc.data(), vc.data());
   }
   state.counters["us_per_layer"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Attention)
-    ->ArgNames({"new_tokens", "context", "half"})
-    ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}})
+    ->ArgNames({"new_tokens", "context", "half", "copies"})
+    ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}, {1}})
+    ->Unit(benchmark::kMicrosecond);
+// The same from memory: 128 copies of a layer's cache at context 1024 (100 MB in float16), float16 only.
+BENCHMARK(BM_Attention)
+    ->ArgNames({"new_tokens", "context", "half", "copies"})
+    ->ArgsProduct({{1, 6}, {1024}, {1}, {128}})
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,
