@@ -42,6 +42,9 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   capacity_ = shape.initial_capacity;
   storage_ = zeros_in_huge_pages({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
                                  shape.half);
+  if (shape.key_blocks)
+    key_blocks_ = zeros_in_huge_pages(
+        {shape.num_layers, shape.initial_slots, shape.num_kv_heads, key_block_count(), shape.head_dim, 16}, shape.half);
   lengths_.assign(static_cast<std::size_t>(shape.initial_slots), 0);
   allocated_.assign(static_cast<std::size_t>(shape.initial_slots), false);
 }
@@ -54,6 +57,12 @@ void KvCache::resize(std::int64_t slots, std::int64_t capacity) {
     grown.narrow(2, 0, old_slots).narrow(4, 0, capacity_).copy_(storage_);
   }
   storage_ = std::move(grown);
+  if (key_blocks_.defined()) {  // blocks hold whole runs of 16 positions, so the old ones are a prefix of the new
+    at::Tensor blocks = zeros_in_huge_pages(
+        {shape_.num_layers, slots, shape_.num_kv_heads, (capacity + 15) / 16, shape_.head_dim, 16}, shape_.half);
+    blocks.narrow(1, 0, key_blocks_.size(1)).narrow(3, 0, key_blocks_.size(3)).copy_(key_blocks_);
+    key_blocks_ = std::move(blocks);
+  }
   capacity_ = capacity;
   lengths_.resize(static_cast<std::size_t>(slots), 0);
   allocated_.resize(static_cast<std::size_t>(slots), false);
@@ -137,15 +146,35 @@ void KvCache::keep_path(std::int64_t slot, std::int64_t prefix_length, std::span
     // Each destination position precedes its source (path[i] >= i) and sources are read before any write, so gather first.
     at::Tensor gathered = seq.index_select(3, index);
     seq.narrow(3, prefix_length + static_cast<std::int64_t>(first_moved), moved).copy_(gathered);
+    if (key_blocks_.defined())
+      for (std::int64_t l = 0; l < shape_.num_layers; ++l)
+        for (std::int64_t h = 0; h < shape_.num_kv_heads; ++h)
+          for (std::int64_t p = prefix_length + static_cast<std::int64_t>(first_moved);
+               p < prefix_length + static_cast<std::int64_t>(path.size()); ++p)
+            write_key_block(l, slot, h, p);
   }
   lengths_[static_cast<std::size_t>(slot)] = prefix_length + static_cast<std::int64_t>(path.size());
+}
+
+void KvCache::write_key_block(std::int64_t layer, std::int64_t slot, std::int64_t kv_head, std::int64_t position) noexcept {
+  const std::int64_t hd = shape_.head_dim, nkv = shape_.num_kv_heads;
+  const std::int64_t row = ((slot * nkv + kv_head) * capacity_ + position) * hd;
+  const std::int64_t block = ((slot * nkv + kv_head) * key_block_count() + position / 16) * hd * 16 + position % 16;
+  auto copy = [&](const auto* keys, auto* blocks) {
+    for (std::int64_t d = 0; d < hd; ++d) blocks[block + d * 16] = keys[row + d];
+  };
+  if (half())
+    copy(static_cast<const std::uint16_t*>(data_of(layer, 0)), static_cast<std::uint16_t*>(block_data_of(layer)));
+  else
+    copy(static_cast<const float*>(data_of(layer, 0)), static_cast<float*>(block_data_of(layer)));
 }
 
 at::Tensor KvCache::keys(std::int64_t layer) const { return storage_.select(0, layer).select(0, 0); }
 at::Tensor KvCache::values(std::int64_t layer) const { return storage_.select(0, layer).select(0, 1); }
 
 std::int64_t KvCache::bytes() const noexcept {
-  return storage_.defined() ? static_cast<std::int64_t>(storage_.numel()) * (half() ? 2 : 4) : 0;
+  const std::int64_t elements = (storage_.defined() ? storage_.numel() : 0) + (key_blocks_.defined() ? key_blocks_.numel() : 0);
+  return elements * (half() ? 2 : 4);
 }
 
 }  // namespace specdec::models

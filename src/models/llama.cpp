@@ -468,10 +468,16 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
     float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
+    // The key blocks of the sequence's slot (KvCache::key_block_data): the AVX-512 kernel scores from them directly.
+    const std::int64_t blocks_offset = s.slot * nkv * cache.key_block_count() * 16 * hd;
     auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {  // rows kh * rows + r
       for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
         const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
         const std::int64_t kv = seq_offset + kh * cap * hd;
+        const std::int64_t blocks = blocks_offset + kh * cache.key_block_count() * 16 * hd;
+        if (cache.has_key_blocks())
+          part.key_blocks = cache.half() ? static_cast<const void*>(cache.key_block_data_half(layer) + blocks)
+                                         : static_cast<const void*>(cache.key_block_data(layer) + blocks);
         if (cache.half())
           detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, cache.key_data_half(layer) + kv,
                                  cache.value_data_half(layer) + kv, total, s.cached, s.visible.data(),
@@ -602,6 +608,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
             rope_rotate(row + q_dim + kh * hd, kp + off, c, sn, half, 1.f);
             std::copy_n(row + q_dim + kv_dim + kh * hd, hd, vp + off);
           }
+          if (cache.has_key_blocks()) cache.write_key_block(static_cast<std::int64_t>(l), s.slot, kh, s.cached + i);
         }
       }
     }
@@ -876,6 +883,7 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   shape.head_dim = m.hd;
   shape.initial_capacity = std::max<std::int64_t>(options.initial_cache_capacity, 1);
   shape.initial_slots = std::max<std::int64_t>(options.initial_cache_slots, 1);
+  shape.key_blocks = true;  // the decode attention scores from transposed key blocks (KvCacheShape::key_blocks)
   shape.half = options.kv_cache_half;
   m.cache = KvCache(shape);
   m.rope_buf.resize(static_cast<std::size_t>(m.hd));

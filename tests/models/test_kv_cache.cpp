@@ -125,3 +125,65 @@ TEST(KvCache, RejectsBadShapes) {
   s.head_dim = 1;
   EXPECT_THROW(sm::KvCache{s}, specdec::error);
 }
+
+// KvCacheShape::key_blocks: every key written and copied into its block sits at [p / 16][d][p % 16] of its slot and kv
+// head, through slot and capacity growth and keep_path, for both element types.
+TEST(KvCache, KeyBlocksMirrorTheKeysThroughGrowthAndKeepPath) {
+  for (bool half : {false, true}) {
+    sm::KvCacheShape s;
+    s.num_layers = 2;
+    s.num_kv_heads = 3;
+    s.head_dim = 8;
+    s.initial_capacity = 20;
+    s.half = half;
+    s.key_blocks = true;
+    sm::KvCache c(s);
+    ASSERT_TRUE(c.has_key_blocks());
+    const std::int64_t a = c.allocate();
+    auto key_at = [&](std::int64_t layer, std::int64_t slot, std::int64_t h, std::int64_t p, std::int64_t d) -> double {
+      const std::int64_t i = ((slot * 3 + h) * c.capacity() + p) * 8 + d;
+      return half ? static_cast<double>(c.key_data_half(layer)[i]) : static_cast<double>(c.key_data(layer)[i]);
+    };
+    auto block_at = [&](std::int64_t layer, std::int64_t slot, std::int64_t h, std::int64_t p, std::int64_t d) -> double {
+      const std::int64_t i = ((slot * 3 + h) * c.key_block_count() + p / 16) * 8 * 16 + d * 16 + p % 16;
+      return half ? static_cast<double>(c.key_block_data_half(layer)[i]) : static_cast<double>(c.key_block_data(layer)[i]);
+    };
+    auto write = [&](std::int64_t slot, std::int64_t from, std::int64_t to, int salt) {
+      c.reserve(to);
+      for (std::int64_t l = 0; l < 2; ++l)
+        for (std::int64_t h = 0; h < 3; ++h)
+          for (std::int64_t p = from; p < to; ++p) {
+            for (std::int64_t d = 0; d < 8; ++d) {
+              const std::int64_t i = ((slot * 3 + h) * c.capacity() + p) * 8 + d;
+              const auto v = static_cast<std::uint16_t>((salt * 7919 + l * 1000 + h * 100 + p * 10 + d) % 30000);
+              if (half) c.key_data_half(l)[i] = v;
+              else c.key_data(l)[i] = static_cast<float>(v);
+            }
+            c.write_key_block(l, slot, h, p);
+          }
+      c.set_length(slot, to);
+    };
+    auto check = [&](std::int64_t slot, const char* when) {
+      for (std::int64_t l = 0; l < 2; ++l)
+        for (std::int64_t h = 0; h < 3; ++h)
+          for (std::int64_t p = 0; p < c.length(slot); ++p)
+            for (std::int64_t d = 0; d < 8; ++d)
+              ASSERT_EQ(block_at(l, slot, h, p, d), key_at(l, slot, h, p, d))
+                  << when << ": half " << half << " slot " << slot << " layer " << l << " head " << h << " position " << p;
+    };
+    write(a, 0, 18, 1);
+    check(a, "written");
+    write(a, 18, 70, 2);  // grows the capacity (20 -> 40 -> 80)
+    check(a, "after capacity growth");
+    const std::int64_t b = c.allocate();
+    const std::int64_t b2 = c.allocate();  // grows the slot count
+    write(b2, 0, 33, 3);
+    check(a, "after slot growth");
+    check(b2, "second slot");
+    (void)b;
+    const std::vector<std::int64_t> path = {0, 2, 5, 6};  // nodes written at [60, 70)
+    c.keep_path(a, 60, path);
+    check(a, "after keep_path");
+    EXPECT_EQ(c.length(a), 64);
+  }
+}

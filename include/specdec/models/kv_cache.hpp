@@ -26,6 +26,11 @@ struct KvCacheShape {
   std::int64_t initial_capacity = 64;  ///< positions per slot before the first growth (>= 1)
   std::int64_t initial_slots = 1;      ///< slots before the first growth (>= 1)
   bool half = false;                   ///< store IEEE float16 (half the bytes a forward reads) instead of float32
+  /// Also keep every key transposed in blocks of 16 positions ([blocks, head_dim, 16] per slot and kv head, the layout a
+  /// vector attention kernel scores 16 keys from), written by whoever writes a key (write_key_block) and kept in step by
+  /// keep_path and growth: a decode then reads its keys without transposing them again (half as many bytes again as
+  /// the keys).
+  bool key_blocks = false;
 };
 
 class KvCache {
@@ -73,6 +78,20 @@ class KvCache {
   }
   /// Whether the storage is float16 (KvCacheShape::half).
   bool half() const noexcept { return shape_.half; }
+  /// Whether keys are also kept in transposed blocks (KvCacheShape::key_blocks).
+  bool has_key_blocks() const noexcept { return key_blocks_.defined(); }
+  /// Layer `layer`'s key blocks, [num_slots, num_kv_heads, key_block_count(), head_dim, 16], float32 or float16 as the
+  /// storage (nullptr for the other type or without key blocks; invalidated by growth): key p of a slot and kv head is at
+  /// [p / 16][d][p % 16].
+  float* key_block_data(std::int64_t layer) const noexcept {
+    return has_key_blocks() && !half() ? static_cast<float*>(block_data_of(layer)) : nullptr;
+  }
+  std::uint16_t* key_block_data_half(std::int64_t layer) const noexcept {
+    return has_key_blocks() && half() ? static_cast<std::uint16_t*>(block_data_of(layer)) : nullptr;
+  }
+  std::int64_t key_block_count() const noexcept { return (capacity_ + 15) / 16; }
+  /// Copies key `position` of (layer, slot, kv head) from the keys into its block (after a writer stored it in keys()).
+  void write_key_block(std::int64_t layer, std::int64_t slot, std::int64_t kv_head, std::int64_t position) noexcept;
   /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim] (invalidated by growth).
   const at::Tensor& storage() const noexcept { return storage_; }
 
@@ -83,7 +102,7 @@ class KvCache {
   std::int64_t head_dim() const noexcept { return shape_.head_dim; }
   /// How many times the storage was reallocated (capacity or slot growth) since construction.
   std::int64_t num_reallocations() const noexcept { return reallocations_; }
-  /// Bytes held by the storage.
+  /// Bytes held by the storage (and the key blocks).
   std::int64_t bytes() const noexcept;
 
  private:
@@ -92,10 +111,15 @@ class KvCache {
     return static_cast<std::byte*>(storage_.data_ptr()) +
            (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim * (half() ? 2 : 4);
   }
+  void* block_data_of(std::int64_t layer) const noexcept {
+    return static_cast<std::byte*>(key_blocks_.data_ptr()) +
+           layer * num_slots() * shape_.num_kv_heads * key_block_count() * 16 * shape_.head_dim * (half() ? 2 : 4);
+  }
   void resize(std::int64_t slots, std::int64_t capacity);
 
   KvCacheShape shape_{};
   at::Tensor storage_;
+  at::Tensor key_blocks_;  // [num_layers, num_slots, num_kv_heads, blocks, head_dim, 16] with KvCacheShape::key_blocks
   std::int64_t capacity_ = 0;
   std::vector<std::int64_t> lengths_;   // per slot
   std::vector<bool> allocated_;         // per slot

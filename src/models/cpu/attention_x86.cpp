@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
 
@@ -161,25 +162,37 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   //    over it with its query elements broadcast (four rows at a time share each load), summing d = 0, 4, 8, ... into
   //    partial 0, d = 1, 5, ... into partial 1 and so on, then (p0 + p1) + (p2 + p3): the same steps for every row.
   alignas(64) float kt[hd * 16];
+  const KV* key_blocks = static_cast<const KV*>(part.key_blocks);
   for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 16) {
-    const KV* kp[16];
+    const float* ktp = kt;
+    if (key_blocks != nullptr) {  // the block as the cache keeps it (its lanes past `total` are never read as scores)
+      const KV* src = key_blocks + kb * hd;
+      if constexpr (std::is_same_v<KV, float>) {
+        ktp = src;
+      } else {
 #pragma GCC unroll 16
-    for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
+        for (int t = 0; t < hd; ++t) _mm512_store_ps(kt + t * 16, load16(src + t * 16));
+      }
+    } else {
+      const KV* kp[16];
+#pragma GCC unroll 16
+      for (int c = 0; c < 16; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
 #pragma GCC unroll 8
-    for (int dc = 0; dc < NV; ++dc) {
-      __m512 rws[16];
+      for (int dc = 0; dc < NV; ++dc) {
+        __m512 rws[16];
 #pragma GCC unroll 16
-      for (int c = 0; c < 16; ++c) rws[c] = load16(kp[c] + 16 * dc);
-      transpose16(rws);
+        for (int c = 0; c < 16; ++c) rws[c] = load16(kp[c] + 16 * dc);
+        transpose16(rws);
 #pragma GCC unroll 16
-      for (int t = 0; t < 16; ++t) _mm512_store_ps(kt + (16 * dc + t) * 16, rws[t]);
+        for (int t = 0; t < 16; ++t) _mm512_store_ps(kt + (16 * dc + t) * 16, rws[t]);
+      }
     }
     std::int64_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4) score_rows<NV, 4>(q, r, kt, scores + kb, ld_scores);
+    for (; r + 4 <= row_end; r += 4) score_rows<NV, 4>(q, r, ktp, scores + kb, ld_scores);
     switch (row_end - r) {
-      case 3: score_rows<NV, 3>(q, r, kt, scores + kb, ld_scores); break;
-      case 2: score_rows<NV, 2>(q, r, kt, scores + kb, ld_scores); break;
-      case 1: score_rows<NV, 1>(q, r, kt, scores + kb, ld_scores); break;
+      case 3: score_rows<NV, 3>(q, r, ktp, scores + kb, ld_scores); break;
+      case 2: score_rows<NV, 2>(q, r, ktp, scores + kb, ld_scores); break;
+      case 1: score_rows<NV, 1>(q, r, ktp, scores + kb, ld_scores); break;
       default: break;
     }
   }

@@ -19,6 +19,10 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
 struct AttentionPart {
   enum Kind { kAll, kScores, kFinish } kind = kAll;
   std::int64_t key_begin = 0, key_end = 0;
+  /// Optional: the same keys also transposed in blocks of 16 positions (KvCache's key blocks of this slot and kv head:
+  /// key p at [p / 16][d][p % 16], of the keys' element type). The AVX-512 kernel then reads each block instead of
+  /// transposing 16 keys itself; the transposition is exact, so the result does not change.
+  const void* key_blocks = nullptr;
 };
 
 /// Attention for query rows [row_begin, row_end) of one kv head: row r (ordered (token i, group member g) of `group`
