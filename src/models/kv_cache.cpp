@@ -174,7 +174,7 @@ at::Tensor KvCache::values(std::int64_t layer) const { return storage_.select(0,
 
 std::int64_t KvCache::bytes() const noexcept {
   const std::int64_t elements = (storage_.defined() ? storage_.numel() : 0) + (key_blocks_.defined() ? key_blocks_.numel() : 0);
-  return elements * (half() ? 2 : 4);
+  return elements * element_bytes();
 }
 
 }  // namespace specdec::models

@@ -468,25 +468,25 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
     float* out = attn.data_ptr<float>() + s.start * q_dim;
     float* sc = scores_buf.data();
-    // The key blocks of the sequence's slot (KvCache::key_block_data): the AVX-512 kernel scores from them directly.
-    const std::int64_t blocks_offset = s.slot * nkv * cache.key_block_count() * 16 * hd;
-    auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {  // rows kh * rows + r
+    const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;  // a kv head's key blocks (KvCache::key_block_data)
+    // keys, values: the layer's cache (float32 or float16); blocks: its key blocks, or nullptr.
+    auto run_head_rows = [&](const auto* keys, const auto* values, const auto* blocks, std::int64_t begin, std::int64_t end,
+                             detail::AttentionPart part) {  // rows kh * rows + r
       for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
         const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
         const std::int64_t kv = seq_offset + kh * cap * hd;
-        const std::int64_t blocks = blocks_offset + kh * cache.key_block_count() * 16 * hd;
-        if (cache.has_key_blocks())
-          part.key_blocks = cache.half() ? static_cast<const void*>(cache.key_block_data_half(layer) + blocks)
-                                         : static_cast<const void*>(cache.key_block_data(layer) + blocks);
-        if (cache.half())
-          detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, cache.key_data_half(layer) + kv,
-                                 cache.value_data_half(layer) + kv, total, s.cached, s.visible.data(),
-                                 s.visible_count.data(), sc + kh * rows * ld, ld, out + kh * group * hd, q_dim, hd, part);
-        else
-          detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, cache.key_data(layer) + kv,
-                                 cache.value_data(layer) + kv, total, s.cached, s.visible.data(), s.visible_count.data(),
-                                 sc + kh * rows * ld, ld, out + kh * group * hd, q_dim, hd, part);
+        if (blocks != nullptr) part.key_blocks = blocks + (s.slot * nkv + kh) * head_blocks;
+        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, keys + kv, values + kv, total, s.cached,
+                               s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld, out + kh * group * hd,
+                               q_dim, hd, part);
       }
+    };
+    auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
+      if (cache.half())
+        run_head_rows(cache.key_data_half(layer), cache.value_data_half(layer), cache.key_block_data_half(layer), begin, end,
+                      part);
+      else
+        run_head_rows(cache.key_data(layer), cache.value_data(layer), cache.key_block_data(layer), begin, end, part);
     };
     // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
     const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
@@ -883,7 +883,8 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   shape.head_dim = m.hd;
   shape.initial_capacity = std::max<std::int64_t>(options.initial_cache_capacity, 1);
   shape.initial_slots = std::max<std::int64_t>(options.initial_cache_slots, 1);
-  shape.key_blocks = true;  // the decode attention scores from transposed key blocks (KvCacheShape::key_blocks)
+  // Keys also in transposed blocks where the attention kernel scores from them (KvCacheShape::key_blocks).
+  shape.key_blocks = detail::attention_reads_key_blocks(m.hd);
   shape.half = options.kv_cache_half;
   m.cache = KvCache(shape);
   m.rope_buf.resize(static_cast<std::size_t>(m.hd));

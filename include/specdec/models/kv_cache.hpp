@@ -107,13 +107,14 @@ class KvCache {
 
  private:
   void check_slot(std::int64_t slot, const char* what) const;
+  std::int64_t element_bytes() const noexcept { return half() ? 2 : 4; }
   void* data_of(std::int64_t layer, std::int64_t which) const noexcept {
     return static_cast<std::byte*>(storage_.data_ptr()) +
-           (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim * (half() ? 2 : 4);
+           (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim * element_bytes();
   }
   void* block_data_of(std::int64_t layer) const noexcept {
     return static_cast<std::byte*>(key_blocks_.data_ptr()) +
-           layer * num_slots() * shape_.num_kv_heads * key_block_count() * 16 * shape_.head_dim * (half() ? 2 : 4);
+           layer * num_slots() * shape_.num_kv_heads * key_block_count() * 16 * shape_.head_dim * element_bytes();
   }
   void resize(std::int64_t slots, std::int64_t capacity);
 

@@ -425,15 +425,11 @@ AttentionRowsFn<KV> select_attention_rows() {
   return &attention_rows_baseline<KV>;
 }
 
-// The AVX-512 kernel where the CPU has it (and SPECDEC_CPU_ISA does not rule it out), else the 8-lane one.
-template <class KV>
-void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
-                        std::int64_t hd, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
-                        const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
-                        float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+// Whether attention goes to the AVX-512 kernel: the CPU has it and SPECDEC_CPU_ISA (as for the packed products) does not
+// name another instruction set.
+bool attention_avx512() {
   static const bool avx512 = [] {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-    // SPECDEC_CPU_ISA (as for the packed products) set to anything but avx512-vnni keeps the 8-lane kernel.
     if (const char* isa = std::getenv("SPECDEC_CPU_ISA"); isa != nullptr && std::string_view(isa) != "avx512-vnni")
       return false;
     __builtin_cpu_init();
@@ -442,7 +438,16 @@ void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row
     return false;
 #endif
   }();
-  if (avx512 && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
+  return avx512;
+}
+
+// The AVX-512 kernel where the CPU has it (and SPECDEC_CPU_ISA does not rule it out), else the 8-lane one.
+template <class KV>
+void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n, std::int64_t group,
+                        std::int64_t hd, const KV* k, const KV* v, std::int64_t total, std::int64_t cached,
+                        const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
+                        float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part) {
+  if (attention_avx512() && attention_rows_avx512(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
                                       ld_scores, out, ld_out_token, ld_out_member, part))
     return;
   static const AttentionRowsFn<KV> fn = select_attention_rows<KV>();
@@ -473,6 +478,8 @@ void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n) {
 #endif
   for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_half(x[i]);
 }
+
+bool attention_reads_key_blocks(std::int64_t hd) { return attention_avx512() && hd % 16 == 0 && hd >= 16 && hd <= 128; }
 
 void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   static const SiluMulFn fn = select_silu_mul();

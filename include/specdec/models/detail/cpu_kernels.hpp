@@ -39,6 +39,10 @@ void attention_rows(const float* q, std::int64_t row_begin, std::int64_t row_end
                     const std::int32_t* visible, const std::int32_t* visible_count, float* scores, std::int64_t ld_scores,
                     float* out, std::int64_t ld_out_token, std::int64_t ld_out_member, AttentionPart part = {});
 
+/// Whether attention_rows over head size `hd` runs the AVX-512 kernel here, the one that reads AttentionPart::key_blocks
+/// (the 8-lane kernel transposes the keys itself): a cache keeps key blocks only where they are read.
+bool attention_reads_key_blocks(std::int64_t hd);
+
 /// out[i] = x[i] as IEEE float16, rounded to nearest even (float_to_half's bits for every value but NaN payloads; F16C
 /// where the CPU has it).
 void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n);
