@@ -36,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -186,7 +187,7 @@ BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kM
 
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
 // cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the
-// forward calls it, over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
+// forward calls it (with the key blocks where the kernel reads them), over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
 // SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
 void BM_Attention(benchmark::State& state) {
   const std::int64_t n = state.range(0), context = state.range(1), hd = 64, group = 3, kv = 3, rows = group * n;
@@ -205,13 +206,20 @@ void BM_Attention(benchmark::State& state) {
   // copies > 1: that many copies of the layer's keys and values used in turn, so each call reads them from memory (as a
   // forward does, between whose layers the weights stream through the caches).
   const std::int64_t copies = state.range(3), layer = kv * total * hd;
-  auto run = [&](const auto* kp, const auto* vp) {
+  // Key blocks as the forward's cache keeps them where the kernel reads them (KvCache's key blocks: key p of a kv head at
+  // [p / 16][d][p % 16]); the 8-lane kernel transposes the keys itself.
+  const bool blocks = sm::detail::attention_reads_key_blocks(hd);
+  const std::int64_t head_blocks = ld * hd;
+  auto run = [&](const auto* kp, const auto* vp, const auto* kb) {
     std::int64_t c = 0;
     for (auto _ : state) {
-      for (std::int64_t h = 0; h < kv; ++h)
+      for (std::int64_t h = 0; h < kv; ++h) {
+        sm::detail::AttentionPart part;
+        if (blocks) part.key_blocks = kb + (c * kv + h) * head_blocks;
         sm::detail::attention_rows(q.data() + h * rows * hd, 0, rows, n, group, hd, kp + c * layer + h * total * hd,
                                    vp + c * layer + h * total * hd, total, context, visible.data(), count.data(),
-                                   scores.data(), ld, out.data() + h * group * hd, kv * group * hd, hd);
+                                   scores.data(), ld, out.data() + h * group * hd, kv * group * hd, hd, part);
+      }
       c = c + 1 == copies ? 0 : c + 1;
     }
   };
@@ -220,15 +228,29 @@ void BM_Attention(benchmark::State& state) {
     for (std::int64_t c = 0; c < copies; ++c) r.insert(r.end(), x.begin(), x.end());
     return r;
   };
+  auto transposed = [&](const auto& x) {  // every copy's heads' key blocks, 64-byte aligned as the cache's
+    using T = std::decay_t<decltype(x[0])>;
+    const std::size_t bytes = static_cast<std::size_t>(copies * kv * head_blocks) * sizeof(T);
+    std::unique_ptr<T[], decltype(&std::free)> r(static_cast<T*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free);
+    for (std::int64_t c = 0; c < copies; ++c)
+      for (std::int64_t h = 0; h < kv; ++h)
+        for (std::int64_t p = 0; p < total; ++p)
+          for (std::int64_t d = 0; d < hd; ++d)
+            r[static_cast<std::size_t>((c * kv + h) * head_blocks + (p / 16 * hd + d) * 16 + p % 16)] =
+                x[static_cast<std::size_t>((h * total + p) * hd + d)];
+    return r;
+  };
   if (state.range(2) != 0) {
     std::vector<std::uint16_t> kh(k.size()), vh(v.size());
     sm::detail::floats_to_halves(k.data(), kh.data(), static_cast<std::int64_t>(k.size()));
     sm::detail::floats_to_halves(v.data(), vh.data(), static_cast<std::int64_t>(v.size()));
     const auto kc = replicate(kh), vc = replicate(vh);
-    run(kc.data(), vc.data());
+    const auto kbc = transposed(kh);
+    run(kc.data(), vc.data(), kbc.get());
   } else {
     const auto kc = replicate(k), vc = replicate(v);
-    run(kc.data(), vc.data());
+    const auto kbc = transposed(k);
+    run(kc.data(), vc.data(), kbc.get());
   }
   state.counters["us_per_layer"] = benchmark::Counter(static_cast<double>(state.iterations()) * 1e-6,
                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);

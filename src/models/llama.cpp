@@ -498,22 +498,24 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       // instead of taking whole heads (3 kv heads on 2 threads) or transposing the same keys once per chunk of rows;
       // then the softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the
       // split changes no bit.
-      // A decode (one token: one chunk of rows a kv head, whose keys it transposes once anyway) keeps the one-step path,
-      // which needs one pool step less.
+      // A decode splits too: its 3 chunks (one a kv head) would leave one of 2 threads two heads' keys and values, so
+      // past one key range it shares the keys by range and then finishes row by row (bench_model BM_Decode at context
+      // 1024, three rounds alternated: ms_attention 1.59-1.67 -> 1.46-1.51).
       constexpr std::int64_t kKeyRange = 256;
       const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
-      const bool split_keys = ranges >= 2 && s.n > 1;
+      const bool split_keys = ranges >= 2;
       if (split_keys)
         pool->run(nkv * ranges, [&](std::int64_t c) {  // every row of kv head kh against keys [k0, k0 + kKeyRange)
           const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
           run_rows(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
         });
-      // Chunks of a kv head's rows: whole tokens with all their group members, at most 3 tokens (9 rows for SmolLM2), so
-      // the rows of a chunk share every key block they transpose and every value they load (the members of a token and,
-      // over the cached context, every row of the chunk), and a 6-token verification still gives two threads 6 chunks.
+      // Chunks of a kv head's rows (a split decode's: single rows): whole tokens with all their group members, at most 3
+      // tokens (9 rows for SmolLM2), so the rows of a chunk share every key block they transpose and every value they
+      // load (the members of a token and, over the cached context, every row of the chunk), and a 6-token verification
+      // still gives two threads 6 chunks.
       // (bench_model's ms_attention at 6 tokens: one token per chunk was 15-30% slower; whole kv heads, 3 chunks, within
       // noise of 3 tokens.)
-      const std::int64_t piece = std::min<std::int64_t>(s.n, 3) * group;
+      const std::int64_t piece = s.n == 1 && split_keys ? 1 : std::min<std::int64_t>(s.n, 3) * group;
       const std::int64_t per_head = (rows + piece - 1) / piece;
       pool->run(nkv * per_head, [&](std::int64_t c) {
         const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
