@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/chat_template.hpp"
@@ -65,6 +66,7 @@ struct Options {
   bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
+  std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   bool tree = false;
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
@@ -415,6 +417,14 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.sampled = o.adaptive_all;
   const bool adaptive = o.adaptive && (params.greedy() || o.adaptive_all);  // what the run does
+  if (adaptive && proposer != "none" && o.cost_model == "profile") {
+    // The policy's cost model profiled once before the runs (specdec/decoder/cost_profile.hpp), not learned from them.
+    const auto profile = specdec::decoder::profile_forward_seconds(target, o.num_speculative_tokens + 1);
+    std::string ratios;
+    for (const double s : profile) ratios += fmt::format(" {:.2f}", s / profile[0]);
+    fmt::print(stderr, "specdec-generate: verification cost profiled, 1..{} rows / 1 row:{}\n", profile.size(), ratios);
+    spec_options.adaptive.forward_seconds = specdec::decoder::forward_cost_from_profile(profile);
+  }
   spec_options.measure_expected_acceptance = o.expected_acceptance;
   spec_options.detokenize = specdec::decoder::make_detokenizer(tokenizer);
   DecoderOptions base_options = spec_options;
@@ -567,6 +577,10 @@ int main(int argc, char** argv) {
                                 "a seed then depend on the g chosen)");
   app.add_flag("--fixed-g,--no-adaptive", o.fixed_g, "draft exactly g tokens every step (turn the adaptive policy off)")
       ->excludes(adaptive);
+  app.add_option("--cost-model", o.cost_model,
+                 "adaptive policy: the target's verification cost per row count, profile (timed once before the runs, "
+                 "as vLLM profiles at startup) or learned (from the run's own steps)")
+      ->check(CLI::IsMember({"profile", "learned"}));
   app.add_option("--probe-backoff", o.probe_backoff,
                  "adaptive policy: each rejected one-draft probe of a request at g = 0 doubles the plain steps before "
                  "the next, up to this many probe intervals (16 steps each); 1 = a probe every 16 plain steps")

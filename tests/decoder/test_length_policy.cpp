@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "common.hpp"
+#include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/length_policy.hpp"
 #include "specdec/proposers/synthetic.hpp"
 #include "specdec/sampling/theory.hpp"
@@ -357,6 +359,74 @@ TEST(SyntheticProposer, DraftsAreAcceptedAtTheChosenRate) {
   }
   EXPECT_THROW(sp::SyntheticProposer(64, 1.5), specdec::error);
   EXPECT_THROW(sp::SyntheticProposer(1, 0.5), specdec::error);
+}
+
+
+// A CausalLM that records what the profiler asks of it (no arithmetic, so nothing below depends on timings).
+struct RecordingModel {
+  std::int64_t vocab = 50, allocated = 0, freed = 0, length = 0, throw_at = -1;
+  std::vector<std::int64_t> rows;        // new rows of each forward
+  std::vector<std::int64_t> truncated;   // lengths truncated to
+  std::int64_t vocab_size() const { return vocab; }
+  specdec::models::ForwardOutput forward(const specdec::models::ForwardBatch& b) {
+    if (static_cast<std::int64_t>(rows.size()) == throw_at) throw std::runtime_error("forward failed");
+    EXPECT_EQ(b.slots.size(), 1u);
+    EXPECT_EQ(b.cu_num_tokens.size(), 2u);
+    for (const auto t : b.token_ids) EXPECT_TRUE(t >= 0 && t < vocab);
+    rows.push_back(static_cast<std::int64_t>(b.token_ids.size()));
+    length += rows.back();
+    return {};
+  }
+  std::int64_t allocate_sequence() { return ++allocated; }
+  void free_sequence(std::int64_t) { ++freed; }
+  void truncate(std::int64_t, std::int64_t l) {
+    truncated.push_back(l);
+    length = l;
+  }
+};
+static_assert(specdec::models::CausalLM<RecordingModel>);
+
+TEST(CostProfile, TimesEverySizeInInterleavedRoundsAndReleasesTheSlot) {
+  RecordingModel m;
+  const auto p = sd::profile_forward_seconds(m, 5, 32, 3);
+  ASSERT_EQ(p.size(), 5u);
+  for (std::size_t i = 1; i < p.size(); ++i) EXPECT_GE(p[i], p[i - 1]) << i;  // non-decreasing
+  EXPECT_GT(p[0], 0.0);
+  // the context once, then a warm-up round and 3 rounds of sizes 1..5 in turn, each rolled back to the context
+  ASSERT_EQ(m.rows.size(), 1u + 4u * 5u);
+  EXPECT_EQ(m.rows[0], 32);
+  for (std::size_t i = 1; i < m.rows.size(); ++i) EXPECT_EQ(m.rows[i], static_cast<std::int64_t>((i - 1) % 5 + 1)) << i;
+  ASSERT_EQ(m.truncated.size(), 20u);
+  for (const auto l : m.truncated) EXPECT_EQ(l, 32);
+  EXPECT_EQ(m.allocated, 1);
+  EXPECT_EQ(m.freed, 1);
+}
+
+TEST(CostProfile, ReleasesTheSlotWhenAForwardThrows) {
+  RecordingModel m;
+  m.throw_at = 3;
+  EXPECT_THROW(sd::profile_forward_seconds(m, 4, 8, 2), std::runtime_error);
+  EXPECT_EQ(m.allocated, 1);
+  EXPECT_EQ(m.freed, 1);
+}
+
+TEST(CostProfile, CostFunctionReadsTheProfileAndExtendsItByTheLastSlope) {
+  const auto f = sd::forward_cost_from_profile({1.0, 1.1, 1.3, 1.6});
+  EXPECT_DOUBLE_EQ(f(1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(f(1, 3), 1.3);
+  EXPECT_DOUBLE_EQ(f(2, 4), 1.6);  // rows of the whole batch
+  EXPECT_DOUBLE_EQ(f(1, 6), 1.6 + 2 * 0.3);
+  EXPECT_DOUBLE_EQ(f(1, 0), 1.0);
+  const auto one = sd::forward_cost_from_profile({2.0});
+  EXPECT_DOUBLE_EQ(one(1, 3), 6.0);
+  // the policy over a profile: cheap rows up to 4, expensive after, all drafts accepted -> stops where the rows jump
+  sd::AcceptanceEstimate all;
+  for (int i = 0; i < 60; ++i) all.observe(8, 8);
+  std::vector<double> tokens(9);
+  all.expected_tokens(tokens);
+  const sd::LengthChoice c{8, false, 1.0, tokens};
+  const auto jump = sd::forward_cost_from_profile({1.0, 1.05, 1.1, 1.15, 3.0, 3.1, 3.2, 3.3, 3.4});
+  EXPECT_EQ(sd::choose_draft_lengths({&c, 1}, jump, 0.0)[0], 3);
 }
 
 }  // namespace
