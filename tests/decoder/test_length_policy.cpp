@@ -245,6 +245,36 @@ TEST(DecoderAdaptive, PlainStepsAndProbesWhenDraftsAreNeverAccepted) {
   }
 }
 
+TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
+  // Drafts accepted at first (a long record of tested positions), then none until the request has gone plain, then
+  // all. The first accepted probe is followed by probes on the next plain steps, so the estimate climbs back within a
+  // few steps instead of one probe per probe_interval (16).
+  Fixture f(1, 400);
+  auto p = f.synthetic(0.9);
+  // a costly verification (each draft half a forward), so one accepted probe does not make drafting pay again
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.5));
+  const auto id = dec.add_request(f.requests[0]);
+  std::int64_t steps = 0;
+  auto run = [&](std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i, ++steps) ASSERT_TRUE(dec.step().empty()) << steps;
+  };
+  run(20);
+  p.set_alpha(0.0);
+  run(60);
+  p.set_alpha(1.0);
+  bool done = false;
+  while (!done && steps < 1000) {
+    done = !dec.step().empty();
+    ++steps;
+  }
+  ASSERT_TRUE(done);
+  const auto res = dec.take_result(id);
+  EXPECT_EQ(res.tokens, f.reference[0]);
+  // Deterministic (synthetic draws, a fixed cost model): 180 steps; with one probe per interval after an accepted
+  // probe, 206. Most of the rest is the backoff's wait for the first probe after the switch.
+  EXPECT_LE(steps, 190);
+}
+
 TEST(DecoderAdaptive, FullLengthWhenDraftsAreAlwaysAccepted) {
   Fixture f(1, 80);
   auto p = f.synthetic(1.0);

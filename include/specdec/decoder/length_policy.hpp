@@ -17,7 +17,8 @@
 // With these estimates, one request with a constant h = a is Leviathan's walltime_improvement(a, g, c, r(g)) with
 // c = d / F(1, 1) and r(g) = F(1, 1 + g) / F(1, 1) (theory.hpp). A request whose best g is 0 decodes plainly and, after
 // probe_interval such steps, drafts one token to refresh its estimate, so it returns to drafting when the text starts
-// to repeat; each rejected probe doubles the wait (up to probe_backoff intervals), an accepted draft resets it.
+// to repeat; each rejected probe doubles the wait (up to probe_backoff intervals), an accepted draft resets it, and an
+// accepted probe is followed by another on the next plain step, so the estimate climbs back in a few steps.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +52,8 @@ struct AdaptiveSpeculation {
   /// A request at g = 0 drafts one token after this many plain steps, to learn whether drafting pays again.
   std::int32_t probe_interval = 16;
   /// Each rejected probe doubles the plain steps before the next one, up to probe_backoff * probe_interval; any accepted
-  /// draft brings the wait back to probe_interval. A probe for which the proposer finds nothing to draft costs a plain
+  /// draft brings the wait back to probe_interval, and an accepted probe makes the next plain step probe again (a
+  /// rejected one after it waits probe_interval). A probe for which the proposer finds nothing to draft costs a plain
   /// step and is tried again the next step. 1: a probe every probe_interval plain steps. (On text that never repeats,
   /// e.g. chat, fixed probes cost about (r(2) - 1) / probe_interval of the plain speed: 1-3% on the bundled model.)
   std::int32_t probe_backoff = 8;

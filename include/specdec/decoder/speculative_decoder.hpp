@@ -439,6 +439,7 @@ class SpeculativeDecoder {
       if (chosen[b] > 0) {
         r.plain_steps = 0;
         r.probing = false;
+        r.probe_wait = std::max(r.probe_wait, a.probe_interval);  // drafting again: the next plain stretch waits in full
       } else if (++r.plain_steps >= r.probe_wait) {
         chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
         r.probing = true;
@@ -451,10 +452,16 @@ class SpeculativeDecoder {
     if (k == 0) return;  // nothing tested (a probe that found nothing to draft stays due)
     const AdaptiveSpeculation& a = options_.adaptive;
     if (n_acc > 0) {
-      r.probe_wait = a.probe_interval;
-    } else if (r.probing) {  // a rejected probe: wait twice as long, up to probe_backoff intervals
-      r.probe_wait = static_cast<std::int32_t>(std::min<std::int64_t>(
-          2 * static_cast<std::int64_t>(r.probe_wait), static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
+      // An accepted probe is followed by another one the next plain step, so a request whose text starts to repeat
+      // builds its estimate back up in a few steps instead of one probe per probe_interval.
+      r.probe_wait = r.probing ? 1 : a.probe_interval;
+    } else if (r.probing) {  // a rejected probe: wait twice as long, up to probe_backoff intervals (after a run of
+                             // accepted ones, one interval)
+      r.probe_wait = r.probe_wait < a.probe_interval
+                         ? a.probe_interval
+                         : static_cast<std::int32_t>(std::min<std::int64_t>(
+                               2 * static_cast<std::int64_t>(r.probe_wait),
+                               static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
     }
     if (r.probing) {
       r.probing = false;
