@@ -11,6 +11,7 @@
 #include <string_view>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/float16.hpp"
@@ -211,6 +212,11 @@ template <int NT>
 
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 
+// Software prefetch distances of the attention (keys ahead in the scores' pass, values ahead in the weighted sum): a
+// forward's weights evict the KV cache between layers, so it is read from memory (attention_x86.cpp's note).
+constexpr std::int64_t kPrefetchKeys = 32, kPrefetchValues = 16;
+constexpr std::int64_t kMaxConvertedHead = 256;  // head sizes whose float16 key blocks are converted once per block
+
 template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, read through load8's exact conversion
 [[gnu::always_inline]] inline void attention_rows_impl(const float* q, std::int64_t row_begin, std::int64_t row_end,
                                                        std::int64_t n, std::int64_t group, std::int64_t hd, const KV* k, const KV* v,
@@ -225,22 +231,45 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
   for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 8) {
     const KV* kp[8];
     for (int c = 0; c < 8; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
-    for (std::int64_t r = row_begin; r < row_end; ++r) {
-      const float* qr = q + r * hd;
-      v8 acc[8];
-      for (int c = 0; c < 8; ++c) acc[c] = v8{};
-      std::int64_t d = 0;
-      for (; d + 8 <= hd; d += 8) {
-        const v8 qv = load8(qr + d);
-        for (int c = 0; c < 8; ++c) acc[c] += qv * load8(kp[c] + d);
+    if (kb + kPrefetchKeys + 8 <= total)  // the keys read kPrefetchKeys ahead (the cache comes from memory: see below)
+      for (std::size_t off = 0; off < 8 * hd * sizeof(KV); off += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(k + (kb + kPrefetchKeys) * hd) + off);
+    // (always inline: a lambda does not take the enclosing function's target attribute otherwise)
+    auto score_rows = [&](const auto* const* keys) __attribute__((always_inline)) {
+      for (std::int64_t r = row_begin; r < row_end; ++r) {
+        const float* qr = q + r * hd;
+        v8 acc[8];
+        for (int c = 0; c < 8; ++c) acc[c] = v8{};
+        std::int64_t d = 0;
+        for (; d + 8 <= hd; d += 8) {
+          const v8 qv = load8(qr + d);
+          for (int c = 0; c < 8; ++c) acc[c] += qv * load8(keys[c] + d);
+        }
+        if (d < hd) {
+          const v8 qv = load_partial(qr + d, hd - d);
+          for (int c = 0; c < 8; ++c) acc[c] += qv * load_partial(keys[c] + d, hd - d);
+        }
+        const v8 sv = reduce8(acc);
+        std::memcpy(scores + r * ld_scores + kb, &sv, sizeof sv);
       }
-      if (d < hd) {
-        const v8 qv = load_partial(qr + d, hd - d);
-        for (int c = 0; c < 8; ++c) acc[c] += qv * load_partial(kp[c] + d, hd - d);
+    };
+    if constexpr (std::is_same_v<KV, std::uint16_t>) {
+      // float16 keys: the block's 8 keys converted once (exactly) for every row, not once per row
+      if (hd % 8 == 0 && hd <= kMaxConvertedHead && row_end - row_begin > 1) {
+        alignas(32) float converted[8 * kMaxConvertedHead];
+        const float* kf[8];
+        for (int c = 0; c < 8; ++c) {
+          kf[c] = converted + c * hd;
+          for (std::int64_t d = 0; d < hd; d += 8) {
+            const v8 x = load8(kp[c] + d);
+            std::memcpy(converted + c * hd + d, &x, sizeof x);
+          }
+        }
+        score_rows(kf);
+        continue;
       }
-      const v8 sv = reduce8(acc);
-      std::memcpy(scores + r * ld_scores + kb, &sv, sizeof sv);
     }
+    score_rows(kp);
   }
   if (part.kind == AttentionPart::kScores) return;
   // 2. softmax per row over the keys it sees, in place: the context, then its visible new keys moved down to follow it
@@ -275,8 +304,25 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
   };
   auto count_of = [&](std::int64_t r) { return cached + visible_count[r / group]; };
   if (hd % 8 == 0 && hd <= 128) {
-    auto sum_rows = [&]<int NV>() {
+    auto sum_rows = [&]<int NV>() __attribute__((always_inline)) {
+      // float16 values of the cached context converted once per chunk (exactly) for every row of the call
+      constexpr bool kHalf = std::is_same_v<KV, std::uint16_t>;
+      const bool convert = kHalf && row_end - row_begin > 1;
+      alignas(32) float converted[kHalf ? kValueChunk * NV * 8 : 1];
       for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
+        const std::int64_t context_end = std::min(cached, c0 + kValueChunk);
+        if constexpr (kHalf)
+          if (convert)
+            for (std::int64_t j = c0; j < context_end; ++j) {
+              const KV* vj = v + j * hd;
+              if (j + kPrefetchValues < cached)
+                for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
+                  __builtin_prefetch(reinterpret_cast<const char*>(vj + kPrefetchValues * hd) + off);
+              for (int e = 0; e < NV; ++e) {
+                const v8 x = load8(vj + 8 * e);
+                std::memcpy(converted + (j - c0) * hd + 8 * e, &x, sizeof x);
+              }
+            }
         for (std::int64_t r = row_begin; r < row_end; ++r) {
           const std::int64_t c1 = std::min(count_of(r), c0 + kValueChunk);
           if (c0 >= c1) continue;
@@ -284,9 +330,19 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
           float* o = out_row(r);
           v8 acc[NV];
           for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? v8{} : load8(o + 8 * e);
-          for (std::int64_t j = c0; j < c1; ++j) {
+          std::int64_t j = c0;
+          if (convert)
+            for (; j < std::min(c1, context_end); ++j) {
+              const float pj = p[j];
+              const float* vj = converted + (j - c0) * hd;
+              for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
+            }
+          for (; j < c1; ++j) {
             const float pj = p[j];
             const KV* vj = value(r, j);
+            if (j + kPrefetchValues < cached)
+              for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
+                __builtin_prefetch(reinterpret_cast<const char*>(vj + kPrefetchValues * hd) + off);
             for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
           }
           for (int e = 0; e < NV; ++e) std::memcpy(o + 8 * e, &acc[e], sizeof(v8));
