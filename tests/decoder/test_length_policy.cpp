@@ -432,6 +432,20 @@ TEST(CostProfile, TimesEverySizeInInterleavedRoundsAndReleasesTheSlot) {
   EXPECT_EQ(m.freed, 1);
 }
 
+// The same with a context window (models::HasMaxSequenceLength): the profile fits inside it.
+struct ShortWindowModel : RecordingModel {
+  std::int64_t window = 6;
+  std::int64_t max_sequence_length() const { return window; }
+};
+
+TEST(CostProfile, StaysInsideTheModelsContextWindow) {
+  ShortWindowModel m;
+  const auto p = sd::profile_forward_seconds(m, 9, 128, 1);
+  ASSERT_EQ(p.size(), 5u);  // at most window - 1 rows after at least one cached token
+  EXPECT_EQ(m.rows[0], 1);  // the context shrank to what is left
+  for (std::size_t i = 1; i < m.rows.size(); ++i) EXPECT_LE(m.rows[0] + m.rows[i], m.window) << i;
+}
+
 TEST(CostProfile, ReleasesTheSlotWhenAForwardThrows) {
   RecordingModel m;
   m.throw_at = 3;

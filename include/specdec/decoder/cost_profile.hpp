@@ -20,12 +20,18 @@ namespace specdec::decoder {
 
 /// Seconds of one forward of t = 1 .. max_rows new token rows (a chain) of one sequence after `context` cached tokens,
 /// median over `rounds` rounds that each time every size once (sizes interleaved, so a slow stretch of the host spreads
-/// over all of them), then made non-decreasing in t. Index t - 1 holds t rows. Uses one fresh cache slot of `target`,
-/// released before returning (also when a forward throws).
+/// over all of them), then made non-decreasing in t. Index t - 1 holds t rows (fewer than max_rows only where the
+/// model's context window is shorter than max_rows + 1). Uses one fresh cache slot of `target`, released before
+/// returning (also when a forward throws).
 template <models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
                                             int rounds = 5) {
   max_rows = std::max<std::int64_t>(max_rows, 1);
+  if constexpr (models::HasMaxSequenceLength<M>)  // a short context window: fewer cached tokens, and fewer rows if need be
+    if (const std::int64_t room = static_cast<std::int64_t>(target.max_sequence_length()); room > 0) {
+      max_rows = std::min(max_rows, std::max<std::int64_t>(room - 1, 1));
+      context = std::min(context, room - max_rows);
+    }
   context = std::max<std::int64_t>(context, 1);
   rounds = std::max(rounds, 1);
   const std::int64_t vocab = target.vocab_size();
