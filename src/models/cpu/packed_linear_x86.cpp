@@ -7,7 +7,7 @@
 // with vpmaddubsw + vpmaddwd (8-bit values go as two nibble halves there, so no 16-bit sum can saturate). The float stage
 // is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path.
 //
-// Each weight block is unpacked once per call for every token row of a group (up to 8 rows; more rows go in balanced
+// Each weight block is unpacked once per call for every token row of a group (up to 9 rows; more rows go in balanced
 // groups over the same tile while it is in L1), so the integer sums of the group's rows overlap in the pipeline.
 #include <algorithm>
 #include <cstring>
@@ -34,7 +34,8 @@ inline void for_token_groups(std::int64_t n, Fn&& fn) {
       case 5: fn.template operator()<5>(t0); break;
       case 6: fn.template operator()<6>(t0); break;
       case 7: if constexpr (MaxGroup >= 7) fn.template operator()<7>(t0); break;
-      default: if constexpr (MaxGroup >= 8) fn.template operator()<8>(t0); break;
+      case 8: if constexpr (MaxGroup >= 8) fn.template operator()<8>(t0); break;
+      default: if constexpr (MaxGroup >= 9) fn.template operator()<9>(t0); break;
     }
   }
 }
@@ -145,13 +146,13 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
 template <class F, int P>
 SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
   // One tile at a time (measured: interleaving 2-4 tiles' streams was up to 2x slower), every token group passing over it
-  // while it is in L1 (so a prefill reads each tile from memory once). Groups of up to 8 rows with either plane count:
-  // 8 rows x 2 planes of integer sums and 8 accumulators still fit the 32 zmm registers, and a 7- or 8-token
-  // verification then passes over each tile once (bench_model BM_Decode, 8 tokens at context 128, three rounds
-  // alternated: 7.47-8.36 -> 6.85-7.11 ms against groups of up to 6 with two planes; BM_PackedLinear 8 rows 225 -> 246
-  // GMAC/s).
+  // while it is in L1 (so a prefill reads each tile from memory once). Groups of up to 9 rows with either plane count:
+  // 9 rows x 2 planes of integer sums and 9 accumulators still fit the 32 zmm registers, and a verification of g <= 8
+  // drafts passes over each tile once (bench_model BM_Decode at context 128, alternated rounds, against groups of up to
+  // 6 with two planes: 8 tokens 7.47-8.36 -> 6.85-7.11 ms, BM_PackedLinear 8 rows 225 -> 246 GMAC/s; then 9 rows
+  // against groups of up to 8: 9.31-9.34 -> 7.88-7.92 ms).
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
-    for_token_groups<8>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, P, 1, NT>(a, t, t0); });
+    for_token_groups<9>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, P, 1, NT>(a, t, t0); });
 }
 
 // --- AVX2 ------------------------------------------------------------------------------------------------------------------
