@@ -520,6 +520,8 @@ void check_options(const DecoderOptions& o) {
     fail("DecoderOptions.adaptive.cost_decay: expected a value in (0, 1], got " + std::to_string(a.cost_decay));
   if (a.probe_interval < 1)
     fail("DecoderOptions.adaptive.probe_interval: expected >= 1, got " + std::to_string(a.probe_interval));
+  if (a.first_probe_interval < 1)
+    fail("DecoderOptions.adaptive.first_probe_interval: expected >= 1, got " + std::to_string(a.first_probe_interval));
   if (a.probe_backoff < 1)
     fail("DecoderOptions.adaptive.probe_backoff: expected >= 1, got " + std::to_string(a.probe_backoff));
   if (std::isnan(a.draft_seconds_per_position))

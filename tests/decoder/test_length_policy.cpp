@@ -208,40 +208,31 @@ struct Fixture {
 
 TEST(DecoderAdaptive, PlainStepsAndProbesWhenDraftsAreNeverAccepted) {
   Fixture f(1, 80);
-  // probe_backoff 1: two drafting steps bring the estimate down (prior 0.5, then 0.25, then below break-even), then
-  // one probe every 16 plain steps
-  {
+  // Probes after 4 plain steps (first_probe_interval), then after twice the wait each time one is rejected, up to
+  // probe_backoff * 16: with probe_backoff 1 after 4, 4 + 8, 4 + 8 + 16, then every 16; by default after 4, 12, 28, 60,
+  // 124, ... Two drafting steps first bring the estimate down (prior 0.5, then 0.25, then below break-even).
+  auto probes_due = [](std::int64_t plain, std::int64_t cap) {
+    std::int64_t probes = 0;
+    for (std::int64_t due = 4, wait = 4; due <= plain; wait = std::min<std::int64_t>(2 * wait, cap), due += wait) ++probes;
+    return probes;
+  };
+  for (const std::int32_t backoff : {1, 8}) {
+    SCOPED_TRACE(backoff);
     auto p = f.synthetic(0.0);
     sd::DecoderOptions o = Fixture::options(6, 0.2);
-    o.adaptive.probe_backoff = 1;
+    o.adaptive.probe_backoff = backoff;
     sd::SpeculativeDecoder dec(p, f.target, o);
     const auto res = dec.generate(f.requests);
     EXPECT_EQ(res[0].tokens, f.reference[0]);
     const auto& m = res[0].metrics;
     EXPECT_EQ(m.accepted, 0);
     const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
-    EXPECT_GE(m.steps_with_drafts, 2 + plain / 16);
-    EXPECT_LE(m.steps_with_drafts, 2 + plain / 16 + 1);
-    EXPECT_GE(m.steps_with_drafts, 5);              // probes happened
-    EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);  // a probe drafts one token
-  }
-  // the default backoff: each rejected probe doubles the wait, so the probes come after 16, 16 + 32, 16 + 32 + 64, ..
-  // plain steps
-  {
-    auto p = f.synthetic(0.0);
-    sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
-    const auto res = dec.generate(f.requests);
-    EXPECT_EQ(res[0].tokens, f.reference[0]);
-    const auto& m = res[0].metrics;
-    EXPECT_EQ(m.accepted, 0);
-    const std::int64_t plain = m.target_forwards - m.steps_with_drafts;
-    std::int64_t probes = 0;
-    for (std::int64_t due = 16, wait = 16; due <= plain; wait = std::min<std::int64_t>(2 * wait, 16 * 8), due += wait)
-      ++probes;
-    EXPECT_GE(plain, 48);  // the run reaches the second probe
+    const std::int64_t probes = probes_due(plain, 16 * backoff);
+    EXPECT_GE(plain, 60);  // the run reaches the fourth probe
     EXPECT_GE(m.steps_with_drafts, 2 + probes);
     EXPECT_LE(m.steps_with_drafts, 2 + probes + 1);
-    EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);
+    EXPECT_GE(m.steps_with_drafts, 5);              // probes happened
+    EXPECT_LE(m.drafted, 2 + m.steps_with_drafts);  // a probe drafts one token
   }
 }
 
@@ -270,8 +261,8 @@ TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
   ASSERT_TRUE(done);
   const auto res = dec.take_result(id);
   EXPECT_EQ(res.tokens, f.reference[0]);
-  // Deterministic (synthetic draws, a fixed cost model): 180 steps; with one probe per interval after an accepted
-  // probe, 206. Most of the rest is the backoff's wait for the first probe after the switch.
+  // Deterministic (synthetic draws, a fixed cost model): 176 steps; with one probe per interval after an accepted
+  // probe, 202. Most of the rest is the backoff's wait for the first probe after the switch.
   EXPECT_LE(steps, 190);
 }
 
@@ -341,6 +332,7 @@ TEST(DecoderAdaptive, OptOutAndOptIn) {
   for (auto bad : {+[](sd::DecoderOptions& x) { x.adaptive.acceptance_decay = 0; },
                    +[](sd::DecoderOptions& x) { x.adaptive.cost_decay = 1.5; },
                    +[](sd::DecoderOptions& x) { x.adaptive.probe_interval = 0; },
+                   +[](sd::DecoderOptions& x) { x.adaptive.first_probe_interval = 0; },
                    +[](sd::DecoderOptions& x) { x.adaptive.probe_backoff = 0; }}) {
     sd::DecoderOptions x;
     bad(x);

@@ -17,8 +17,9 @@
 // With these estimates, one request with a constant h = a is Leviathan's walltime_improvement(a, g, c, r(g)) with
 // c = d / F(1, 1) and r(g) = F(1, 1 + g) / F(1, 1) (theory.hpp). A request whose best g is 0 decodes plainly and, after
 // probe_interval such steps, drafts one token to refresh its estimate, so it returns to drafting when the text starts
-// to repeat; each rejected probe doubles the wait (up to probe_backoff intervals), an accepted draft resets it, and an
-// accepted probe is followed by another on the next plain step, so the estimate climbs back in a few steps.
+// to repeat (the first probe comes sooner, after first_probe_interval steps); each rejected probe doubles the wait (up
+// to probe_backoff intervals), an accepted draft resets it, and an accepted probe is followed by another on the next
+// plain step, so the estimate climbs back in a few steps.
 #pragma once
 
 #include <cstdint>
@@ -51,11 +52,15 @@ struct AdaptiveSpeculation {
   double cost_decay = 0.98;
   /// A request at g = 0 drafts one token after this many plain steps, to learn whether drafting pays again.
   std::int32_t probe_interval = 16;
-  /// Each rejected probe doubles the plain steps before the next one, up to probe_backoff * probe_interval; any accepted
-  /// draft brings the wait back to probe_interval, and an accepted probe makes the next plain step probe again (a
-  /// rejected one after it waits probe_interval). A probe for which the proposer finds nothing to draft costs a plain
-  /// step and is tried again the next step. 1: a probe every probe_interval plain steps. (On text that never repeats,
-  /// e.g. chat, fixed probes cost about (r(2) - 1) / probe_interval of the plain speed: 1-3% on the bundled model.)
+  /// The plain steps before a request's first probe, and the least wait after a rejected probe: a request that went
+  /// plain on its first few drafts (an answer's opening words, before it starts copying) looks again soon, since it has
+  /// little evidence yet.
+  std::int32_t first_probe_interval = 4;
+  /// Each rejected probe doubles the plain steps before the next one (at least first_probe_interval), up to
+  /// probe_backoff * probe_interval; any accepted draft that was not a probe brings the wait back to probe_interval, and
+  /// an accepted probe makes the next plain step probe again. A probe for which the proposer finds nothing to draft
+  /// costs a plain step and is tried again the next step. (On text that never repeats, e.g. chat, probes cost about
+  /// (r(2) - 1) per probe: 4, 12, 28, 60, 124, 252, ... plain steps in, 0.1-0.2% of the plain speed on the bundled model.)
   std::int32_t probe_backoff = 8;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;

@@ -92,7 +92,7 @@ class SpeculativeDecoder {
     Request r;
     r.id = next_id_;
     r.acceptance = AcceptanceEstimate(options_.adaptive.acceptance_decay);
-    r.probe_wait = options_.adaptive.probe_interval;
+    r.probe_wait = options_.adaptive.first_probe_interval;
     r.context = request.prompt;
     r.req = std::move(request);
     if (!r.req.stop_strings.empty()) r.stops = detail::StopMatcher(r.req.stop_strings);
@@ -439,7 +439,8 @@ class SpeculativeDecoder {
       if (chosen[b] > 0) {
         r.plain_steps = 0;
         r.probing = false;
-        r.probe_wait = std::max(r.probe_wait, a.probe_interval);  // drafting again: the next plain stretch waits in full
+        // drafting again after accepted probes: the next plain stretch waits in full
+        if (r.probe_wait < a.first_probe_interval) r.probe_wait = a.probe_interval;
       } else if (++r.plain_steps >= r.probe_wait) {
         chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
         r.probing = true;
@@ -455,13 +456,11 @@ class SpeculativeDecoder {
       // An accepted probe is followed by another one the next plain step, so a request whose text starts to repeat
       // builds its estimate back up in a few steps instead of one probe per probe_interval.
       r.probe_wait = r.probing ? 1 : a.probe_interval;
-    } else if (r.probing) {  // a rejected probe: wait twice as long, up to probe_backoff intervals (after a run of
-                             // accepted ones, one interval)
-      r.probe_wait = r.probe_wait < a.probe_interval
-                         ? a.probe_interval
-                         : static_cast<std::int32_t>(std::min<std::int64_t>(
-                               2 * static_cast<std::int64_t>(r.probe_wait),
-                               static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
+    } else if (r.probing) {  // a rejected probe: wait twice as long (at least first_probe_interval), up to
+                             // probe_backoff intervals
+      r.probe_wait = static_cast<std::int32_t>(
+          std::min<std::int64_t>(std::max<std::int64_t>(2 * static_cast<std::int64_t>(r.probe_wait), a.first_probe_interval),
+                                 static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
     }
     if (r.probing) {
       r.probing = false;
