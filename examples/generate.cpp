@@ -582,8 +582,8 @@ int main(int argc, char** argv) {
                  "as vLLM profiles at startup) or learned (from the run's own steps)")
       ->check(CLI::IsMember({"profile", "learned"}));
   app.add_option("--probe-backoff", o.probe_backoff,
-                 "adaptive policy: each rejected one-draft probe of a request at g = 0 doubles the plain steps before "
-                 "the next, up to this many probe intervals (16 steps each); 1 = a probe every 16 plain steps")
+                 "adaptive policy: a request at g = 0 drafts one token after 4 plain steps, and each rejected probe "
+                 "doubles the wait, up to this many probe intervals (16 steps each); 1 = after 4, 8, then every 16")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--verify", o.verify,
