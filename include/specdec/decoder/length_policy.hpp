@@ -50,7 +50,8 @@ struct AdaptiveSpeculation {
   double acceptance_decay = 0.9;
   /// The cost model's linear fits keep this weight of their past per observed step.
   double cost_decay = 0.98;
-  /// A request at g = 0 drafts one token after this many plain steps, to learn whether drafting pays again.
+  /// A request at g = 0 that has drafted with accepted drafts probes (drafts one token, to learn whether drafting pays
+  /// again) after this many plain steps.
   std::int32_t probe_interval = 16;
   /// The plain steps before a request's first probe, and the least wait after a rejected probe: a request that went
   /// plain on its first few drafts (an answer's opening words, before it starts copying) looks again soon, since it has
