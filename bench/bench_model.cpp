@@ -36,7 +36,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <filesystem>
 #include <fstream>
 #include <memory>

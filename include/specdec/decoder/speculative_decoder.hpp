@@ -372,6 +372,7 @@ class SpeculativeDecoder {
     std::int32_t plain_steps = 0;   // consecutive steps the adaptive policy chose g = 0
     std::int32_t probe_wait = 0;    // plain steps before the next probe (from AdaptiveSpeculation::probe_interval)
     bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
+    bool probe_accepted = false;    // the last probe was accepted: the next plain step probes again (probe_wait 1)
   };
 
   std::int64_t generated(const Request& r) const {
@@ -439,8 +440,10 @@ class SpeculativeDecoder {
       if (chosen[b] > 0) {
         r.plain_steps = 0;
         r.probing = false;
-        // drafting again after accepted probes: the next plain stretch waits in full
-        if (r.probe_wait < a.first_probe_interval) r.probe_wait = a.probe_interval;
+        if (r.probe_accepted) {  // drafting again after accepted probes: the next plain stretch waits in full
+          r.probe_wait = a.probe_interval;
+          r.probe_accepted = false;
+        }
       } else if (++r.plain_steps >= r.probe_wait) {
         chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
         r.probing = true;
@@ -456,11 +459,13 @@ class SpeculativeDecoder {
       // An accepted probe is followed by another one the next plain step, so a request whose text starts to repeat
       // builds its estimate back up in a few steps instead of one probe per probe_interval.
       r.probe_wait = r.probing ? 1 : a.probe_interval;
+      r.probe_accepted = r.probing;
     } else if (r.probing) {  // a rejected probe: wait twice as long (at least first_probe_interval), up to
                              // probe_backoff intervals
       r.probe_wait = static_cast<std::int32_t>(
           std::min<std::int64_t>(std::max<std::int64_t>(2 * static_cast<std::int64_t>(r.probe_wait), a.first_probe_interval),
                                  static_cast<std::int64_t>(a.probe_interval) * a.probe_backoff));
+      r.probe_accepted = false;
     }
     if (r.probing) {
       r.probing = false;

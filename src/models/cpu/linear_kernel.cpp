@@ -231,7 +231,7 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
   for (std::int64_t kb = kb_begin; part.kind != AttentionPart::kFinish && kb < kb_end; kb += 8) {
     const KV* kp[8];
     for (int c = 0; c < 8; ++c) kp[c] = k + std::min<std::int64_t>(kb + c, total - 1) * hd;
-    if (kb + kPrefetchKeys + 8 <= total)  // the keys read kPrefetchKeys ahead (the cache comes from memory: see below)
+    if (kb + kPrefetchKeys + 8 <= total)  // the keys read kPrefetchKeys ahead (the cache comes from memory)
       for (std::size_t off = 0; off < 8 * hd * sizeof(KV); off += 64)
         __builtin_prefetch(reinterpret_cast<const char*>(k + (kb + kPrefetchKeys) * hd) + off);
     // (always inline: a lambda does not take the enclosing function's target attribute otherwise)
@@ -309,15 +309,18 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
       constexpr bool kHalf = std::is_same_v<KV, std::uint16_t>;
       const bool convert = kHalf && row_end - row_begin > 1;
       alignas(32) float converted[kHalf ? kValueChunk * NV * 8 : 1];
+      auto prefetch_value = [&](std::int64_t j) __attribute__((always_inline)) {  // the cached value kPrefetchValues ahead
+        if (j + kPrefetchValues < cached)
+          for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(v + (j + kPrefetchValues) * hd) + off);
+      };
       for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
         const std::int64_t context_end = std::min(cached, c0 + kValueChunk);
         if constexpr (kHalf)
           if (convert)
             for (std::int64_t j = c0; j < context_end; ++j) {
               const KV* vj = v + j * hd;
-              if (j + kPrefetchValues < cached)
-                for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
-                  __builtin_prefetch(reinterpret_cast<const char*>(vj + kPrefetchValues * hd) + off);
+              prefetch_value(j);
               for (int e = 0; e < NV; ++e) {
                 const v8 x = load8(vj + 8 * e);
                 std::memcpy(converted + (j - c0) * hd + 8 * e, &x, sizeof x);
@@ -340,9 +343,7 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
           for (; j < c1; ++j) {
             const float pj = p[j];
             const KV* vj = value(r, j);
-            if (j + kPrefetchValues < cached)
-              for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
-                __builtin_prefetch(reinterpret_cast<const char*>(vj + kPrefetchValues * hd) + off);
+            prefetch_value(j);
             for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
           }
           for (int e = 0; e < NV; ++e) std::memcpy(o + 8 * e, &acc[e], sizeof(v8));
