@@ -14,9 +14,10 @@ if(TARGET specdec::models)
     set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)
   endforeach()
   # The float16 cache's attention on the 8-lane kernel too (the plain run takes AVX-512 where the CPU has it).
-  add_test(NAME AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues_avx2
-           COMMAND test_models_llama --gtest_filter=AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues)
-  set_tests_properties(AttentionRows.HalfKeysAndValuesGiveTheBitsOfTheirFloatValues_avx2 PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=avx2)
+  foreach(_test HalfKeysAndValuesGiveTheBitsOfTheirFloatValues EachRowGetsTheBitsItGetsAlone)
+    add_test(NAME AttentionRows.${_test}_avx2 COMMAND test_models_llama --gtest_filter=AttentionRows.${_test})
+    set_tests_properties(AttentionRows.${_test}_avx2 PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=avx2)
+  endforeach()
 
   # The Llama block on ATen ops (any device), against LlamaModel and through the decoder.
   if(TARGET specdec::decoder)

@@ -118,6 +118,54 @@ TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
       }
 }
 
+// Batch invariance at the kernel: a query row's output is the same bits whether the call computes it alone or beside
+// every other row of the call (whose count decides how the kernel groups rows, and whether a float16 cache's values are
+// converted once per chunk for all of them), for float16 and float32 caches.
+TEST(AttentionRows, EachRowGetsTheBitsItGetsAlone) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const std::int64_t hd : {64, 40})
+    for (const std::int64_t group : {1, 3, 4})
+      for (const std::int64_t n : {1, 2, 5, 9})
+        for (const std::int64_t cached : {0, 70, 300}) {
+          SCOPED_TRACE(testing::Message() << "hd " << hd << ", group " << group << ", n " << n << ", cached " << cached);
+          const std::int64_t rows = n * group, total = cached + n, ld = (total + 15) / 16 * 16;
+          std::vector<float> q(static_cast<std::size_t>(rows * hd));
+          for (auto& e : q) e = normal(rng) * 0.3f;
+          std::vector<std::uint16_t> kh = random_halves(static_cast<std::size_t>(total * hd), rng, 16);
+          std::vector<std::uint16_t> vh = random_halves(static_cast<std::size_t>(total * hd), rng, 20);
+          std::vector<float> kf(kh.size()), vf(vh.size());
+          for (std::size_t i = 0; i < kh.size(); ++i) kf[i] = sm::half_to_float(kh[i]);
+          for (std::size_t i = 0; i < vh.size(); ++i) vf[i] = normal(rng);
+          std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
+          for (std::int64_t i = 0; i < n; ++i) {  // a tree: token i sees itself and every even token before it
+            std::int32_t c = 0;
+            for (std::int64_t a = 0; a < i; a += 2) visible[static_cast<std::size_t>(i * n + c++)] = static_cast<std::int32_t>(a);
+            visible[static_cast<std::size_t>(i * n + c++)] = static_cast<std::int32_t>(i);
+            count[static_cast<std::size_t>(i)] = c;
+          }
+          auto run = [&](auto k, auto v, std::int64_t r0, std::int64_t r1) {
+            std::vector<float> scores(static_cast<std::size_t>(rows * ld)), out(static_cast<std::size_t>(n * group * hd), -7.f);
+            d::attention_rows(q.data(), r0, r1, n, group, hd, k, v, total, cached, visible.data(), count.data(),
+                              scores.data(), ld, out.data(), group * hd, hd);
+            return out;
+          };
+          auto check = [&](auto k, auto v, const char* cache) {
+            const std::vector<float> all = run(k, v, 0, rows);
+            for (std::int64_t r = 0; r < rows; ++r) {
+              const std::vector<float> alone = run(k, v, r, r + 1);
+              const std::size_t at = static_cast<std::size_t>((r / group) * group * hd + (r % group) * hd);
+              for (std::size_t e = 0; e < static_cast<std::size_t>(hd); ++e) {
+                ASSERT_FALSE(std::isnan(all[at + e]));
+                ASSERT_EQ(bits_of(alone[at + e]), bits_of(all[at + e])) << cache << " cache, row " << r << ", element " << e;
+              }
+            }
+          };
+          check(kh.data(), vh.data(), "float16");
+          check(kf.data(), vf.data(), "float32");
+        }
+}
+
 TEST(KvCache, HalfStorageHoldsHalfTheBytesAndSurvivesGrowth) {
   sm::KvCacheShape shape;
   shape.num_layers = 2;
