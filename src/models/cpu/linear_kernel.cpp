@@ -92,6 +92,26 @@ using v8i = std::int32_t __attribute__((vector_size(32)));
   return load8(buf);
 }
 
+// The same 8 values with F16C's vcvtph2ps (exact too; a signalling NaN comes back quiet). Not always_inline: it is
+// inlined where its caller is compiled for F16C (attention_rows_avx2 flattens the kernel into itself).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2,fma,f16c"))) inline v8 load8_f16c(const std::uint16_t* p) {
+  return reinterpret_cast<v8>(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+#else
+inline v8 load8_f16c(const std::uint16_t* p) { return load8(p); }
+#endif
+// A key's or value's 8 elements: float32 as stored, float16 converted by F16C (kF16C) or by load8's bit operations.
+template <bool kF16C>
+[[gnu::always_inline]] inline v8 load8_kv(const float* p) {
+  return load8(p);
+}
+template <bool kF16C>
+[[gnu::always_inline]] inline v8 load8_kv(const std::uint16_t* p) {
+  if constexpr (kF16C) return load8_f16c(p);
+  else return load8(p);
+}
+
 // R output rows x NT token rows, all in registers.
 template <int R, int NT>
 [[gnu::always_inline]] inline void tile(const float* x, std::int64_t in, const float* w, float* y, std::int64_t ldy, bool accumulate) {
@@ -217,7 +237,8 @@ constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (
 constexpr std::int64_t kPrefetchKeys = 32, kPrefetchValues = 16;
 constexpr std::int64_t kMaxConvertedHead = 256;  // head sizes whose float16 key blocks are converted once per block
 
-template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, read through load8's exact conversion
+// KV: float, or std::uint16_t: IEEE float16 keys and values, converted exactly as they are read (kF16C: by F16C).
+template <class KV, bool kF16C = false>
 [[gnu::always_inline]] inline void attention_rows_impl(const float* q, std::int64_t row_begin, std::int64_t row_end,
                                                        std::int64_t n, std::int64_t group, std::int64_t hd, const KV* k, const KV* v,
                                                        std::int64_t total, std::int64_t cached, const std::int32_t* visible,
@@ -243,7 +264,7 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
         std::int64_t d = 0;
         for (; d + 8 <= hd; d += 8) {
           const v8 qv = load8(qr + d);
-          for (int c = 0; c < 8; ++c) acc[c] += qv * load8(keys[c] + d);
+          for (int c = 0; c < 8; ++c) acc[c] += qv * load8_kv<kF16C>(keys[c] + d);
         }
         if (d < hd) {
           const v8 qv = load_partial(qr + d, hd - d);
@@ -261,7 +282,7 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
         for (int c = 0; c < 8; ++c) {
           kf[c] = converted + c * hd;
           for (std::int64_t d = 0; d < hd; d += 8) {
-            const v8 x = load8(kp[c] + d);
+            const v8 x = load8_kv<kF16C>(kp[c] + d);
             std::memcpy(converted + c * hd + d, &x, sizeof x);
           }
         }
@@ -322,7 +343,7 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
               const KV* vj = v + j * hd;
               prefetch_value(j);
               for (int e = 0; e < NV; ++e) {
-                const v8 x = load8(vj + 8 * e);
+                const v8 x = load8_kv<kF16C>(vj + 8 * e);
                 std::memcpy(converted + (j - c0) * hd + 8 * e, &x, sizeof x);
               }
             }
@@ -338,13 +359,13 @@ template <class KV>  // float, or std::uint16_t: IEEE float16 keys and values, r
             for (; j < std::min(c1, context_end); ++j) {
               const float pj = p[j];
               const float* vj = converted + (j - c0) * hd;
-              for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
+              for (int e = 0; e < NV; ++e) acc[e] += pj * load8_kv<kF16C>(vj + 8 * e);
             }
           for (; j < c1; ++j) {
             const float pj = p[j];
             const KV* vj = value(r, j);
             prefetch_value(j);
-            for (int e = 0; e < NV; ++e) acc[e] += pj * load8(vj + 8 * e);
+            for (int e = 0; e < NV; ++e) acc[e] += pj * load8_kv<kF16C>(vj + 8 * e);
           }
           for (int e = 0; e < NV; ++e) std::memcpy(o + 8 * e, &acc[e], sizeof(v8));
         }
@@ -412,16 +433,17 @@ __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::i
                                                           std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
 }
+// (flatten: the kernel's helpers, load8_f16c among them, are inlined here with this function's target)
 template <class KV>
-__attribute__((target("avx2,fma"))) void attention_rows_avx2(const float* q, std::int64_t row_begin, std::int64_t row_end,
+__attribute__((target("avx2,fma,f16c"), flatten)) void attention_rows_avx2(const float* q, std::int64_t row_begin, std::int64_t row_end,
                                                             std::int64_t n, std::int64_t group, std::int64_t hd, const KV* k, const KV* v,
                                                             std::int64_t total, std::int64_t cached,
                                                             const std::int32_t* visible, const std::int32_t* visible_count,
                                                             float* scores, std::int64_t ld_scores, float* out,
                                                             std::int64_t ld_out_token, std::int64_t ld_out_member,
                                                             AttentionPart part) {
-  attention_rows_impl(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores, ld_scores, out,
-                      ld_out_token, ld_out_member, part);
+  attention_rows_impl<KV, true>(q, row_begin, row_end, n, group, hd, k, v, total, cached, visible, visible_count, scores,
+                                ld_scores, out, ld_out_token, ld_out_member, part);
 }
 __attribute__((target("avx2,fma,f16c"))) void floats_to_halves_f16c(const float* x, std::uint16_t* out, std::int64_t n) {
   std::int64_t i = 0;
@@ -477,7 +499,7 @@ LinearRowsFn select_linear_rows() {
 template <class KV>
 AttentionRowsFn<KV> select_attention_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  if (has_avx2_fma()) return &attention_rows_avx2<KV>;
+  if (has_avx2_fma() && __builtin_cpu_supports("f16c")) return &attention_rows_avx2<KV>;
 #endif
   return &attention_rows_baseline<KV>;
 }
