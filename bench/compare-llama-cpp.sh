@@ -5,11 +5,13 @@
 # peak RSS), and writes everything as JSON. Measurements run one after another (never in parallel).
 #
 #   bench/compare-llama-cpp.sh [--threads N] [--prompts FILE] [--max-new-tokens 128] [--json out/compare.json]
-#                              [--build DIR] [--model GGUF] [--only llama|specdec]
+#                              [--build DIR] [--model GGUF] [--only llama|specdec] [--isa native|avx2]
 #
 # llama.cpp comes from PyPI's llama-cpp-python (built from source) in the git-ignored virtualenv .deps/llama-venv, reused
 # when `import llama_cpp` works there. --only llama runs just the llama.cpp half (the table shows n/a for specdec);
 # --only specdec reuses the llama.cpp half of an earlier run with the same --json path.
+# --isa avx2 holds both sides to AVX2 (what a CPU without AVX-512 runs): specdec with SPECDEC_CPU_ISA=avx2, llama.cpp built
+# for AVX2/FMA/F16C only (no AVX-512, AVX-VNNI or AMX) in its own venv, .deps/llama-venv-avx2.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +25,7 @@ json="$root/out/compare.json"
 build="$root/build"
 model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 only=""
+isa=native
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads="${2:?--threads needs a value}"; shift 2 ;;
@@ -32,13 +35,19 @@ while [[ $# -gt 0 ]]; do
     --build) build="$(abspath "${2:?--build needs a directory}")"; shift 2 ;;
     --model) model="$(abspath "${2:?--model needs a GGUF file}")"; shift 2 ;;
     --only) only="${2:?--only needs llama or specdec}"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --isa) isa="${2:?--isa needs native or avx2}"; shift 2 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads: expected a positive integer, got '$threads'"
 [[ "$max_new" =~ ^[1-9][0-9]*$ ]] || die "--max-new-tokens: expected a positive integer, got '$max_new'"
 [[ -z "$only" || "$only" == llama || "$only" == specdec ]] || die "--only: expected llama or specdec, got '$only'"
+[[ "$isa" == native || "$isa" == avx2 ]] || die "--isa: expected native or avx2, got '$isa'"
+if [[ "$isa" == avx2 ]]; then
+  grep -qw avx2 /proc/cpuinfo || die "--isa avx2: this CPU has no AVX2"
+  export SPECDEC_CPU_ISA=avx2
+fi
 [[ -f "$model" ]] || die "model '$model' not found (run ./scripts/fetch-model.sh or ./scripts/setup.sh to download it)"
 [[ -f "$prompts" ]] || die "prompt file '$prompts' not found"
 
@@ -58,10 +67,19 @@ specdec_json="$logdir/specdec.json"
 
 # --- the llama.cpp virtualenv ------------------------------------------------------------------------------------------
 venv="$root/.deps/llama-venv"
+pip_args=(llama-cpp-python)
+if [[ "$isa" == avx2 ]]; then
+  venv="$root/.deps/llama-venv-avx2"
+  # Built from source for AVX2 only, never from pip's cache of the native build.
+  export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF \
+-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF \
+-DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+  pip_args=(--no-cache-dir llama-cpp-python)
+fi
 py="$venv/bin/python"
 if [[ "$only" != specdec ]] && ! { [[ -x "$py" ]] && "$py" -c 'import llama_cpp' 2>/dev/null; }; then
   # Another install into the same venv (e.g. started by hand) may be running: wait for it instead of racing it.
-  while pgrep -f "llama-venv/bin/pip.* install" >/dev/null 2>&1 || pgrep -f "llama-venv/bin/python.* -m pip install" >/dev/null 2>&1; do
+  while pgrep -f "$(basename "$venv")/bin/pip.* install" >/dev/null 2>&1 || pgrep -f "$(basename "$venv")/bin/python.* -m pip install" >/dev/null 2>&1; do
     echo "compare-llama-cpp: waiting for a running pip install into $venv ..." >&2
     sleep 30
   done
@@ -69,7 +87,7 @@ if [[ "$only" != specdec ]] && ! { [[ -x "$py" ]] && "$py" -c 'import llama_cpp'
     echo "compare-llama-cpp: installing llama-cpp-python into $venv (builds llama.cpp from source; minutes)" >&2
     mkdir -p "$root/.deps"
     [[ -x "$py" ]] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q llama-cpp-python
+    "$venv/bin/pip" install -q "${pip_args[@]}"
     "$py" -c 'import llama_cpp' || die "llama-cpp-python installed but 'import llama_cpp' fails"
   fi
 fi
@@ -79,7 +97,7 @@ load="$(cut -d' ' -f1 /proc/loadavg)"
 if awk -v l="$load" 'BEGIN { exit !(l > 0.5) }'; then
   echo "compare-llama-cpp: warning: load average $load before measuring; the machine is not quiet" >&2
 fi
-echo "compare-llama-cpp: model $model, $threads thread(s), prompts $prompts, $max_new new tokens, logs in $logdir" >&2
+echo "compare-llama-cpp: model $model, $threads thread(s), prompts $prompts, $max_new new tokens, ISA $isa, logs in $logdir" >&2
 
 driver="$root/bench/compare_llama_cpp.py"
 common=(--model "$model" --prompts "$prompts" --threads "$threads" --max-new-tokens "$max_new")
@@ -96,6 +114,6 @@ if [[ "$only" != llama ]]; then
   "$py" "$driver" specdec "${common[@]}" --build "$build" --llama-json "$llama_json" --tokenize-tool "$tool" \
     --logdir "$logdir" --out "$specdec_json"
 fi
-report_args=(--model "$model" --max-new-tokens "$max_new" --llama-json "$llama_json" --json "$json")
+report_args=(--model "$model" --max-new-tokens "$max_new" --llama-json "$llama_json" --json "$json" --isa "$isa")
 [[ "$only" == llama ]] || report_args+=(--specdec-json "$specdec_json")
 "$py" "$driver" report "${report_args[@]}"

@@ -650,8 +650,9 @@ def cmd_report(a):
             ("specdec default", lambda n: g(sp.get(n), "default", "tokens_per_second"))]
     lines = []
     threads = g(llama, "info", "threads") or g(spec, "threads")
+    isa = "" if a.isa == "native" else f", both sides on {a.isa} only"
     lines.append(f"**Decoding tokens/s** ({os.path.basename((llama or {}).get('model', '') or a.model)}, {threads} threads, "
-                 f"temperature 0, up to {a.max_new_tokens} new tokens, prefill excluded)")
+                 f"temperature 0, up to {a.max_new_tokens} new tokens, prefill excluded{isa})")
     lines.append("")
     lines.append("| prompt | prompt tokens (llama.cpp / specdec) | new tokens (llama.cpp / llama.cpp PLD / specdec) | "
                  + " | ".join(c for c, _ in cols) + " |")
@@ -752,6 +753,7 @@ def cmd_report(a):
     print(table)
     combined = {"model": a.model, "threads": threads, "max_new_tokens": a.max_new_tokens,
                 "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "loadavg_at_report": os.getloadavg()},
+                "isa": a.isa,
                 "table": {"columns": [c for c, _ in cols], "rows": dict(zip(names, table_rows)), "mean": means},
                 "specdec_plain_over_llama_plain": ratio,
                 "forward_costs": {label: {"llama_cpp": lv, "specdec": sv} for label, lv, sv, _ in rows2},
@@ -794,6 +796,7 @@ def main():
     p.add_argument("--llama-json", default="")
     p.add_argument("--specdec-json", default="")
     p.add_argument("--json", required=True)
+    p.add_argument("--isa", default="native", help="native, or avx2 (both sides held to AVX2)")
     a = ap.parse_args()
     {"llama": cmd_llama, "_llama-worker": llama_worker, "_llama-rss": llama_rss_probe, "specdec": cmd_specdec,
      "report": cmd_report}[a.cmd](a)
