@@ -5,7 +5,7 @@
 // product. Also the attention of a few new tokens against one kv head of the cache (attention_rows).
 //
 // Plain C++ with GCC/Clang vector extensions; an AVX2+FMA build of the same code is chosen at first
-// use when the CPU has both. No torch in this file.
+// use when the CPU has both (the attention's also converts a float16 cache with F16C). No torch in this file.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
