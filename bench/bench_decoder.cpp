@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/ngram.hpp"
 
@@ -96,7 +97,7 @@ BENCHMARK(BM_DecoderStep)
 int main(int argc, char** argv) {
   int aten_threads = 1;
   if (const char* env = std::getenv("SPECDEC_BENCH_ATEN_THREADS")) aten_threads = std::max(1, std::atoi(env));
-  at::set_num_threads(aten_threads);
+  specdec::models::set_host_library_threads(aten_threads);  // ATen's pool and OpenBLAS's, as specdec-generate
   benchmark::AddCustomContext("aten_threads", std::to_string(aten_threads));
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

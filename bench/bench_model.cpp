@@ -47,6 +47,7 @@
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/detail/row_pool.hpp"
+#include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 
 namespace sm = specdec::models;
@@ -357,7 +358,7 @@ int main(int argc, char** argv) {
   // thread (--aten-threads), so its spinning OpenMP workers do not take the cores from the model's pool.
   int aten_threads = 1;
   if (const char* env = std::getenv("SPECDEC_BENCH_ATEN_THREADS")) aten_threads = std::max(1, std::atoi(env));
-  at::set_num_threads(aten_threads);
+  specdec::models::set_host_library_threads(aten_threads);  // ATen's pool and OpenBLAS's
   g_bw_1t = specdec::bench::measure_read_bandwidth(1);
   g_bw_mt = specdec::bench::measure_read_bandwidth(g_threads);
   benchmark::AddCustomContext("model_threads", std::to_string(g_threads));

@@ -28,6 +28,7 @@
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
+#include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"
@@ -634,8 +635,8 @@ int main(int argc, char** argv) {
                  "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
       ->capture_default_str();
   app.add_option("--aten-threads", o.aten_threads,
-                 "threads of ATen's own pool (EAGLE head, sampling, long-prompt attention); 1 keeps the cores for the models' "
-                 "pool")
+                 "threads of ATen's and OpenBLAS's own pools (EAGLE head, sampling, long-prompt attention); 1 keeps the cores "
+                 "for the models' pool")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
@@ -664,7 +665,8 @@ int main(int argc, char** argv) {
     if (o.fixed_g) o.adaptive = false;
     // By default ATen runs on the calling thread only: the models' own pool has the cores, and OpenMP workers that spin
     // after ATen's parallel regions would steal them from it (measured: the draft proposer's c 0.17 -> 0.08, r 2.5 -> 1.55).
-    at::set_num_threads(o.aten_threads);
+    // OpenBLAS's pool too: its workers spin after the prefill's batched products (host_threads.hpp).
+    specdec::models::set_host_library_threads(o.aten_threads);
     return run_cli(o);
   } catch (const c10::Error& e) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what_without_backtrace());

@@ -5,6 +5,7 @@
 // Tolerance: logits are float32 and O(1)-O(10) in magnitude here; two computations of the same logits that differ only in
 // summation order (batched vs incremental, BLAS gemm vs gemv) agree to ~1e-5. We require max |a - b| <= 1e-4 * max(1, max|a|).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/sampling/status.hpp"
 
@@ -643,4 +645,21 @@ TEST(LlamaModel, LoadsShardedSafetensorsCheckpoint) {
   sm::LlamaModel direct = make_model(c, w);
   EXPECT_TRUE(run_chain(loaded, loaded.allocate_sequence(), tokens).equal(run_chain(direct, direct.allocate_sequence(), tokens)));
   EXPECT_THROW(sm::load_llama_safetensors(dir), specdec::error) << "a missing directory is an error";
+}
+
+TEST(HostLibraryThreads, SetsAtenAndOpenBlasPools) {
+  const int aten_before = at::get_num_threads(), blas_before = sm::openblas_threads();
+  for (const int n : {1, 2}) {
+    const bool openblas = sm::set_host_library_threads(n);
+    EXPECT_EQ(at::get_num_threads(), n);
+    EXPECT_EQ(openblas, blas_before >= 0);
+    if (openblas) {
+      EXPECT_EQ(sm::openblas_threads(), n);
+    }
+  }
+  EXPECT_THROW(sm::set_host_library_threads(0), specdec::error);
+  sm::set_host_library_threads(aten_before);
+  if (blas_before > 0) {
+    EXPECT_EQ(sm::openblas_threads(), aten_before);
+  }
 }
