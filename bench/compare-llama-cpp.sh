@@ -5,13 +5,15 @@
 # peak RSS), and writes everything as JSON. Measurements run one after another (never in parallel).
 #
 #   bench/compare-llama-cpp.sh [--threads N] [--prompts FILE] [--max-new-tokens 128] [--json out/compare.json]
-#                              [--build DIR] [--model GGUF] [--only llama|specdec] [--isa native|avx2]
+#                              [--build DIR] [--model GGUF] [--only llama|specdec] [--isa native|avx2|avx-vnni]
 #
 # llama.cpp comes from PyPI's llama-cpp-python (built from source) in the git-ignored virtualenv .deps/llama-venv, reused
 # when `import llama_cpp` works there. --only llama runs just the llama.cpp half (the table shows n/a for specdec);
 # --only specdec reuses the llama.cpp half of an earlier run with the same --json path.
 # --isa avx2 holds both sides to AVX2 (what a CPU without AVX-512 runs): specdec with SPECDEC_CPU_ISA=avx2, llama.cpp built
-# for AVX2/FMA/F16C only (no AVX-512, AVX-VNNI or AMX) in its own venv, .deps/llama-venv-avx2.
+# for AVX2/FMA/F16C only (no AVX-512, AVX-VNNI or AMX) in its own venv, .deps/llama-venv-avx2. --isa avx-vnni: the same
+# plus AVX-VNNI on both sides (CPUs with AVX-VNNI but no AVX-512, e.g. recent Intel client and E-core parts), in
+# .deps/llama-venv-avx-vnni.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,18 +37,19 @@ while [[ $# -gt 0 ]]; do
     --build) build="$(abspath "${2:?--build needs a directory}")"; shift 2 ;;
     --model) model="$(abspath "${2:?--model needs a GGUF file}")"; shift 2 ;;
     --only) only="${2:?--only needs llama or specdec}"; shift 2 ;;
-    --isa) isa="${2:?--isa needs native or avx2}"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --isa) isa="${2:?--isa needs native, avx2 or avx-vnni}"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads: expected a positive integer, got '$threads'"
 [[ "$max_new" =~ ^[1-9][0-9]*$ ]] || die "--max-new-tokens: expected a positive integer, got '$max_new'"
 [[ -z "$only" || "$only" == llama || "$only" == specdec ]] || die "--only: expected llama or specdec, got '$only'"
-[[ "$isa" == native || "$isa" == avx2 ]] || die "--isa: expected native or avx2, got '$isa'"
-if [[ "$isa" == avx2 ]]; then
-  grep -qw avx2 /proc/cpuinfo || die "--isa avx2: this CPU has no AVX2"
-  export SPECDEC_CPU_ISA=avx2
+[[ "$isa" == native || "$isa" == avx2 || "$isa" == avx-vnni ]] || die "--isa: expected native, avx2 or avx-vnni, got '$isa'"
+if [[ "$isa" != native ]]; then
+  grep -qw avx2 /proc/cpuinfo || die "--isa $isa: this CPU has no AVX2"
+  [[ "$isa" != avx-vnni ]] || grep -qw avx_vnni /proc/cpuinfo || die "--isa avx-vnni: this CPU has no AVX-VNNI"
+  export SPECDEC_CPU_ISA="$isa"
 fi
 [[ -f "$model" ]] || die "model '$model' not found (run ./scripts/fetch-model.sh or ./scripts/setup.sh to download it)"
 [[ -f "$prompts" ]] || die "prompt file '$prompts' not found"
@@ -68,10 +71,12 @@ specdec_json="$logdir/specdec.json"
 # --- the llama.cpp virtualenv ------------------------------------------------------------------------------------------
 venv="$root/.deps/llama-venv"
 pip_args=(llama-cpp-python)
-if [[ "$isa" == avx2 ]]; then
-  venv="$root/.deps/llama-venv-avx2"
-  # Built from source for AVX2 only, never from pip's cache of the native build.
-  export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=OFF \
+if [[ "$isa" != native ]]; then
+  venv="$root/.deps/llama-venv-$isa"
+  vnni=OFF
+  [[ "$isa" != avx-vnni ]] || vnni=ON
+  # Built from source for AVX2 (and AVX-VNNI) only, never from pip's cache of another build.
+  export CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX_VNNI=$vnni \
 -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF \
 -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
   pip_args=(--no-cache-dir llama-cpp-python)

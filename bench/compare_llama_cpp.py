@@ -796,7 +796,7 @@ def main():
     p.add_argument("--llama-json", default="")
     p.add_argument("--specdec-json", default="")
     p.add_argument("--json", required=True)
-    p.add_argument("--isa", default="native", help="native, or avx2 (both sides held to AVX2)")
+    p.add_argument("--isa", default="native", help="native, avx2 or avx-vnni (both sides held to that instruction set)")
     a = ap.parse_args()
     {"llama": cmd_llama, "_llama-worker": llama_worker, "_llama-rss": llama_rss_probe, "specdec": cmd_specdec,
      "report": cmd_report}[a.cmd](a)

@@ -8,7 +8,7 @@ if(TARGET specdec::models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
   # The packed forward's batch invariance on the other instruction-set paths (each skips if the CPU lacks it: the model
   # then runs on the best path it has, which the plain run covers already).
-  foreach(_isa avx2 portable avx512-vnni amx)
+  foreach(_isa avx2 avx-vnni portable avx512-vnni amx)
     add_test(NAME SmolLM2.PackedForwardIsBatchInvariant_${_isa}
              COMMAND test_models_llama --gtest_filter=SmolLM2.PackedForwardIsBatchInvariant)
     set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)

@@ -1,11 +1,12 @@
-// The AVX-512 VNNI and AVX2 packed products (compiled with target attributes, chosen at run time by PackedMatrix::linear).
+// The AVX-512 VNNI, AVX-VNNI and AVX2 packed products (compiled with target attributes, chosen at run time by PackedMatrix::linear).
 //
 // A tile holds 16 weight rows; its block's values sit 4 bytes of each row side by side, so one 64-byte load is a VNNI
 // operand: vpdpbusd multiplies it (unsigned) by 4 activation bytes broadcast to every row (signed) and adds the 16 rows'
 // 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is 4 loads, each
 // split into its low nibbles (values 4c..4c+3) and high nibbles (16+4c..16+4c+3). AVX2 does the same per 8-row half tile
 // with vpmaddubsw + vpmaddwd (8-bit values go as two nibble halves there, so no 16-bit sum can saturate). The float stage
-// is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path.
+// is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path. AVX-VNNI
+// (8-lane vpdpbusd, on CPUs without AVX-512) runs the AVX2 code with vpdpbusd for the integer sums.
 //
 // Each weight block is unpacked once per call for every token row of a group (up to 9 rows; more rows go in balanced
 // groups over the same tile while it is in L1), so the integer sums of the group's rows overlap in the pipeline.
@@ -159,8 +160,15 @@ SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
 
 #define SPECDEC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows.
-template <class F, int P, int NT>
+// AVX-VNNI's vpdpbusd on 8 lanes (the VEX form, on CPUs with AVX-VNNI but no AVX-512 VNNI): acc + the 4-term products of
+// u's bytes (unsigned) and q4's 4 bytes (signed) per lane, exactly the sums vpmaddubsw + vpmaddwd give here (no operand
+// here can saturate vpmaddubsw). Not always_inline: avxvnni_run flattens it into itself with its target.
+__attribute__((target("avx2,fma,f16c,avxvnni"))) inline __m256i dpbusd8(__m256i acc, __m256i u, std::int32_t q4) {
+  return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(q4));
+}
+
+// Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows; kVnni: the integer sums by AVX-VNNI (the same values).
+template <class F, int P, int NT, bool kVnni = false>
 SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const PackedArgs& a, std::int64_t tile, int h,
                                                                       std::int64_t t0) {
   const PackedMatrix& w = *a.w;
@@ -191,7 +199,21 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     __m256i is[NT], is2[NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) is[t] = is2[t] = _mm256_setzero_si256();
-    if constexpr (F::u4) {
+    if constexpr (F::u4 && kVnni) {
+      #pragma GCC unroll 16
+      for (int c = 0; c < 4; ++c) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
+        const __m256i lo = _mm256_and_si256(raw, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          const std::byte* q = xr[t] + b * xbb;
+          is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + 16 + 4 * c));
+          if constexpr (P == 2)
+            is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + 16 + 4 * c));
+        }
+      }
+    } else if constexpr (F::u4) {
       // The block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation byte
       // (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
       // columns) at most 30480, so the 16-bit sums are exact and the 32-bit sums those of widening every pair, with a
@@ -228,10 +250,20 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           const std::int32_t q4 = load_i32(xr[t] + b * xbb + 4 * c);
-          is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
+          if constexpr (kVnni) {
+            const __m256i z = _mm256_setzero_si256();
+            is[t] = _mm256_add_epi32(dpbusd8(is[t], lo, q4), _mm256_slli_epi32(dpbusd8(z, hi, q4), 4));
+          } else {
+            is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
+          }
           if constexpr (P == 2) {
             const std::int32_t r4 = load_i32(xr[t] + b * xbb + F::blk + 4 * c);
-            is2[t] = _mm256_add_epi32(is2[t], _mm256_add_epi32(dot4(lo, r4), _mm256_slli_epi32(dot4(hi, r4), 4)));
+            if constexpr (kVnni) {
+              const __m256i z = _mm256_setzero_si256();
+              is2[t] = _mm256_add_epi32(dpbusd8(is2[t], lo, r4), _mm256_slli_epi32(dpbusd8(z, hi, r4), 4));
+            } else {
+              is2[t] = _mm256_add_epi32(is2[t], _mm256_add_epi32(dot4(lo, r4), _mm256_slli_epi32(dot4(hi, r4), 4)));
+            }
           }
         }
       }
@@ -273,20 +305,28 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   }
 }
 
-template <class F, int P>
-SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
+template <class F, int P, bool kVnni>
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_tiles(const PackedArgs& a) {
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
     for (int h = 0; h < 2; ++h) {
       if (t * kTileRows + 8 * h >= a.w->rows()) break;
       for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 {
         if constexpr (NT <= 4) {
-          avx2_half_tile<F, P, NT>(a, t, h, t0);
+          avx2_half_tile<F, P, NT, kVnni>(a, t, h, t0);
         } else {
-          avx2_half_tile<F, P, 3>(a, t, h, t0);
-          avx2_half_tile<F, P, NT - 3>(a, t, h, t0 + 3);
+          avx2_half_tile<F, P, 3, kVnni>(a, t, h, t0);
+          avx2_half_tile<F, P, NT - 3, kVnni>(a, t, h, t0 + 3);
         }
       });
     }
+}
+template <class F, int P>
+SPECDEC_TARGET_AVX2 __attribute__((flatten)) void avx2_run(const PackedArgs& a) {
+  avx2_tiles<F, P, false>(a);
+}
+template <class F, int P>
+__attribute__((target("avx2,fma,f16c,avxvnni"), flatten)) void avxvnni_run(const PackedArgs& a) {
+  avx2_tiles<F, P, true>(a);
 }
 
 template <class F>
@@ -296,6 +336,10 @@ struct Avx512Run {
 template <class F>
 struct Avx2Run {
   static void go(const PackedArgs& a) { a.x->planes == 2 ? avx2_run<F, 2>(a) : avx2_run<F, 1>(a); }
+};
+template <class F>
+struct AvxVnniRun {
+  static void go(const PackedArgs& a) { a.x->planes == 2 ? avxvnni_run<F, 2>(a) : avxvnni_run<F, 1>(a); }
 };
 
 }  // namespace
@@ -360,11 +404,13 @@ SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_beg
 
 void packed_linear_avx512vnni(const PackedArgs& a) { dispatch<Avx512Run>(a); }
 void packed_linear_avx2(const PackedArgs& a) { dispatch<Avx2Run>(a); }
+void packed_linear_avxvnni(const PackedArgs& a) { dispatch<AvxVnniRun>(a); }
 
 #else
 
 void packed_linear_avx512vnni(const PackedArgs& a) { packed_linear_portable(a); }
 void packed_linear_avx2(const PackedArgs& a) { packed_linear_portable(a); }
+void packed_linear_avxvnni(const PackedArgs& a) { packed_linear_portable(a); }
 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
   quantize_rows(x, row_begin, row_end, ld, out, CpuIsa::kPortable);
 }

@@ -116,6 +116,7 @@ const char* to_string(CpuIsa isa) noexcept {
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512Vnni: return "avx512-vnni";
     case CpuIsa::kAmx: return "amx";
+    case CpuIsa::kAvxVnni: return "avx-vnni";
   }
   return "unknown";
 }
@@ -127,6 +128,7 @@ bool cpu_supports(CpuIsa isa) noexcept {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   if (isa == CpuIsa::kAvx2) return avx2;
+  if (isa == CpuIsa::kAvxVnni) return avx2 && __builtin_cpu_supports("avxvnni");
   if (isa == CpuIsa::kAvx512Vnni)
     return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
@@ -137,11 +139,12 @@ bool cpu_supports(CpuIsa isa) noexcept {
 CpuIsa best_cpu_isa() noexcept {
   static const CpuIsa best = [] {
     if (const char* env = std::getenv("SPECDEC_CPU_ISA")) {  // for comparing paths from the command line
-      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
+      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
         if (std::string_view(env) == to_string(i) && cpu_supports(i)) return i;
     }
     if (cpu_supports(CpuIsa::kAmx)) return CpuIsa::kAmx;
     if (cpu_supports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
+    if (cpu_supports(CpuIsa::kAvxVnni)) return CpuIsa::kAvxVnni;
     if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
     return CpuIsa::kPortable;
   }();
@@ -373,6 +376,7 @@ void PackedMatrix::linear(const QuantizedRows& x, std::int64_t tile_begin, std::
       return;
     case CpuIsa::kAvx512Vnni: packed_linear_avx512vnni(args); return;
     case CpuIsa::kAvx2: packed_linear_avx2(args); return;
+    case CpuIsa::kAvxVnni: packed_linear_avxvnni(args); return;
     case CpuIsa::kPortable: packed_linear_portable(args); return;
   }
 }

@@ -20,6 +20,7 @@ struct PackedArgs {
 void packed_linear_portable(const PackedArgs& a);
 void packed_linear_avx2(const PackedArgs& a);        // only where cpu_supports(CpuIsa::kAvx2)
 void packed_linear_avx512vnni(const PackedArgs& a);  // only where cpu_supports(CpuIsa::kAvx512Vnni)
+void packed_linear_avxvnni(const PackedArgs& a);     // only where cpu_supports(CpuIsa::kAvxVnni)
 void packed_linear_amx(const PackedArgs& a);         // only where cpu_supports(CpuIsa::kAmx)
 
 /// Whether this CPU has AMX-INT8 (and AVX-512 VNNI) and the OS granted this process the tile state (Linux asks once).

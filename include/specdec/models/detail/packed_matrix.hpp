@@ -41,7 +41,7 @@ namespace specdec::models::detail {
 
 /// The instruction sets the packed products run on. kAmx: AMX-INT8 tiles for calls of at least amx_min_rows() token rows
 /// (prompts), AVX-512 VNNI for fewer.
-enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3 };
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3, kAvxVnni = 4 };
 /// Token rows from which kAmx uses the tiles (bench_model BM_PackedLinear: with fewer, storing each block's tile of
 /// integer sums for its float stage costs more than the VNNI product).
 inline constexpr std::int64_t amx_min_rows() noexcept { return 16; }
