@@ -250,17 +250,15 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           const std::int32_t q4 = load_i32(xr[t] + b * xbb + 4 * c);
-          if constexpr (kVnni) {
-            const __m256i z = _mm256_setzero_si256();
-            is[t] = _mm256_add_epi32(dpbusd8(is[t], lo, q4), _mm256_slli_epi32(dpbusd8(z, hi, q4), 4));
+          if constexpr (kVnni) {  // 32-bit sums cannot saturate: the whole bytes at once (= lo + 16 hi)
+            is[t] = dpbusd8(is[t], raw, q4);
           } else {
             is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
           }
           if constexpr (P == 2) {
             const std::int32_t r4 = load_i32(xr[t] + b * xbb + F::blk + 4 * c);
             if constexpr (kVnni) {
-              const __m256i z = _mm256_setzero_si256();
-              is2[t] = _mm256_add_epi32(dpbusd8(is2[t], lo, r4), _mm256_slli_epi32(dpbusd8(z, hi, r4), 4));
+              is2[t] = dpbusd8(is2[t], raw, r4);
             } else {
               is2[t] = _mm256_add_epi32(is2[t], _mm256_add_epi32(dot4(lo, r4), _mm256_slli_epi32(dot4(hi, r4), 4)));
             }
