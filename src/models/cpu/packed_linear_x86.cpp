@@ -6,7 +6,7 @@
 // split into its low nibbles (values 4c..4c+3) and high nibbles (16+4c..16+4c+3). AVX2 does the same per 8-row half tile
 // with vpmaddubsw + vpmaddwd (8-bit values go as two nibble halves there, so no 16-bit sum can saturate). The float stage
 // is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path. AVX-VNNI
-// (8-lane vpdpbusd, on CPUs without AVX-512) runs the AVX2 code with vpdpbusd for the integer sums.
+// (8-lane vpdpbusd, on CPUs without AVX-512) runs the AVX2 code with vpdpbusd for the integer sums (8-bit values whole).
 //
 // Each weight block is unpacked once per call for every token row of a group (up to 9 rows; more rows go in balanced
 // groups over the same tile while it is in L1), so the integer sums of the group's rows overlap in the pipeline.
@@ -161,8 +161,8 @@ SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
 #define SPECDEC_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 // AVX-VNNI's vpdpbusd on 8 lanes (the VEX form, on CPUs with AVX-VNNI but no AVX-512 VNNI): acc + the 4-term products of
-// u's bytes (unsigned) and q4's 4 bytes (signed) per lane, exactly the sums vpmaddubsw + vpmaddwd give here (no operand
-// here can saturate vpmaddubsw). Not always_inline: avxvnni_run flattens it into itself with its target.
+// u's bytes (unsigned) and q4's 4 bytes (signed) per lane, in 32 bits (no saturation), so the same integer sums as the
+// AVX2 steps. Not always_inline: avxvnni_run flattens it into itself with its target.
 __attribute__((target("avx2,fma,f16c,avxvnni"))) inline __m256i dpbusd8(__m256i acc, __m256i u, std::int32_t q4) {
   return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(q4));
 }
@@ -199,25 +199,11 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     __m256i is[NT], is2[NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) is[t] = is2[t] = _mm256_setzero_si256();
-    if constexpr (F::u4 && kVnni) {
-      #pragma GCC unroll 16
-      for (int c = 0; c < 4; ++c) {
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
-        const __m256i lo = _mm256_and_si256(raw, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        #pragma GCC unroll 16
-        for (int t = 0; t < NT; ++t) {
-          const std::byte* q = xr[t] + b * xbb;
-          is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + 16 + 4 * c));
-          if constexpr (P == 2)
-            is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + 16 + 4 * c));
-        }
-      }
-    } else if constexpr (F::u4) {
-      // The block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation byte
-      // (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
+    if constexpr (F::u4) {
+      // AVX2: the block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation
+      // byte (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
       // columns) at most 30480, so the 16-bit sums are exact and the 32-bit sums those of widening every pair, with a
-      // quarter fewer instructions per weight.
+      // quarter fewer instructions per weight. AVX-VNNI: vpdpbusd straight into the 32-bit sums.
       __m256i s16[NT], r16[NT];
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) s16[t] = r16[t] = _mm256_setzero_si256();
@@ -230,16 +216,24 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           const std::byte* q = xr[t] + b * xbb;
-          s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + 16 + 4 * c))));
-          if constexpr (P == 2)
-            r16[t] = _mm256_add_epi16(
-                r16[t], _mm256_add_epi16(pairs(lo, load_i32(q + F::blk + 4 * c)), pairs(hi, load_i32(q + F::blk + 16 + 4 * c))));
+          if constexpr (kVnni) {
+            is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + 16 + 4 * c));
+            if constexpr (P == 2)
+              is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + 16 + 4 * c));
+          } else {
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + 16 + 4 * c))));
+            if constexpr (P == 2)
+              r16[t] = _mm256_add_epi16(
+                  r16[t], _mm256_add_epi16(pairs(lo, load_i32(q + F::blk + 4 * c)), pairs(hi, load_i32(q + F::blk + 16 + 4 * c))));
+          }
         }
       }
-      #pragma GCC unroll 16
-      for (int t = 0; t < NT; ++t) {
-        is[t] = _mm256_madd_epi16(s16[t], ones);
-        if constexpr (P == 2) is2[t] = _mm256_madd_epi16(r16[t], ones);
+      if constexpr (!kVnni) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          is[t] = _mm256_madd_epi16(s16[t], ones);
+          if constexpr (P == 2) is2[t] = _mm256_madd_epi16(r16[t], ones);
+        }
       }
     } else {
       #pragma GCC unroll 16
