@@ -162,7 +162,7 @@ SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
 
 // AVX-VNNI's vpdpbusd on 8 lanes (the VEX form, on CPUs with AVX-VNNI but no AVX-512 VNNI): acc + the 4-term products of
 // u's bytes (unsigned) and q4's 4 bytes (signed) per lane, in 32 bits (no saturation), so the same integer sums as the
-// AVX2 steps. Not always_inline: avxvnni_run flattens it into itself with its target.
+// AVX2 steps. Not always_inline: avxvnni_run's token-group functions flatten it into themselves with their target.
 __attribute__((target("avx2,fma,f16c,avxvnni"))) inline __m256i dpbusd8(__m256i acc, __m256i u, std::int32_t q4) {
   return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(q4));
 }
@@ -297,28 +297,35 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   }
 }
 
-template <class F, int P, bool kVnni>
-SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_tiles(const PackedArgs& a) {
+// Token rows [t0, t0 + NT) over half tile h: groups of up to 4 rows in registers (5 or 6 go as 3 and the rest).
+template <class F, int P, int NT, bool kVnni>
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_group(const PackedArgs& a, std::int64_t t, int h, std::int64_t t0) {
+  if constexpr (NT <= 4) {
+    avx2_half_tile<F, P, NT, kVnni>(a, t, h, t0);
+  } else {
+    avx2_half_tile<F, P, 3, kVnni>(a, t, h, t0);
+    avx2_half_tile<F, P, NT - 3, kVnni>(a, t, h, t0 + 3);
+  }
+}
+// One function per token-group size, as for AVX2; the AVX-VNNI ones take AVX-VNNI's target and flatten dpbusd8 into
+// themselves (a flatten over the whole tile loop made one function so large that the sanitizer build spent minutes on it).
+template <class F, int P>
+SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
     for (int h = 0; h < 2; ++h) {
       if (t * kTileRows + 8 * h >= a.w->rows()) break;
-      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 {
-        if constexpr (NT <= 4) {
-          avx2_half_tile<F, P, NT, kVnni>(a, t, h, t0);
-        } else {
-          avx2_half_tile<F, P, 3, kVnni>(a, t, h, t0);
-          avx2_half_tile<F, P, NT - 3, kVnni>(a, t, h, t0 + 3);
-        }
-      });
+      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 { avx2_group<F, P, NT, false>(a, t, h, t0); });
     }
 }
 template <class F, int P>
-SPECDEC_TARGET_AVX2 __attribute__((flatten)) void avx2_run(const PackedArgs& a) {
-  avx2_tiles<F, P, false>(a);
-}
-template <class F, int P>
-__attribute__((target("avx2,fma,f16c,avxvnni"), flatten)) void avxvnni_run(const PackedArgs& a) {
-  avx2_tiles<F, P, true>(a);
+__attribute__((target("avx2,fma,f16c,avxvnni"))) void avxvnni_run(const PackedArgs& a) {
+  for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
+    for (int h = 0; h < 2; ++h) {
+      if (t * kTileRows + 8 * h >= a.w->rows()) break;
+      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) __attribute__((target("avx2,fma,f16c,avxvnni"), flatten)) {
+        avx2_group<F, P, NT, true>(a, t, h, t0);
+      });
+    }
 }
 
 template <class F>
