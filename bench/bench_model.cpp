@@ -28,6 +28,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -315,6 +316,45 @@ BENCHMARK(BM_PackedLinear)
 BENCHMARK(BM_PackedLinear)
     ->ArgNames({"isa", "rows", "planes", "copies"})
     ->ArgsProduct({{1, 4, 2, 3}, {1, 6}, {2}, {64}})
+    ->Unit(benchmark::kMicrosecond);
+
+// BM_PackedLinearFormat: the 8-bit formats' products (Q8_0, Q6_K: a Q4_K_M model's output and part of its FFN) on one
+// thread, a [2048, 1536] matrix in cache, two planes, per instruction set and token-row count (GMAC/s as above).
+void BM_PackedLinearFormat(benchmark::State& state) {
+  namespace d = sm::detail;
+  const auto type = static_cast<specdec::models::GgmlType>(state.range(0));
+  const auto isa = static_cast<d::CpuIsa>(state.range(1));
+  const std::int64_t n = state.range(2), rows = 2048, cols = 1536, planes = 2;
+  if (!d::cpu_supports(isa)) {
+    state.SkipWithError("instruction set not supported here");
+    return;
+  }
+  const bool q6k = type == specdec::models::GgmlType::kQ6_K;
+  const std::int64_t per_block = q6k ? 256 : 32, block_bytes = q6k ? 210 : 34;
+  std::uint32_t seed = 11;
+  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
+  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / per_block * block_bytes));
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(next() & 0xFF);
+  const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
+  for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
+    std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
+  const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
+  const d::PackedMatrix m = d::PackedMatrix::pack(std::span(&src, 1));
+  std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));
+  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
+  d::QuantizedRows q;
+  d::quantize_rows(x.data(), n, cols, cols, m.block(), q, planes);
+  for (auto _ : state) {
+    m.linear(q, 0, m.tiles(), y.data(), rows, false, isa);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
+  state.counters["GMAC_per_second"] = benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(
+                                                             rows * cols * n * planes) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_PackedLinearFormat)
+    ->ArgNames({"type", "isa", "rows"})
+    ->ArgsProduct({{8, 14}, {1, 4, 2}, {1, 6}})
     ->Unit(benchmark::kMicrosecond);
 
 // The cost of one parallel step of the forward's thread pool with no work in it (the hand-off to the workers and the wait

@@ -236,27 +236,27 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         }
       }
     } else {
+      // 8-bit values. vpmaddubsw saturates a pair at 32767, so values up to 255 (Q8_0's, offset by 128) go as two nibble
+      // halves; values below 64 (Q6_K's 6 bits, offset by 32) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
+      // 32-bit sums take any byte whole.
+      constexpr bool kWhole = kVnni || F::z <= 32;
       #pragma GCC unroll 16
       for (int c = 0; c < F::blk / 4; ++c) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
-        const __m256i lo = _mm256_and_si256(raw, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        auto sum4 = [&](__m256i acc, std::int32_t q4) SPECDEC_TARGET_AVX2 {
+          if constexpr (kVnni) {
+            return dpbusd8(acc, raw, q4);
+          } else if constexpr (kWhole) {
+            return _mm256_add_epi32(acc, dot4(raw, q4));
+          } else {
+            const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+            return _mm256_add_epi32(acc, _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
+          }
+        };
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
-          const std::int32_t q4 = load_i32(xr[t] + b * xbb + 4 * c);
-          if constexpr (kVnni) {  // 32-bit sums cannot saturate: the whole bytes at once (= lo + 16 hi)
-            is[t] = dpbusd8(is[t], raw, q4);
-          } else {
-            is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
-          }
-          if constexpr (P == 2) {
-            const std::int32_t r4 = load_i32(xr[t] + b * xbb + F::blk + 4 * c);
-            if constexpr (kVnni) {
-              is2[t] = dpbusd8(is2[t], raw, r4);
-            } else {
-              is2[t] = _mm256_add_epi32(is2[t], _mm256_add_epi32(dot4(lo, r4), _mm256_slli_epi32(dot4(hi, r4), 4)));
-            }
-          }
+          is[t] = sum4(is[t], load_i32(xr[t] + b * xbb + 4 * c));
+          if constexpr (P == 2) is2[t] = sum4(is2[t], load_i32(xr[t] + b * xbb + F::blk + 4 * c));
         }
       }
     }
