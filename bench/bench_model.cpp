@@ -19,6 +19,7 @@
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).
+// BM_PackedLinearFormat: the same for the 8-bit formats (Q8_0, Q6_K).
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
 // products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx-vnni|avx512-vnni|amx picks another that the CPU supports).
 //
