@@ -339,6 +339,9 @@ void BM_PackedLinearFormat(benchmark::State& state) {
   const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
   for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
     std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
+  if (!q6k)  // Q8_0 values in [-127, 127], as llama.cpp's quantiser writes them
+    for (auto& byte : data)
+      if (byte == std::byte{0x80}) byte = std::byte{0x81};
   const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
   const d::PackedMatrix m = d::PackedMatrix::pack(std::span(&src, 1));
   std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));

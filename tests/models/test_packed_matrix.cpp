@@ -211,6 +211,36 @@ TEST_P(PackedProduct, EveryPathRowCountAndTileSplitGivesTheSameBits) {
   }
 }
 
+// Q8_0 without the value -128 (as llama.cpp's quantiser writes it): the AVX2 products take its bytes whole as signed
+// values (PackedMatrix::values_above_min), and must give the portable path's bits; with one -128 the matrix keeps the
+// nibble path.
+TEST(PackedMatrix, Q8_0WithoutMinus128GivesTheSameBitsOnEveryPath) {
+  const Format f{GgmlType::kQ8_0, 32, 34};
+  const std::int64_t rows = 70, cols = 256;
+  auto data = random_blocks(f, rows, cols, 8);
+  for (std::size_t i = 0; i < data.size(); i += 34)
+    for (std::size_t j = 2; j < 34; ++j)
+      if (data[i + j] == std::byte{0x80}) data[i + j] = std::byte{0x81};  // -128 -> -127
+  for (const bool with_min : {false, true}) {
+    SCOPED_TRACE(with_min ? "one -128" : "no -128");
+    auto d = data;
+    if (with_min) d[2 + 34 * 17 + 5] = std::byte{0x80};
+    const PackedMatrix::Source src{"w", f.type, d, rows, cols, {}};
+    const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
+    EXPECT_EQ(m.values_above_min(), !with_min);
+    const auto x = random_activations(9, cols, 9);
+    for (const std::int64_t planes : {1, 2}) {
+      const auto reference = product(m, x, 9, CpuIsa::kPortable, false, 0.f, planes);
+      for (CpuIsa isa : isas())
+        for (std::int64_t n : {1, 2, 3, 4, 5, 6, 9}) {
+          const auto y = product(m, x, n, isa, false, 0.f, planes);
+          ASSERT_EQ(std::memcmp(y.data(), reference.data(), y.size() * 4), 0)
+              << to_string(isa) << ", " << planes << " plane(s), n = " << n;
+        }
+    }
+  }
+}
+
 TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
   const std::int64_t n = 9, cols = 96;
   auto x = random_activations(n, cols, 10);

@@ -168,8 +168,9 @@ __attribute__((target("avx2,fma,f16c,avxvnni"))) inline __m256i dpbusd8(__m256i 
   return _mm256_dpbusd_avx_epi32(acc, u, _mm256_set1_epi32(q4));
 }
 
-// Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows; kVnni: the integer sums by AVX-VNNI (the same values).
-template <class F, int P, int NT, bool kVnni = false>
+// Half tile h (rows 8h .. 8h + 7 of the tile), NT token rows; kVnni: the integer sums by AVX-VNNI (the same values);
+// kSigned: a Q8_0 matrix without -128 (PackedMatrix::values_above_min), its bytes taken whole as signed values.
+template <class F, int P, int NT, bool kVnni = false, bool kSigned = false>
 SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const PackedArgs& a, std::int64_t tile, int h,
                                                                       std::int64_t t0) {
   const PackedMatrix& w = *a.w;
@@ -239,7 +240,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     } else {
       // 8-bit values. vpmaddubsw saturates a pair at 32767, so values up to 255 (Q8_0's, offset by 128) go as two nibble
       // halves; values below 64 (Q6_K's 6 bits, offset by 32) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
-      // 32-bit sums take any byte whole.
+      // 32-bit sums take any byte whole. kSigned: Q8_0's values w = byte - 128 in [-127, 127] multiply the activations as
+      // |x| * (w sgn x) (vpsignb), pairs of at most 2 * 127 * 127 = 32258; the sums then lack the zero point's
+      // 128 * sum(x), which the float stage below would subtract, so it skips that.
       constexpr bool kWhole = kVnni || F::z <= 32;
       #pragma GCC unroll 16
       for (int c = 0; c < F::blk / 4; ++c) {
@@ -249,6 +252,10 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
             return dpbusd8(acc, raw, q4);
           } else if constexpr (kWhole) {
             return _mm256_add_epi32(acc, dot4(raw, q4));
+          } else if constexpr (kSigned) {
+            const __m256i xb = _mm256_set1_epi32(q4);
+            const __m256i w = _mm256_xor_si256(raw, _mm256_set1_epi8(static_cast<char>(0x80)));
+            return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xb), _mm256_sign_epi8(w, xb)), ones));
           } else {
             const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
             return _mm256_add_epi32(acc, _mm256_add_epi32(dot4(lo, q4), _mm256_slli_epi32(dot4(hi, q4), 4)));
@@ -277,7 +284,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       const std::int32_t sum_q = load_i32(q + 4);
       __m256i s = is[t];
       if constexpr (P == 2) s = _mm256_add_epi32(_mm256_slli_epi32(s, 8), is2[t]);
-      if constexpr (F::z != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * sum_q));
+      if constexpr (F::z != 0 && !kSigned) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * sum_q));
       const __m256 f = _mm256_cvtepi32_ps(s);
       __m256 e;
       if constexpr (F::min)
@@ -299,24 +306,34 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
 }
 
 // Token rows [t0, t0 + NT) over half tile h: groups of up to 4 rows in registers (5 or 6 go as 3 and the rest).
-template <class F, int P, int NT, bool kVnni>
+template <class F, int P, int NT, bool kVnni, bool kSigned = false>
 SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_group(const PackedArgs& a, std::int64_t t, int h, std::int64_t t0) {
   if constexpr (NT <= 4) {
-    avx2_half_tile<F, P, NT, kVnni>(a, t, h, t0);
+    avx2_half_tile<F, P, NT, kVnni, kSigned>(a, t, h, t0);
   } else {
-    avx2_half_tile<F, P, 3, kVnni>(a, t, h, t0);
-    avx2_half_tile<F, P, NT - 3, kVnni>(a, t, h, t0 + 3);
+    avx2_half_tile<F, P, 3, kVnni, kSigned>(a, t, h, t0);
+    avx2_half_tile<F, P, NT - 3, kVnni, kSigned>(a, t, h, t0 + 3);
   }
 }
 // One function per token-group size, as for AVX2; the AVX-VNNI ones take AVX-VNNI's target and flatten dpbusd8 into
 // themselves (a flatten over the whole tile loop made one function so large that the sanitizer build spent minutes on it).
-template <class F, int P>
-SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
+template <class F, int P, bool kSigned>
+SPECDEC_TARGET_AVX2 void avx2_tiles(const PackedArgs& a) {
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
     for (int h = 0; h < 2; ++h) {
       if (t * kTileRows + 8 * h >= a.w->rows()) break;
-      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 { avx2_group<F, P, NT, false>(a, t, h, t0); });
+      for_token_groups<6>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX2 { avx2_group<F, P, NT, false, kSigned>(a, t, h, t0); });
     }
+}
+template <class F, int P>
+SPECDEC_TARGET_AVX2 void avx2_run(const PackedArgs& a) {
+  if constexpr (F::z == 128) {
+    if (a.w->values_above_min()) {
+      avx2_tiles<F, P, true>(a);
+      return;
+    }
+  }
+  avx2_tiles<F, P, false>(a);
 }
 template <class F, int P>
 __attribute__((target("avx2,fma,f16c,avxvnni"))) void avxvnni_run(const PackedArgs& a) {

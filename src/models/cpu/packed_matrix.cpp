@@ -222,6 +222,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
   const std::int64_t src_row_bytes = m.cols_ / f.source_block_elements * f.source_block_bytes;
   std::int64_t r = 0;
   BlockValues bv;
+  bool above_min = !L.u4 && L.zero == 128;
   for (const Source& s : sources) {
     for (std::int64_t i = 0; i < s.rows; ++i, ++r) {
       const std::int64_t src = s.row_order.empty() ? i : s.row_order[static_cast<std::size_t>(i)];
@@ -238,6 +239,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
             v[at] = static_cast<std::uint8_t>(v[at] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
           } else {
             v[(e / 4) * 64 + lane * 4 + e % 4] = bv.u[e];
+            above_min = above_min && bv.u[e] != 0;
           }
         }
         std::byte* sc = tb + L.value_bytes();
@@ -252,6 +254,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
       }
     }
   }
+  m.values_above_min_ = above_min;
   return m;
 }
 

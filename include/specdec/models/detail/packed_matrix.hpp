@@ -152,11 +152,15 @@ class PackedMatrix {
   };
   const Layout& layout() const noexcept { return layout_; }
   const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
+  /// An 8-bit matrix (zero point 128: Q8_0) none of whose values is -128, so the AVX2 products may take its bytes whole
+  /// as signed values (vpsignb), which -128 would overflow.
+  bool values_above_min() const noexcept { return values_above_min_; }
 
  private:
   GgmlType type_ = GgmlType::kF32;
   Layout layout_;
   std::int64_t rows_ = 0, cols_ = 0, block_ = 32, tile_bytes_ = 0;
+  bool values_above_min_ = false;
   std::shared_ptr<std::byte> data_;  // the tiles (shares its slab's ownership when carved from a WeightArena)
 };
 
