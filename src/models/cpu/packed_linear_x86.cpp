@@ -4,8 +4,8 @@
 // operand: vpdpbusd multiplies it (unsigned) by 4 activation bytes broadcast to every row (signed) and adds the 16 rows'
 // 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is 4 loads, each
 // split into its low nibbles (values 4c..4c+3) and high nibbles (16+4c..16+4c+3). AVX2 does the same per 8-row half tile
-// with vpmaddubsw + vpmaddwd (Q8_0's 8-bit values go as two nibble halves there, so no 16-bit sum can saturate; Q6_K's,
-// below 64, go whole). The float stage
+// with vpmaddubsw + vpmaddwd (Q8_0's 8-bit values go whole as signed values where the matrix has no -128, else as two
+// nibble halves, so no 16-bit sum can saturate; Q6_K's, below 64, go whole). The float stage
 // is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path. AVX-VNNI
 // (8-lane vpdpbusd, on CPUs without AVX-512) runs the AVX2 code with vpdpbusd for the integer sums (8-bit values whole).
 //
