@@ -273,6 +273,29 @@ BENCHMARK(BM_Attention)
 // 1.1 MB; copies 1): the arithmetic of each instruction set for 1 to 64 token rows, as multiply-adds per second (int8 MACs of the
 // activation planes, 2 per value with two planes). Arguments: instruction set (CpuIsa), token rows, planes. isa 3 (amx)
 // runs the VNNI product below amx_min_rows() rows, as PackedMatrix::linear does.
+// Times m's product of n token rows (x quantised in `planes` planes) on `isa`, cycling through the copies in `ms` (one
+// copy: in cache), and reports GMAC/s (multiply-adds of every plane) under `label`.
+void time_packed_product(benchmark::State& state, const std::vector<sm::detail::PackedMatrix>& ms, std::int64_t n,
+                         std::int64_t planes, sm::detail::CpuIsa isa, std::uint32_t seed, const std::string& label) {
+  namespace d = sm::detail;
+  const d::PackedMatrix& m0 = ms.front();
+  std::vector<float> x(static_cast<std::size_t>(n * m0.cols())), y(static_cast<std::size_t>(n * m0.rows()));
+  auto next = [&seed] { return (seed = seed * 1664525u + 1013904223u) >> 8; };  // the caller's generator, continued
+  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
+  d::QuantizedRows q;
+  d::quantize_rows(x.data(), n, m0.cols(), m0.cols(), m0.block(), q, planes);
+  std::size_t c = 0;
+  for (auto _ : state) {
+    ms[c].linear(q, 0, ms[c].tiles(), y.data(), m0.rows(), false, isa);
+    c = c + 1 == ms.size() ? 0 : c + 1;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(label);
+  state.counters["GMAC_per_second"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(m0.rows() * m0.cols() * n * planes) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
 void BM_PackedLinear(benchmark::State& state) {
   namespace d = sm::detail;
   const auto isa = static_cast<d::CpuIsa>(state.range(0));
@@ -295,19 +318,7 @@ void BM_PackedLinear(benchmark::State& state) {
   const std::int64_t copies = state.range(3);
   std::vector<d::PackedMatrix> ms;
   for (std::int64_t c = 0; c < copies; ++c) ms.push_back(d::PackedMatrix::pack(std::span(&src, 1)));
-  std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));
-  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
-  d::QuantizedRows q;
-  d::quantize_rows(x.data(), n, cols, cols, ms[0].block(), q, planes);
-  std::size_t c = 0;
-  for (auto _ : state) {
-    ms[c].linear(q, 0, ms[c].tiles(), y.data(), rows, false, isa);
-    c = c + 1 == ms.size() ? 0 : c + 1;
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.SetLabel(d::to_string(isa));
-  state.counters["GMAC_per_second"] = benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(
-                                                             rows * cols * n * planes) / 1e9, benchmark::Counter::kIsRate);
+  time_packed_product(state, ms, n, planes, isa, seed, d::to_string(isa));
 }
 BENCHMARK(BM_PackedLinear)
     ->ArgNames({"isa", "rows", "planes", "copies"})
@@ -343,18 +354,9 @@ void BM_PackedLinearFormat(benchmark::State& state) {
     for (auto& byte : data)
       if (byte == std::byte{0x80}) byte = std::byte{0x81};
   const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
-  const d::PackedMatrix m = d::PackedMatrix::pack(std::span(&src, 1));
-  std::vector<float> x(static_cast<std::size_t>(n * cols)), y(static_cast<std::size_t>(n * rows));
-  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
-  d::QuantizedRows q;
-  d::quantize_rows(x.data(), n, cols, cols, m.block(), q, planes);
-  for (auto _ : state) {
-    m.linear(q, 0, m.tiles(), y.data(), rows, false, isa);
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.SetLabel(fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
-  state.counters["GMAC_per_second"] = benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(
-                                                             rows * cols * n * planes) / 1e9, benchmark::Counter::kIsRate);
+  std::vector<d::PackedMatrix> ms;
+  ms.push_back(d::PackedMatrix::pack(std::span(&src, 1)));
+  time_packed_product(state, ms, n, planes, isa, seed, fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
 }
 BENCHMARK(BM_PackedLinearFormat)
     ->ArgNames({"type", "isa", "rows"})

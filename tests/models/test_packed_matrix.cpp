@@ -79,7 +79,7 @@ std::vector<float> dequantized(const Format& f, std::span<const std::byte> data,
 
 std::vector<CpuIsa> isas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
+  for (CpuIsa i : kCpuIsas)
     if (cpu_supports(i)) out.push_back(i);
   return out;
 }

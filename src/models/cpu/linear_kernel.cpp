@@ -476,6 +476,15 @@ bool has_avx2_fma() {
 #endif
 }
 
+// AVX2 + FMA + F16C: the float16 cache's conversions (the attention's and floats_to_halves).
+bool has_avx2_fma_f16c() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  return has_avx2_fma() && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
 void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin,
                           std::int64_t o_end, float* y, std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
@@ -499,7 +508,7 @@ LinearRowsFn select_linear_rows() {
 template <class KV>
 AttentionRowsFn<KV> select_attention_rows() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  if (has_avx2_fma() && __builtin_cpu_supports("f16c")) return &attention_rows_avx2<KV>;
+  if (has_avx2_fma_f16c()) return &attention_rows_avx2<KV>;
 #endif
   return &attention_rows_baseline<KV>;
 }
@@ -546,10 +555,7 @@ SiluMulFn select_silu_mul() {
 
 void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n) {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  static const bool f16c = [] {
-    __builtin_cpu_init();
-    return has_avx2_fma() && __builtin_cpu_supports("f16c");
-  }();
+  static const bool f16c = has_avx2_fma_f16c();
   if (f16c) {
     floats_to_halves_f16c(x, out, n);
     return;

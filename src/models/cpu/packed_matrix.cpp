@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "specdec/models/detail/packed_kernels.hpp"
 #include "specdec/models/detail/ggml_blocks.hpp"
@@ -139,13 +140,11 @@ bool cpu_supports(CpuIsa isa) noexcept {
 CpuIsa best_cpu_isa() noexcept {
   static const CpuIsa best = [] {
     if (const char* env = std::getenv("SPECDEC_CPU_ISA")) {  // for comparing paths from the command line
-      for (CpuIsa i : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512Vnni, CpuIsa::kAmx})
+      for (CpuIsa i : kCpuIsas)
         if (std::string_view(env) == to_string(i) && cpu_supports(i)) return i;
     }
-    if (cpu_supports(CpuIsa::kAmx)) return CpuIsa::kAmx;
-    if (cpu_supports(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
-    if (cpu_supports(CpuIsa::kAvxVnni)) return CpuIsa::kAvxVnni;
-    if (cpu_supports(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+    for (auto i = std::size(kCpuIsas); i-- > 0;)
+      if (cpu_supports(kCpuIsas[i])) return kCpuIsas[i];
     return CpuIsa::kPortable;
   }();
   return best;

@@ -42,6 +42,8 @@ namespace specdec::models::detail {
 /// The instruction sets the packed products run on. kAmx: AMX-INT8 tiles for calls of at least amx_min_rows() token rows
 /// (prompts), AVX-512 VNNI for fewer.
 enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512Vnni = 2, kAmx = 3, kAvxVnni = 4 };
+/// Every CpuIsa, from the plainest to the fastest (the order best_cpu_isa prefers them in reverse).
+inline constexpr CpuIsa kCpuIsas[] = {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512Vnni, CpuIsa::kAmx};
 /// Token rows from which kAmx uses the tiles (bench_model BM_PackedLinear: with fewer, storing each block's tile of
 /// integer sums for its float stage costs more than the VNNI product).
 inline constexpr std::int64_t amx_min_rows() noexcept { return 16; }
