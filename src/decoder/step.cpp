@@ -311,6 +311,98 @@ Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits
   return v;
 }
 
+/// The step's Verified from verify_logits' results on the host (tokens [B, stride], counts, statuses, tree nodes or
+/// none); raises for the first failed request.
+template <class Count>
+Verified verified_from(std::int64_t B, std::int64_t stride, const std::int64_t* out, const Count* nacc, const Count* status,
+                       const std::int64_t* nodes) {
+  for (std::int64_t b = 0; b < B; ++b)
+    if (status[b] != 0) {
+      const auto st = static_cast<Status>(status[b]);
+      throw error(st, "verify: request " + std::to_string(b) + " of the step failed: " + to_string(st) + ": " +
+                          torch::detail::blame(st));
+    }
+  Verified v;
+  v.tokens.resize(static_cast<std::size_t>(B));
+  v.nodes.resize(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto n = static_cast<std::int64_t>(nacc[b]);
+    v.tokens[static_cast<std::size_t>(b)].assign(out + b * stride, out + b * stride + n + 1);
+    auto& nd = v.nodes[static_cast<std::size_t>(b)];
+    nd.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = nodes ? nodes[b * stride + i] : i + 1;
+  }
+  return v;
+}
+
+/// A CPU target's float32 rows: torch::verify_logits_host on the step's own vectors, so a step makes no tensor (the
+/// ATen path's staging, views, outputs and conversions cost ~0.25 ms a step on a 2-vCPU host: bench_decoder).
+Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& logits,
+                             std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
+                             VerifyMethod method, at::Tensor* workspace, const HostParallelFor& parallel_for) {
+  const auto B = static_cast<std::int64_t>(params.size());
+  const auto N = static_cast<std::int64_t>(d.token_ids.size());
+  const std::int64_t V = logits.size(1);
+  const bool tree = !d.parents.empty();
+  std::vector<std::int64_t> par;
+  if (tree) {
+    par.resize(static_cast<std::size_t>(N));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
+      const auto& pb = d.parents[static_cast<std::size_t>(b)];
+      for (std::int64_t j = s; j < e; ++j)
+        par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
+    }
+  }
+  std::vector<std::int64_t> seeds(static_cast<std::size_t>(B));
+  std::vector<float> temperature(static_cast<std::size_t>(B)), top_p(static_cast<std::size_t>(B)),
+      min_p(static_cast<std::size_t>(B));
+  std::vector<std::int32_t> top_k(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const SamplingParams& p = *params[static_cast<std::size_t>(b)];
+    const auto i = static_cast<std::size_t>(b);
+    seeds[i] = static_cast<std::int64_t>(p.seed);
+    temperature[i] = p.temperature;
+    top_k[i] = p.top_k;
+    top_p[i] = p.top_p;
+    min_p[i] = p.min_p;
+  }
+  const std::int64_t need = (N + B) * V;
+  std::vector<float> local;
+  float* rows = nullptr;
+  if (workspace) {
+    const std::int64_t bytes = need * static_cast<std::int64_t>(sizeof(float));
+    if (!workspace->defined() || !workspace->is_cpu() || workspace->numel() < bytes)
+      *workspace = at::empty({bytes + bytes / 2}, at::TensorOptions().dtype(at::kByte));  // room to grow
+    rows = reinterpret_cast<float*>(workspace->data_ptr<std::uint8_t>());
+  } else {
+    local.resize(static_cast<std::size_t>(need));
+    rows = local.data();
+  }
+  torch::HostVerifyArgs a;
+  a.target_logits = logits.data_ptr<float>();
+  a.target_logits_stride = logits.stride(0);
+  a.vocab_size = V;
+  a.draft_token_ids = d.token_ids;
+  a.cu_num_draft_tokens = d.cu_num_drafts;
+  a.parents = par;
+  a.draft_probs = d.probs.defined() ? d.probs.data_ptr<float>() : nullptr;
+  a.has_draft_probs = d.has_probs;
+  a.temperature = temperature;
+  a.top_k = top_k;
+  a.top_p = top_p;
+  a.min_p = min_p;
+  a.seeds = seeds;
+  a.positions = positions;
+  a.method = method;
+  a.all_target_probs = false;  // only the expected-acceptance measure reads rows past a rejection (not on this path)
+  a.workspace = rows;
+  a.parallel_for = parallel_for;
+  const torch::HostVerifyResult r = torch::verify_logits_host(a);
+  return verified_from(B, r.stride, r.output_token_ids.data(), r.num_accepted.data(), r.status.data(),
+                       tree ? r.accepted_nodes.data() : nullptr);
+}
+
 /// Every other batch: specdec::torch::verify_logits on the logits' device. The step's small inputs (ids, cu, parents,
 /// seeds, positions, sampling parameters, draft kinds) are staged in one host buffer and uploaded in one copy; the
 /// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
@@ -399,24 +491,27 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   const std::int64_t* nacc = out + B * stride;
   const std::int64_t* status = nacc + B;
   const std::int64_t* nodes = tree ? status + B : nullptr;
-  for (std::int64_t b = 0; b < B; ++b)
-    if (status[b] != 0) {
-      const auto st = static_cast<Status>(status[b]);
-      throw error(st, "verify: request " + std::to_string(b) + " of the step failed: " + to_string(st) + ": " +
-                          torch::detail::blame(st));
-    }
-  Verified v;
-  v.tokens.resize(static_cast<std::size_t>(B));
-  v.nodes.resize(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t n = nacc[b];
-    v.tokens[static_cast<std::size_t>(b)].assign(out + b * stride, out + b * stride + n + 1);
-    auto& nd = v.nodes[static_cast<std::size_t>(b)];
-    nd.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = nodes ? nodes[b * stride + i] : i + 1;
-  }
+  Verified v = verified_from(B, stride, out, nacc, status, nodes);
   if (expected_acceptance) add_expected(v, d, r.target_probs, params);
   return v;
+}
+
+/// float32 rows in host memory (a CPU target) without the expected-acceptance measure: verify_on_host_rows; the rest
+/// (a GPU target, other dtypes, the measure, which reads every processed row): verify_on_device.
+Verified verify_rows(const proposers::DraftBatch& d, const at::Tensor& logits, std::span<const SamplingParams* const> params,
+                     std::span<const std::int64_t> positions, bool expected_acceptance, VerifyMethod method,
+                     at::Tensor* workspace, const HostParallelFor& parallel_for) {
+  const bool host_rows = logits.is_cpu() && logits.scalar_type() == at::kFloat && logits.size(1) >= 1 &&
+                         (logits.size(1) == 1 || logits.stride(1) == 1) &&
+                         (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1));
+  const bool host_drafts = !d.probs.defined() || (d.probs.is_cpu() && d.probs.scalar_type() == at::kFloat &&
+                                                  d.probs.is_contiguous() && d.probs.dim() == 2 &&
+                                                  d.probs.size(0) == static_cast<std::int64_t>(d.token_ids.size()) &&
+                                                  d.probs.size(1) == logits.size(1));
+  const auto rows = static_cast<std::int64_t>(d.token_ids.size() + params.size());
+  if (host_rows && host_drafts && !expected_acceptance && logits.size(0) == rows)
+    return verify_on_host_rows(d, logits, params, positions, method, workspace, parallel_for);
+  return verify_on_device(d, logits, params, positions, expected_acceptance, method, workspace, parallel_for);
 }
 
 }  // namespace
@@ -441,12 +536,12 @@ Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
                                                 " per-request flags, got " + std::to_string(block.size()));
     // Every request block-verified: the device entry's block mode; a mix of methods: the CPU core, request by request.
     if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
-      return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock,
-                              workspace, parallel_for);
+      return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock, workspace,
+                         parallel_for);
     return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
   }
-  return verify_on_device(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace,
-                          parallel_for);
+  return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace,
+                     parallel_for);
 }
 
 namespace {

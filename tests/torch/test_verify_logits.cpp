@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -460,6 +462,144 @@ TEST(VerifyLogits, CallersThreadsChangeNothing) {
         EXPECT_TRUE(at::equal(mine.target_probs, aten.target_probs));
       }
     }
+}
+
+// verify_logits_host (plain arrays, no tensors): the tokens, counts, flags / nodes and statuses of verify_logits on
+// the same step, for chains (token and block), trees, without and with draft probs (with and without per-request
+// kinds), every row processed or lazily, on ATen's threads or the caller's, and with bad values (a NaN logit, an all
+// -inf row, an id out of range, a bad temperature, a width too small). The workspace starts as NaN floats. Greedy
+// requests (every fourth) take their argmaxes from the logits scans there, so this is also their test.
+TEST(VerifyLogits, HostEntryEqualsTheTensorEntry) {
+  auto two_threads = [](std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+    std::thread other([&] {
+      for (std::int64_t i = n - 1; i >= 0; i -= 2) fn(i);
+    });
+    for (std::int64_t i = n - 2; i >= 0; i -= 2) fn(i);
+    other.join();
+  };
+  std::int64_t greedy_accepted = 0;
+  for (std::uint64_t seed = 0; seed < 48; ++seed) {
+    const bool tree = seed % 6 == 5, block = !tree && seed % 6 == 4;
+    const int mode = static_cast<int>(seed % 4);  // 0: no draft probs; 1: probs and kinds; 2: probs; 3: bad values
+    Step s = random_step(300 + seed, 8, 400, tree);
+    for (std::int64_t b = 0; b < s.B; b += 4)  // greedy requests: drafts that are their rows' argmaxes, mostly
+      for (std::int64_t j = s.cu[b]; j < s.cu[b + 1]; ++j) {
+        if ((seed + j) % 5 == 0) continue;
+        const float* row = s.target.data() + (j + b) * s.V;
+        s.ids[j] = std::max_element(row, row + s.V) - row;
+      }
+    VerifyLogitsArgs a = args_of(s, tree, false, mode == 1);
+    std::vector<float> q;
+    if (mode == 1 || mode == 2) {
+      const at::Tensor probs = at::softmax(rows(s.draft, s.N, s.V), 1).contiguous();
+      a.draft_probs = probs;
+      q.assign(probs.data_ptr<float>(), probs.data_ptr<float>() + probs.numel());
+    }
+    if (mode == 3) {
+      s.target[(s.cu[1] + 1 + (s.cu[2] - s.cu[1]) / 2) * s.V + 7] = std::nanf("");
+      std::fill_n(s.target.begin() + (s.cu[4] + 4) * s.V, s.V, -std::numeric_limits<float>::infinity());
+      s.temperature[6] = -1.0f;
+      if (s.cu[6] > s.cu[5]) s.ids[s.cu[6] - 1] = s.V + 3;
+      const VerifyLogitsArgs fresh = args_of(s, tree, false, false);
+      a.target_logits = fresh.target_logits;
+      a.temperature = fresh.temperature;
+      a.draft_token_ids = fresh.draft_token_ids;
+    }
+    a.method = block ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
+    a.all_target_probs = seed % 3 != 0;
+    if (seed % 7 == 3) {
+      std::int64_t max_k = 0;
+      for (std::int64_t b = 0; b < s.B; ++b) max_k = std::max(max_k, s.cu[b + 1] - s.cu[b]);
+      a.max_num_draft_tokens = std::max<std::int64_t>(0, max_k - 1);
+    }
+    const auto want = specdec::torch::verify_logits(a);
+    specdec::torch::HostVerifyArgs h;
+    h.target_logits = s.target.data();
+    h.target_logits_stride = s.V;
+    h.vocab_size = s.V;
+    h.draft_token_ids = s.ids;
+    h.cu_num_draft_tokens = s.cu;
+    if (tree) h.parents = s.parents;
+    h.draft_probs = q.empty() ? nullptr : q.data();
+    if (mode == 1) h.has_draft_probs = s.has_q;
+    h.temperature = s.temperature;
+    h.top_k = s.top_k;
+    h.top_p = s.top_p;
+    h.min_p = s.min_p;
+    h.seeds = s.seeds;
+    h.positions = s.positions;
+    h.max_num_draft_tokens = a.max_num_draft_tokens;
+    h.method = a.method;
+    h.all_target_probs = a.all_target_probs;
+    std::vector<float> ws(static_cast<std::size_t>((s.N + s.B) * s.V), std::nanf(""));
+    h.workspace = ws.data();
+    if (seed % 2 == 1) h.parallel_for = two_threads;
+    const auto got = specdec::torch::verify_logits_host(h);
+    EXPECT_EQ(got.stride, want.output_token_ids.size(1)) << "seed " << seed;
+    EXPECT_EQ(got.output_token_ids, to_vec<std::int64_t>(want.output_token_ids)) << "seed " << seed;
+    EXPECT_EQ(got.num_accepted, to_vec<std::int32_t>(want.num_accepted)) << "seed " << seed;
+    EXPECT_EQ(got.status, to_vec<std::int32_t>(want.status)) << "seed " << seed;
+    if (tree) {
+      EXPECT_EQ(got.accepted_nodes, to_vec<std::int64_t>(want.accepted)) << "seed " << seed;
+    } else {
+      const auto flags = to_vec<bool>(want.accepted);
+      EXPECT_EQ(got.accepted, std::vector<std::uint8_t>(flags.begin(), flags.end())) << "seed " << seed;
+    }
+    for (std::int64_t b = 0; b < s.B; b += 4) greedy_accepted += got.status[b] == 0 ? got.num_accepted[b] : 0;
+  }
+  EXPECT_GT(greedy_accepted, 20) << "greedy requests accept drafts";
+}
+
+TEST(VerifyLogits, HostEntrySizesAreNamedErrors) {
+  const Step s = random_step(11, 3, 64, false);
+  std::vector<float> ws(static_cast<std::size_t>((s.N + s.B) * s.V));
+  specdec::torch::HostVerifyArgs a;
+  a.target_logits = s.target.data();
+  a.target_logits_stride = s.V;
+  a.vocab_size = s.V;
+  a.draft_token_ids = s.ids;
+  a.cu_num_draft_tokens = s.cu;
+  a.seeds = s.seeds;
+  a.positions = s.positions;
+  a.workspace = ws.data();
+  EXPECT_NO_THROW(specdec::torch::verify_logits_host(a));
+  auto expect_host_error = [](const specdec::torch::HostVerifyArgs& e, const std::string& message) {
+    try {
+      specdec::torch::verify_logits_host(e);
+      FAIL() << "expected c10::Error containing: " << message;
+    } catch (const c10::Error& err) {
+      EXPECT_NE(std::string(err.what()).find(message), std::string::npos) << err.what();
+    }
+  };
+  const std::vector<std::int64_t> two(2, 0);
+  const std::vector<float> one(1, 1.0f);
+  auto e = a;
+  e.seeds = two;
+  expect_host_error(e, "seeds: expected 3 values (one per request), got 2");
+  e = a;
+  e.temperature = one;
+  expect_host_error(e, "temperature: expected 3 values (one per request) or none, got 1");
+  const std::vector<std::int64_t> too_many(static_cast<std::size_t>(s.N + 1), 0);
+  e = a;
+  e.parents = too_many;
+  expect_host_error(e, "parents: expected " + std::to_string(s.N) + " values (one per draft) or none, got " +
+                           std::to_string(s.N + 1));
+  e = a;
+  e.cu_num_draft_tokens = {};
+  expect_host_error(e, "cu_num_draft_tokens: expected [B + 1] offsets, got none");
+  e = a;
+  e.target_logits_stride = s.V - 1;
+  expect_host_error(e, "target_logits_stride: expected rows at least V = 64 floats apart, got 63");
+  e = a;
+  e.workspace = nullptr;
+  expect_host_error(e, "workspace: expected [N + B, V]");
+  e = a;
+  e.vocab_size = 0;
+  expect_host_error(e, "vocab_size: expected V in [1, 2^31), got 0");
+  e = a;
+  e.parents = s.parents;
+  e.method = specdec::VerifyMethod::kBlock;
+  if (s.N > 0) expect_host_error(e, "method: expected token for tree verification");
 }
 
 TEST(VerifyLogits, OpByName) {
