@@ -311,6 +311,17 @@ Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits
   return v;
 }
 
+/// A tree batch's parents as one [N] array in verify_logits' layout (a request without its own parents: a chain).
+std::vector<std::int64_t> flat_parents(const proposers::DraftBatch& d) {
+  std::vector<std::int64_t> par(d.token_ids.size());
+  for (std::int64_t b = 0; b < d.num_requests(); ++b) {
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
+    const auto& pb = d.parents[static_cast<std::size_t>(b)];
+    for (std::int64_t j = s; j < e; ++j) par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
+  }
+  return par;
+}
+
 /// The step's Verified from verify_logits' results on the host (tokens [B, stride], counts, statuses, tree nodes or
 /// none); raises for the first failed request.
 template <class Count>
@@ -344,16 +355,7 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& l
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const std::int64_t V = logits.size(1);
   const bool tree = !d.parents.empty();
-  std::vector<std::int64_t> par;
-  if (tree) {
-    par.resize(static_cast<std::size_t>(N));
-    for (std::int64_t b = 0; b < B; ++b) {
-      const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
-      const auto& pb = d.parents[static_cast<std::size_t>(b)];
-      for (std::int64_t j = s; j < e; ++j)
-        par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
-    }
-  }
+  const std::vector<std::int64_t> par = tree ? flat_parents(d) : std::vector<std::int64_t>();
   std::vector<std::int64_t> seeds(static_cast<std::size_t>(B));
   std::vector<float> temperature(static_cast<std::size_t>(B)), top_p(static_cast<std::size_t>(B)),
       min_p(static_cast<std::size_t>(B));
@@ -430,13 +432,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   put(o_ids, d.token_ids.data(), 8 * N);
   put(o_cu, d.cu_num_drafts.data(), 8 * (B + 1));
   if (tree) {
-    std::vector<std::int64_t> par(static_cast<std::size_t>(N));
-    for (std::int64_t b = 0; b < B; ++b) {
-      const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
-      const auto& pb = d.parents[static_cast<std::size_t>(b)];
-      for (std::int64_t j = s; j < e; ++j)
-        par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
-    }
+    const std::vector<std::int64_t> par = flat_parents(d);
     put(o_par, par.data(), 8 * N);
   }
   put(o_pos, positions.data(), 8 * B);
