@@ -2,7 +2,9 @@
 # The adaptive draft-length policy (specdec-generate's default) against plain decoding and a sweep of fixed g, per demo
 # prompt, in one sitting. Every run is `specdec-generate --compare` on one prompt (batch size 1), so each speedup is a ratio
 # to a plain baseline timed in the same process; the configurations are interleaved and repeated, and the table gives the
-# median speedup of each configuration over the repeats, the best fixed g, and adaptive / best fixed.
+# median speedup of each configuration over the repeats, the best fixed g, and adaptive / best fixed. A control runs
+# plain decoding against itself the same way (--proposer none --compare): its "speedup" is what the measurement gives
+# two identical runs (this host's noise and the order effect), the yardstick for a ratio near 1.
 #
 #   bench/compare-adaptive.sh [--repeats N] [--g "1 2 3 4 5 6 8"] [--max-g 8] [--proposer ngram] [--threads 2]
 #                             [--max-new-tokens 128] [--out out/adaptive] [-- extra specdec-generate flags]
@@ -44,12 +46,14 @@ names=$(python3 -c "import json,sys; print(' '.join(json.loads(l)['name'] for l 
 echo "compare-adaptive: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at start" >&2
 for rep in $(seq 1 "$repeats"); do
   for name in $names; do
-    for cfg in adaptive $gs; do
-      if [[ $cfg == adaptive ]]; then flags=(-g "$max_g"); else flags=(-g "$cfg" --fixed-g); fi
+    for cfg in control adaptive $gs; do
+      prop="$proposer"
+      if [[ $cfg == control ]]; then prop=none; flags=();
+      elif [[ $cfg == adaptive ]]; then flags=(-g "$max_g"); else flags=(-g "$cfg" --fixed-g); fi
       # Even repeats time the baseline second: the order of the two runs in one process moves a ratio by a few percent.
       if ((rep % 2 == 0)); then flags+=(--baseline-last); fi
       json="$out/run.json"
-      "$bin" --chat --prompt-file "$out/prompts/$name.jsonl" --proposer "$proposer" --compare --threads "$threads" \
+      "$bin" --chat --prompt-file "$out/prompts/$name.jsonl" --proposer "$prop" --compare --threads "$threads" \
         --max-new-tokens "$max_new" "${flags[@]}" "${extra[@]}" --json "$json" >/dev/null 2>&1
       python3 - "$json" "$name" "$cfg" "$rep" >> "$out/runs.jsonl" <<'PY'
 import json, sys
@@ -75,9 +79,10 @@ prompts = list(dict.fromkeys(r["prompt"] for r in runs))
 def med(prompt, cfg, key="speedup"):
     v = [r[key] for r in runs if r["prompt"] == prompt and r["config"] == cfg and r[key] is not None]
     return statistics.median(v) if v else float("nan")
-head = "| prompt | adaptive | " + "".join(f"g = {g} | " for g in gs) + "best fixed | adaptive / best | adaptive: steps drafting, mean g | identical |"
+head = ("| prompt | control (plain / plain) | adaptive | " + "".join(f"g = {g} | " for g in gs) +
+        "best fixed | adaptive / best | adaptive: steps drafting, mean g | identical |")
 print(head)
-print("|" + "---|" * (len(gs) + 6))
+print("|" + "---|" * (len(gs) + 7))
 for p in prompts:
     fixed = {g: med(p, g) for g in gs}
     a = med(p, "adaptive")
@@ -88,7 +93,7 @@ for p in prompts:
         best_cells = f"{fixed[best]:.2f}x (g = {best}) | {a / fixed[best]:.0%}"
     else:
         best_cells = "- | -"
-    print(f"| {p} | **{a:.2f}x** | {cells}{best_cells} | "
+    print(f"| {p} | {med(p, 'control'):.2f}x | **{a:.2f}x** | {cells}{best_cells} | "
           f"{med(p, 'adaptive', 'drafting_step_fraction'):.0%}, {med(p, 'adaptive', 'mean_gamma'):.1f} | {'yes' if ident else 'NO'} |")
 PY
 cat "$out/table.md"
