@@ -464,6 +464,25 @@ TEST(VerifyLogits, CallersThreadsChangeNothing) {
     }
 }
 
+/// The host entry's arguments for a step (chains, every parameter given, no draft probs); `ws` its workspace.
+specdec::torch::HostVerifyArgs host_args_of(const Step& s, std::vector<float>& ws) {
+  ws.resize(static_cast<std::size_t>((s.N + s.B) * s.V));
+  specdec::torch::HostVerifyArgs h;
+  h.target_logits = s.target.data();
+  h.target_logits_stride = s.V;
+  h.vocab_size = s.V;
+  h.draft_token_ids = s.ids;
+  h.cu_num_draft_tokens = s.cu;
+  h.temperature = s.temperature;
+  h.top_k = s.top_k;
+  h.top_p = s.top_p;
+  h.min_p = s.min_p;
+  h.seeds = s.seeds;
+  h.positions = s.positions;
+  h.workspace = ws.data();
+  return h;
+}
+
 // verify_logits_host (plain arrays, no tensors): the tokens, counts, flags / nodes and statuses of verify_logits on
 // the same step, for chains (token and block), trees, without and with draft probs (with and without per-request
 // kinds), every row processed or lazily, on ATen's threads or the caller's, and with bad values (a NaN logit, an all
@@ -513,26 +532,15 @@ TEST(VerifyLogits, HostEntryEqualsTheTensorEntry) {
       a.max_num_draft_tokens = std::max<std::int64_t>(0, max_k - 1);
     }
     const auto want = specdec::torch::verify_logits(a);
-    specdec::torch::HostVerifyArgs h;
-    h.target_logits = s.target.data();
-    h.target_logits_stride = s.V;
-    h.vocab_size = s.V;
-    h.draft_token_ids = s.ids;
-    h.cu_num_draft_tokens = s.cu;
+    std::vector<float> ws;
+    specdec::torch::HostVerifyArgs h = host_args_of(s, ws);
+    std::fill(ws.begin(), ws.end(), std::nanf(""));
     if (tree) h.parents = s.parents;
     h.draft_probs = q.empty() ? nullptr : q.data();
     if (mode == 1) h.has_draft_probs = s.has_q;
-    h.temperature = s.temperature;
-    h.top_k = s.top_k;
-    h.top_p = s.top_p;
-    h.min_p = s.min_p;
-    h.seeds = s.seeds;
-    h.positions = s.positions;
     h.max_num_draft_tokens = a.max_num_draft_tokens;
     h.method = a.method;
     h.all_target_probs = a.all_target_probs;
-    std::vector<float> ws(static_cast<std::size_t>((s.N + s.B) * s.V), std::nanf(""));
-    h.workspace = ws.data();
     if (seed % 2 == 1) h.parallel_for = two_threads;
     const auto got = specdec::torch::verify_logits_host(h);
     EXPECT_EQ(got.stride, want.output_token_ids.size(1)) << "seed " << seed;
@@ -552,16 +560,8 @@ TEST(VerifyLogits, HostEntryEqualsTheTensorEntry) {
 
 TEST(VerifyLogits, HostEntrySizesAreNamedErrors) {
   const Step s = random_step(11, 3, 64, false);
-  std::vector<float> ws(static_cast<std::size_t>((s.N + s.B) * s.V));
-  specdec::torch::HostVerifyArgs a;
-  a.target_logits = s.target.data();
-  a.target_logits_stride = s.V;
-  a.vocab_size = s.V;
-  a.draft_token_ids = s.ids;
-  a.cu_num_draft_tokens = s.cu;
-  a.seeds = s.seeds;
-  a.positions = s.positions;
-  a.workspace = ws.data();
+  std::vector<float> ws;
+  const specdec::torch::HostVerifyArgs a = host_args_of(s, ws);
   EXPECT_NO_THROW(specdec::torch::verify_logits_host(a));
   auto expect_host_error = [](const specdec::torch::HostVerifyArgs& e, const std::string& message) {
     try {
