@@ -123,7 +123,8 @@ BENCHMARK(BM_verify_chain_cpu_torch_threads)->ArgNames({"B", "K", "V"})->Args({6
 // float32 logits [B (K + 1), V] processed into probabilities and verified against deterministic drafts (n-gram style),
 // greedy (temp_x10 = 0) or sampled at temperature 1. SmolLM2's vocabulary by default. ws = 1 calls it as the decoder
 // does: a workspace kept across calls and all_target_probs = false (rows processed as the chain rule reaches them);
-// ws = 0: fresh [N + B, V] rows per call, every row processed.
+// ws = 0: fresh [N + B, V] rows per call, every row processed; ws = 2: torch::verify_logits_host on the same step as
+// plain arrays, the decoder's call for a CPU target (kept workspace, rows as reached, greedy argmaxes from the scans).
 // Microseconds per step: compare with bench_decoder's ms_per_step for the share of a step it takes; ns_per_value is
 // per logit processed (V (K + 1) B of them).
 void BM_verify_logits_step(benchmark::State& state) {
@@ -150,9 +151,32 @@ void BM_verify_logits_step(benchmark::State& state) {
     a.workspace = at::empty({specdec::torch::verify_logits_workspace_bytes(B, N, V, false, false)}, at::kByte);
     a.all_target_probs = false;
   }
-  for (auto _ : state) {
-    auto r = specdec::torch::verify_logits(a);
-    benchmark::DoNotOptimize(r.num_accepted.data_ptr());
+  if (state.range(4) == 2) {
+    const std::vector<float> temps(static_cast<std::size_t>(B), temperature);
+    std::vector<std::int64_t> seeds(static_cast<std::size_t>(B)), positions(static_cast<std::size_t>(B), 100);
+    for (std::int64_t b = 0; b < B; ++b) seeds[static_cast<std::size_t>(b)] = b;
+    std::vector<float> ws(static_cast<std::size_t>((N + B) * V));
+    specdec::torch::HostVerifyArgs h;
+    h.target_logits = logits.data_ptr<float>();
+    h.target_logits_stride = V;
+    h.vocab_size = V;
+    h.draft_token_ids = ids;
+    h.cu_num_draft_tokens = cu;
+    h.temperature = temps;
+    h.seeds = seeds;
+    h.positions = positions;
+    h.max_num_draft_tokens = K;
+    h.all_target_probs = false;
+    h.workspace = ws.data();
+    for (auto _ : state) {
+      auto r = specdec::torch::verify_logits_host(h);
+      benchmark::DoNotOptimize(r.num_accepted.data());
+    }
+  } else {
+    for (auto _ : state) {
+      auto r = specdec::torch::verify_logits(a);
+      benchmark::DoNotOptimize(r.num_accepted.data_ptr());
+    }
   }
   state.counters["aten_threads"] = at::get_num_threads();
   state.counters["ns_per_value"] = benchmark::Counter(
@@ -160,7 +184,7 @@ void BM_verify_logits_step(benchmark::State& state) {
 }
 BENCHMARK(BM_verify_logits_step)
     ->ArgNames({"B", "K", "V", "temp_x10", "ws"})
-    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}, {0, 1}})
+    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 #endif
