@@ -43,6 +43,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "bandwidth.hpp"
@@ -361,6 +362,36 @@ void BM_PackedLinearFormat(benchmark::State& state) {
 BENCHMARK(BM_PackedLinearFormat)
     ->ArgNames({"type", "isa", "rows"})
     ->ArgsProduct({{8, 14}, {1, 4, 2}, {1, 6}})
+    ->Unit(benchmark::kMicrosecond);
+
+// The activations' quantisation before every product (QuantizedRows: each block's max and scales, two int8 planes), one
+// thread: `rows` token rows of `cols` values in blocks of 32, portable (isa 0) or the vector path (isa 1, AVX2, which the
+// instruction sets above it use as well). A 1-token forward of SmolLM2 quantises 30 x (3 x 576 + 1536) values, on the
+// calling thread while the workers wait.
+void BM_QuantizeRows(benchmark::State& state) {
+  namespace d = sm::detail;
+  const auto isa = static_cast<d::CpuIsa>(state.range(0));
+  const std::int64_t n = state.range(1), cols = state.range(2);
+  if (!d::cpu_supports(isa)) {
+    state.SkipWithError("instruction set not supported here");
+    return;
+  }
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> x(static_cast<std::size_t>(n * cols));
+  for (auto& v : x) v = nd(rng);
+  d::QuantizedRows q;
+  d::prepare_rows(q, n, cols, 32, 2);
+  for (auto _ : state) {
+    d::quantize_rows(x.data(), 0, n, cols, q, isa);
+    benchmark::DoNotOptimize(q.data.data());
+  }
+  state.counters["ns_per_value"] = benchmark::Counter(static_cast<double>(n * cols) * 1e-9,
+                                                      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_QuantizeRows)
+    ->ArgNames({"isa", "rows", "cols"})
+    ->ArgsProduct({{0, 1}, {1, 6}, {576, 1536}})
     ->Unit(benchmark::kMicrosecond);
 
 // The cost of one parallel step of the forward's thread pool with no work in it (the hand-off to the workers and the wait

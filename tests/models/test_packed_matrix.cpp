@@ -241,8 +241,11 @@ TEST(PackedMatrix, Q8_0WithoutMinus128GivesTheSameBitsOnEveryPath) {
   }
 }
 
+// Rows of 96 and 576 values: blocks fewer than, and more than, the AVX2 quantiser's groups of 8 (with a partial group).
 TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
-  const std::int64_t n = 9, cols = 96;
+  for (const std::int64_t cols : {96, 576}) {
+  SCOPED_TRACE("cols " + std::to_string(cols));
+  const std::int64_t n = 9;
   auto x = random_activations(n, cols, 10);
   x[5] = 0.f;  // a block with an exact zero, ties at .5 after scaling, and an all-zero block
   for (std::int64_t i = 0; i < 16; ++i) x[static_cast<std::size_t>(cols + 32 + i)] = 0.f;
@@ -277,6 +280,7 @@ TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
         }
         EXPECT_EQ(sum, expect_sum);
       }
+  }
   }
 }
 

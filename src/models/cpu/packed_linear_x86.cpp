@@ -361,60 +361,102 @@ struct AvxVnniRun {
 
 }  // namespace
 
-// Quantises 8 values at a time to int8 (round half to even, clamp to +-127) and stores them; returns their int32 sums.
-SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256i round_store8(__m256 v, std::byte* dst) {
+// 8 values rounded half to even and clamped to +-127 (as floats, exact integers).
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256 round_clamp8(__m256 v) {
   v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+  return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
+}
+
+// Stores 8 such values as int8; returns them as int32.
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256i store8(__m256 v, std::byte* dst) {
   const __m256i q = _mm256_cvtps_epi32(v);
   const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), _mm_packs_epi16(w16, w16));
   return q;
 }
 
-SPECDEC_TARGET_AVX2 inline std::int32_t hsum_i32(__m256i v) {
-  alignas(32) std::int32_t parts[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(parts), v);
-  std::int32_t total = 0;
-  for (auto p : parts) total += p;
-  return total;
+// One block's planes (q1 = round(x / d1); with two, q2 = round((x - d1 q1) / d2), the residual from q1 as a float, which
+// is the value the int8 holds); returns the lanes' sums of q1 (times 256, plus those of q2).
+template <bool TWO>
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256i quantize_block8(const float* xb, std::int64_t block, float d1,
+                                                                         float id1, float id2, std::byte* dst) {
+  __m256i sum = _mm256_setzero_si256(), sum2 = _mm256_setzero_si256();
+  for (std::int64_t i = 0; i < block; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(xb + i);
+    const __m256 q = round_clamp8(_mm256_mul_ps(xv, _mm256_set1_ps(id1)));
+    sum = _mm256_add_epi32(sum, store8(q, dst + i));
+    if constexpr (TWO) {
+      const __m256 residual = _mm256_sub_ps(xv, _mm256_mul_ps(_mm256_set1_ps(d1), q));
+      sum2 = _mm256_add_epi32(sum2, store8(round_clamp8(_mm256_mul_ps(residual, _mm256_set1_ps(id2))), dst + block + i));
+    }
+  }
+  // 256 S1 + S2 is exact in int32 (|S1| <= 127 * 32)
+  return TWO ? _mm256_add_epi32(_mm256_slli_epi32(sum, 8), sum2) : sum;
 }
 
+// Lane k of the result = op over the 8 lanes of v[k] (k < 8): pairs of neighbouring lanes, then pairs of pairs, then the
+// two 128-bit halves. Used for max (any order gives the same value) and exact int32 sums.
+template <class Op>
+SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline __m256 reduce8x8(const __m256* v, Op op) {
+  auto pairs = [&](__m256 a, __m256 b) SPECDEC_TARGET_AVX2 {  // per 128-bit half: a0 op a1, a2 op a3, b0 op b1, b2 op b3
+    return op(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  const __m256 s0123 = pairs(pairs(v[0], v[1]), pairs(v[2], v[3]));  // per half: v0 .. v3 reduced over that half
+  const __m256 s4567 = pairs(pairs(v[4], v[5]), pairs(v[6], v[7]));
+  return op(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// Blocks go in groups of 8: their maxima reduced together, the scales d1 = max / 127, 1 / d1, d2 = d1 / 256, 1 / d2
+// divided as one vector each (IEEE division, so the bits of the scalar operations), and their sums reduced together,
+// so no block waits on a chain of scalar reductions and divisions before the next starts.
 SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld,
                                             QuantizedRows& out) {
   const std::int64_t block = out.block;
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const bool two = out.planes == 2;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), zero = _mm256_setzero_ps();
+  auto max_op = [](__m256 a, __m256 b) SPECDEC_TARGET_AVX2 { return _mm256_max_ps(a, b); };
+  auto add_op = [](__m256 a, __m256 b) SPECDEC_TARGET_AVX2 {
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(a), _mm256_castps_si256(b)));
+  };
+  auto inverse = [&](__m256 d) SPECDEC_TARGET_AVX2 {  // d > 0 ? 1 / d : 0
+    return _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.f), d), _mm256_cmp_ps(d, zero, _CMP_GT_OQ));
+  };
   for (std::int64_t t = row_begin; t < row_end; ++t) {
-    for (std::int64_t b = 0; b < out.blocks; ++b) {
-      const float* xb = x + t * ld + b * block;
-      std::byte* dst = out.data.data() + t * out.stride + b * out.block_bytes();
-      __m256 mx = _mm256_setzero_ps();
-      for (std::int64_t i = 0; i < block; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xb + i), abs_mask));
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, mx);
-      float amax = 0.f;
-      for (float v : lanes) amax = std::max(amax, v);
-      const float d1 = amax / 127.f;
-      const float id1 = d1 > 0.f ? 1.f / d1 : 0.f;
-      __m256i sum = _mm256_setzero_si256();
-      for (std::int64_t i = 0; i < block; i += 8)
-        sum = _mm256_add_epi32(sum, round_store8(_mm256_mul_ps(_mm256_loadu_ps(xb + i), _mm256_set1_ps(id1)), dst + i));
-      std::int32_t total = hsum_i32(sum);
-      float dx = d1;
-      if (out.planes == 2) {
-        const float d2 = d1 / 256.f;
-        const float id2 = d2 > 0.f ? 1.f / d2 : 0.f;
-        __m256i sum2 = _mm256_setzero_si256();
-        for (std::int64_t i = 0; i < block; i += 8) {
-          const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(dst + i));
-          const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8));
-          const __m256 residual = _mm256_sub_ps(_mm256_loadu_ps(xb + i), _mm256_mul_ps(_mm256_set1_ps(d1), q));
-          sum2 = _mm256_add_epi32(sum2, round_store8(_mm256_mul_ps(residual, _mm256_set1_ps(id2)), dst + block + i));
-        }
-        total = 256 * total + hsum_i32(sum2);
-        dx = d2;
+    for (std::int64_t b0 = 0; b0 < out.blocks; b0 += 8) {
+      const int g = static_cast<int>(std::min<std::int64_t>(8, out.blocks - b0));
+      const float* xg = x + t * ld + b0 * block;
+      std::byte* dg = out.data.data() + t * out.stride + b0 * out.block_bytes();
+      __m256 v[8];
+      for (int k = 0; k < 8; ++k) {
+        __m256 mx = zero;
+        if (k < g)
+          for (std::int64_t i = 0; i < block; i += 8)
+            mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xg + k * block + i), abs_mask));
+        v[k] = mx;
       }
-      std::memcpy(dst + out.planes * block, &dx, 4);
-      std::memcpy(dst + out.planes * block + 4, &total, 4);
+      const __m256 d1 = _mm256_div_ps(reduce8x8(v, max_op), _mm256_set1_ps(127.f));
+      const __m256 d2 = _mm256_div_ps(d1, _mm256_set1_ps(256.f));
+      alignas(32) float d1s[8], id1s[8], d2s[8], id2s[8];
+      _mm256_store_ps(d1s, d1);
+      _mm256_store_ps(id1s, inverse(d1));
+      _mm256_store_ps(d2s, d2);
+      _mm256_store_ps(id2s, inverse(d2));
+      for (int k = 0; k < 8; ++k) {
+        __m256i sum = _mm256_setzero_si256();
+        if (k < g) {
+          std::byte* dst = dg + k * out.block_bytes();
+          sum = two ? quantize_block8<true>(xg + k * block, block, d1s[k], id1s[k], id2s[k], dst)
+                    : quantize_block8<false>(xg + k * block, block, d1s[k], id1s[k], id2s[k], dst);
+        }
+        v[k] = _mm256_castsi256_ps(sum);
+      }
+      alignas(32) std::int32_t totals[8];
+      _mm256_store_ps(reinterpret_cast<float*>(totals), reduce8x8(v, add_op));
+      for (int k = 0; k < g; ++k) {
+        std::byte* header = dg + k * out.block_bytes() + out.planes * block;
+        std::memcpy(header, two ? &d2s[k] : &d1s[k], 4);
+        std::memcpy(header + 4, &totals[k], 4);
+      }
     }
   }
 }
