@@ -280,15 +280,14 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     }
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) {
-      const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S
-      const std::int32_t sum_q = load_i32(q + 4);
+      const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S, float(S)
       __m256i s = is[t];
       if constexpr (P == 2) s = _mm256_add_epi32(_mm256_slli_epi32(s, 8), is2[t]);
-      if constexpr (F::z != 0 && !kSigned) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * sum_q));
+      if constexpr (F::z != 0 && !kSigned) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * load_i32(q + 4)));
       const __m256 f = _mm256_cvtepi32_ps(s);
       __m256 e;
       if constexpr (F::min)
-        e = _mm256_fmadd_ps(d, f, _mm256_mul_ps(m, _mm256_set1_ps(static_cast<float>(sum_q))));
+        e = _mm256_fmadd_ps(d, f, _mm256_mul_ps(m, _mm256_set1_ps(load_f32(q + 8))));
       else
         e = _mm256_mul_ps(d, f);
       acc[t] = _mm256_fmadd_ps(e, _mm256_set1_ps(load_f32(q)), acc[t]);
@@ -456,6 +455,8 @@ SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_beg
         std::byte* header = dg + k * out.block_bytes() + out.planes * block;
         std::memcpy(header, two ? &d2s[k] : &d1s[k], 4);
         std::memcpy(header + 4, &totals[k], 4);
+        const float total = static_cast<float>(totals[k]);
+        std::memcpy(header + 8, &total, 4);
       }
     }
   }

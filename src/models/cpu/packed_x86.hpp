@@ -85,12 +85,11 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std
 template <class F>
 SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline __m512 avx512_block_step(__m512i s, __m512 d, __m512 m,
                                                                              const std::byte* q, __m512 acc) {
-  const std::int32_t sum_q = load_i32(q + 4);
-  if constexpr (F::z != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(F::z * sum_q));
+  if constexpr (F::z != 0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(F::z * load_i32(q + 4)));
   const __m512 f = _mm512_cvtepi32_ps(s);
   __m512 e;
-  if constexpr (F::min)
-    e = _mm512_fmadd_ps(d, f, _mm512_mul_ps(m, _mm512_set1_ps(static_cast<float>(sum_q))));
+  if constexpr (F::min)  // S as the quantiser stored it in float (q + 8): the bits of converting q + 4
+    e = _mm512_fmadd_ps(d, f, _mm512_mul_ps(m, _mm512_set1_ps(load_f32(q + 8))));
   else
     e = _mm512_mul_ps(d, f);
   return _mm512_fmadd_ps(e, _mm512_set1_ps(load_f32(q)), acc);

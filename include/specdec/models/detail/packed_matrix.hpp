@@ -66,10 +66,12 @@ inline constexpr std::int64_t kTileRows = 16;
 /// int8 activations of n token rows quantised in blocks of `block` values, in 1 or 2 planes (see the file comment).
 struct QuantizedRows {
   std::int64_t n = 0, cols = 0, block = 0, blocks = 0, planes = 1;
-  /// Per row, per block: int8 q1[block], (int8 q2[block],) float dx, int32 S; `stride` bytes per row.
+  /// Per row, per block: int8 q1[block], (int8 q2[block],) float dx, int32 S, float S; `stride` bytes per row.
   std::vector<std::byte> data;
   std::int64_t stride = 0;
-  static constexpr std::int64_t header = 8;  // dx and S follow the block's planes
+  // dx, S and float(S) (exact: |S| < 2^24) follow the block's planes; the float copy saves the products a conversion and
+  // a broadcast per block and token row.
+  static constexpr std::int64_t header = 12;
   std::int64_t block_bytes() const noexcept { return planes * block + header; }
   const std::byte* block_ptr(std::int64_t row, std::int64_t b) const noexcept {
     return data.data() + row * stride + b * block_bytes();
