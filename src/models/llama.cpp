@@ -499,8 +499,8 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       // then the softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the
       // split changes no bit.
       // A decode splits too: its 3 chunks (one a kv head) would leave one of 2 threads two heads' keys and values, so
-      // past one key range it shares the keys by range and then finishes row by row (bench_model BM_Decode at context
-      // 1024, three rounds alternated: ms_attention 1.59-1.67 -> 1.46-1.51).
+      // past one key range it shares the keys by range (bench_model BM_Decode at context 1024, three rounds alternated:
+      // ms_attention 1.59-1.67 -> 1.46-1.51, finishing row by row) and then finishes in one range of rows per thread.
       constexpr std::int64_t kKeyRange = 256;
       const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
       const bool split_keys = ranges >= 2;
@@ -509,19 +509,30 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
           const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
           run_rows(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
         });
-      // Chunks of a kv head's rows (a split decode's: single rows): whole tokens with all their group members, at most 3
+      // Chunks of a kv head's rows: whole tokens with all their group members, at most 3
       // tokens (9 rows for SmolLM2), so the rows of a chunk share every key block they transpose and every value they
       // load (the members of a token and, over the cached context, every row of the chunk), and a 6-token verification
       // still gives two threads 6 chunks.
       // (bench_model's ms_attention at 6 tokens: one token per chunk was 15-30% slower; whole kv heads, 3 chunks, within
       // noise of 3 tokens.)
-      const std::int64_t piece = s.n == 1 && split_keys ? 1 : std::min<std::int64_t>(s.n, 3) * group;
-      const std::int64_t per_head = (rows + piece - 1) / piece;
-      pool->run(nkv * per_head, [&](std::int64_t c) {
-        const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
-        run_rows(begin, std::min(kh * rows + rows, begin + piece),
-                 {split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
-      });
+      if (s.n == 1 && split_keys) {
+        // A split decode's rows in one contiguous range per thread (9 rows on 2 threads: 4 and 5), so a thread's rows
+        // of one kv head share each value load and a head's values are read by one thread, or two at a range's edge,
+        // instead of by whichever threads took its single-row chunks (bench_model BM_Decode at context 1024, three
+        // rounds alternated: ms_attention 1.27-1.33 -> 1.12-1.15 ms).
+        const std::int64_t ranges_n = pool->size();
+        pool->run(ranges_n, [&](std::int64_t c) {
+          run_rows(c * all_rows / ranges_n, (c + 1) * all_rows / ranges_n, {detail::AttentionPart::kFinish, 0, 0});
+        });
+      } else {
+        const std::int64_t piece = std::min<std::int64_t>(s.n, 3) * group;
+        const std::int64_t per_head = (rows + piece - 1) / piece;
+        pool->run(nkv * per_head, [&](std::int64_t c) {
+          const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
+          run_rows(begin, std::min(kh * rows + rows, begin + piece),
+                   {split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
+        });
+      }
     }
     return;
   }
