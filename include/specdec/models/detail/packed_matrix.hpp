@@ -16,7 +16,8 @@
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
 // 256 times finer scale, d2 = d1 / 256 and q2 = round((x - d1 q1) / d2), so x ~ d2 (256 q1 + q2) to about 15 bits; the
 // integer sums of both planes share each weight block's unpacking and combine exactly, s = 256 s1 + s2. A block stores its
-// planes, dx (d1 for one plane, d2 for two) and S = the sum of its combined integers. For output row o and token row t the
+// planes, dx (d1 for one plane, d2 for two), S = the sum of its combined integers, and S again as a float (exact, so
+// float(S) below is read, not converted). For output row o and token row t the
 // product is, for every block b in ascending order, with s = the exact integer sum of u * q over the block:
 //
 //   e   = d * float(s - z * S) + m * float(S)      (one fused multiply-add; without a minimum, d * float(s - z * S))
