@@ -57,6 +57,33 @@ TEST(Suffix, TrieCountsContinuationsAndRemovesSequences) {
   EXPECT_LT(t.match(Tokens{9, 1, 2}, 1, m), 0);
 }
 
+// match_open (a live request's cursor) gives match()'s node and length on the same context, token by token, for every
+// length bound: random texts over a small vocabulary (many repeats) and depths 2, 5 and 24.
+TEST(Suffix, CursorMatchEqualsTheWalkFromTheRoot) {
+  std::uint64_t state = 7;
+  auto next = [&] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::int64_t found = 0;
+  for (const std::int32_t depth : {2, 5, 24}) {
+    sp::SuffixTrie t(depth);
+    sp::SuffixTrie::Cursor c;
+    Tokens ctx;
+    for (int i = 0; i < 400; ++i) {
+      const auto tok = static_cast<std::int64_t>(next() % (i % 3 == 0 ? 3 : 7));
+      ctx.push_back(tok);
+      t.push(c, tok);
+      for (const std::int32_t min_len : {1, 2})
+        for (const std::int32_t max_len : {1, 3, depth - 1, depth + 5}) {
+          std::int32_t m1 = -5, m2 = -5;
+          const std::int32_t n1 = t.match(ctx, min_len, m1, max_len), n2 = t.match_open(c, min_len, m2, max_len);
+          ASSERT_EQ(n1, n2) << "depth " << depth << ", token " << i << ", lengths " << min_len << ".." << max_len;
+          ASSERT_EQ(m1, m2) << "depth " << depth << ", token " << i << ", lengths " << min_len << ".." << max_len;
+          found += n1 >= 0;
+        }
+    }
+  }
+  EXPECT_GT(found, 1000);
+}
+
 TEST(Suffix, DraftsTheMostLikelyContinuationOfTheLongestMatch) {
   sp::SuffixOptions o;
   o.max_width = 1;  // chains

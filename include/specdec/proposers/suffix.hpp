@@ -78,6 +78,23 @@ class SuffixTrie {
     return -1;
   }
 
+  /// match() for the sequence this trie indexed through `c` (a live request's context, pushed token by token): the
+  /// cursor holds the node of each suffix (open[m - 1]: length m), so the same node and length come in O(depth) lookups
+  /// instead of a walk from the root per candidate length (O(depth^2)).
+  std::int32_t match_open(const Cursor& c, std::int32_t min_len, std::int32_t& matched,
+                          std::int32_t max_len = std::numeric_limits<std::int32_t>::max()) const {
+    const auto L = static_cast<std::int64_t>(c.open.size());
+    for (std::int64_t m = std::min<std::int64_t>({depth_ - 1, L, max_len}); m >= std::max(min_len, 1); --m) {
+      const std::int32_t node = c.open[static_cast<std::size_t>(m - 1)];
+      if (node >= 0 && nodes_[static_cast<std::size_t>(node)].count > 0 && children_total(node) > 0) {
+        matched = static_cast<std::int32_t>(m);
+        return node;
+      }
+    }
+    matched = 0;
+    return -1;
+  }
+
   /// A draft tree below `from`: best-first by path probability, at most `budget` nodes, depth <= max_depth, <= width
   /// children per node, each with path probability >= min_prob. Appends tokens / parents (node indices local to the tree,
   /// 0 = the root) and returns the sum of the drafted paths' probabilities (the expected number of accepted drafts when
@@ -217,9 +234,10 @@ class SuffixProposer {
       for (const SuffixTrie* trie : {&live.trie, &global_}) {
         std::int32_t matched = 0;
         // Leave room for r.max_drafts continuation levels below the match (a longer match in a depth-bounded trie
-        // could draft only depth - m tokens).
-        const std::int32_t node = trie->match(r.context, options_.min_match, matched,
-                                              std::max(options_.min_match, options_.max_depth - r.max_drafts));
+        // could draft only depth - m tokens). The live trie indexed this very context through the request's cursor.
+        const std::int32_t max_len = std::max(options_.min_match, options_.max_depth - r.max_drafts);
+        const std::int32_t node = trie == &live.trie ? trie->match_open(live.cursor, options_.min_match, matched, max_len)
+                                                     : trie->match(r.context, options_.min_match, matched, max_len);
         if (node < 0 || r.max_drafts <= 0) continue;
         const auto budget = static_cast<std::int32_t>(std::min<double>(
             options_.max_tree_nodes, std::ceil(options_.tokens_per_match_token * static_cast<double>(matched))));
