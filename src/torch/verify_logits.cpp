@@ -255,44 +255,36 @@ void verify_rows_cpu(const CpuRows<IdT>& c, const ParallelFor& parallel_for) {
       Status st = range.status;
       if (st == Status::kSuccess && range.num_drafts > 0 && c.has_q && c.has_q[b] && !c.q) st = Status::kInvalidArgument;
       std::int64_t scan_stop = -1, scan_token = -1;  // greedy_by_scan: the first row not accepted, its argmax
-      if (st == Status::kSuccess && lazy && c.greedy_by_scan && params[static_cast<std::size_t>(b)].temperature == 0.0f) {
-        const LogitsParams& lp = params[static_cast<std::size_t>(b)];
-        const std::int64_t row0 = range.start + b, k = range.num_drafts;
-        std::int64_t i = 0;
-        for (; i <= k; ++i) {
-          const std::int64_t row = row0 + i;
-          specdec::detail::RowArgmax scan;
-          target_rows[row] = specdec::detail::logits_row_check(lg + row * lg_stride, V, lp, scan);
-          if (target_rows[row] != Status::kSuccess) break;
-          scan_token = scan.index;
-          if (i == k || static_cast<std::int64_t>(c.ids[range.start + i]) != scan.index) break;
-        }
-        scan_stop = i;
-        for (std::int64_t j = i + 1; j <= k; ++j) {
-          specdec::detail::RowArgmax scan;
-          target_rows[row0 + j] = specdec::detail::logits_row_check(lg + (row0 + j) * lg_stride, V, lp, scan);
-        }
-      } else if (st == Status::kSuccess && lazy) {
+      if (st == Status::kSuccess && lazy) {
         // Row i is processed, and row i + 1 only while the chain rule goes on past draft i; the rows after the stop
-        // get logits_row's checks alone, so every row's status is what processing it would give.
+        // get logits_row's checks alone, so every row's status is what processing it would give. A greedy request under
+        // greedy_by_scan gets only the checks' scan of every row: its argmax decides.
         const LogitsParams& lp = params[static_cast<std::size_t>(b)];
+        const bool by_scan = c.greedy_by_scan && lp.temperature == 0.0f;
         const std::int64_t row0 = range.start + b, k = range.num_drafts;
         const float* qb = draft_rows_of(b, range.start);
         std::int64_t i = 0;
         for (; i <= k; ++i) {
           const std::int64_t row = row0 + i;
-          target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, p + row * V, scratch, true);
+          if (by_scan) {
+            specdec::detail::RowArgmax scan;
+            target_rows[row] = specdec::detail::logits_row_check(lg + row * lg_stride, V, lp, scan);
+            scan_token = scan.index;
+          } else {
+            target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, p + row * V, scratch, true);
+          }
           if (i == k || target_rows[row] != Status::kSuccess) break;
           const auto x = static_cast<std::int64_t>(c.ids[range.start + i]);  // out of range: the verifier reports it
           if (x < 0 || x >= V) break;
           // greedy: the processed row is one-hot on its argmax
-          const bool goes_on = lp.temperature == 0.0f
-                                   ? p[row * V + x] == 1.0f
-                                   : specdec::detail::chain_continues(p + row * V, x, qb ? qb + i * V : nullptr,
-                                                                      static_cast<std::uint64_t>(c.seeds[b]),
-                                                                      c.positions[b] + i, 1.0f);
+          const bool goes_on = by_scan                 ? x == scan_token
+                               : lp.temperature == 0.0f ? p[row * V + x] == 1.0f
+                                                        : specdec::detail::chain_continues(
+                                                              p + row * V, x, qb ? qb + i * V : nullptr,
+                                                              static_cast<std::uint64_t>(c.seeds[b]), c.positions[b] + i, 1.0f);
           if (!goes_on) break;
         }
+        if (by_scan) scan_stop = i;
         for (std::int64_t j = i + 1; j <= k; ++j) {
           specdec::detail::RowArgmax scan;
           target_rows[row0 + j] = specdec::detail::logits_row_check(lg + (row0 + j) * lg_stride, V, lp, scan);
@@ -309,13 +301,9 @@ void verify_rows_cpu(const CpuRows<IdT>& c, const ParallelFor& parallel_for) {
           st = specdec::detail::check_chain_request(V, k, c.ids + start, pb, c.positions[b], 1.0f, c.out + b * stride,
                                                     c.nacc + b, tiles.data())
                    .status;
-          if (st == Status::kSuccess) {
-            IdT* o = c.out + b * stride;
-            for (std::int64_t j = 0; j < scan_stop; ++j) o[j] = c.ids[start + j];
-            o[scan_stop] = static_cast<IdT>(scan_token);
-            for (std::int64_t j = 0; j < k; ++j) c.flags[start + j] = j < scan_stop ? 1 : 0;
-            c.nacc[b] = static_cast<std::int32_t>(scan_stop);
-          }
+          if (st == Status::kSuccess)
+            specdec::detail::write_chain_outcome(k, c.ids + start, scan_stop, scan_token, c.out + b * stride, c.nacc + b,
+                                                 c.flags + start);
           c.status[b] = static_cast<std::int32_t>(st);
           continue;
         }

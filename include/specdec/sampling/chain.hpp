@@ -281,6 +281,17 @@ inline bool chain_continues(const float* p, std::int64_t x, const float* q, std:
 
 /// The chain rule for one request whose arguments are known to be valid (sizes, pointers, every id in range):
 /// the batch entries call it after checking the whole batch. Outputs are written only on success.
+/// A verified chain's outputs: the first n_acc drafts then `token`, the count, and (if given) the K per-draft flags.
+template <class IdT>
+inline void write_chain_outcome(std::int64_t num_drafts, const IdT* draft_token_ids, std::int64_t n_acc, std::int64_t token,
+                                IdT* out_tokens, std::int32_t* num_accepted, std::uint8_t* accepted) {
+  for (std::int64_t j = 0; j < n_acc; ++j) out_tokens[j] = draft_token_ids[j];
+  out_tokens[n_acc] = static_cast<IdT>(token);
+  if (accepted)
+    for (std::int64_t j = 0; j < num_drafts; ++j) accepted[j] = j < n_acc ? 1 : 0;
+  *num_accepted = static_cast<std::int32_t>(n_acc);
+}
+
 template <class IdT>
 inline VerifyResult verify_chain_request_unchecked(std::int64_t vocab_size, std::int64_t num_drafts,
                                                    const IdT* draft_token_ids, const float* draft_probs,
@@ -324,11 +335,7 @@ inline VerifyResult verify_chain_request_unchecked(std::int64_t vocab_size, std:
       s = draw(RowWeight{p}, V, seed, position + num_drafts, kBonusRace, tile_masses, token);
     if (s != Status::kSuccess) return row_failure(s, num_drafts, false);
   }
-  for (std::int64_t j = 0; j < n_acc; ++j) out_tokens[j] = draft_token_ids[j];
-  out_tokens[n_acc] = static_cast<IdT>(token);
-  if (accepted)
-    for (std::int64_t j = 0; j < num_drafts; ++j) accepted[j] = j < n_acc ? 1 : 0;
-  *num_accepted = static_cast<std::int32_t>(n_acc);
+  write_chain_outcome(num_drafts, draft_token_ids, n_acc, token, out_tokens, num_accepted, accepted);
   return {};
 }
 

@@ -451,13 +451,8 @@ SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_beg
       }
       alignas(32) std::int32_t totals[8];
       _mm256_store_ps(reinterpret_cast<float*>(totals), reduce8x8(v, add_op));
-      for (int k = 0; k < g; ++k) {
-        std::byte* header = dg + k * out.block_bytes() + out.planes * block;
-        std::memcpy(header, two ? &d2s[k] : &d1s[k], 4);
-        std::memcpy(header + 4, &totals[k], 4);
-        const float total = static_cast<float>(totals[k]);
-        std::memcpy(header + 8, &total, 4);
-      }
+      for (int k = 0; k < g; ++k)
+        QuantizedRows::write_header(dg + k * out.block_bytes() + out.planes * block, two ? d2s[k] : d1s[k], totals[k]);
     }
   }
 }

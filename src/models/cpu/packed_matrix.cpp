@@ -345,10 +345,7 @@ void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end,
         sum = 256 * sum + sum2;
         dx = d2;
       }
-      std::memcpy(dst + out.planes * block, &dx, 4);
-      std::memcpy(dst + out.planes * block + 4, &sum, 4);
-      const float sum_f = static_cast<float>(sum);
-      std::memcpy(dst + out.planes * block + 8, &sum_f, 4);
+      QuantizedRows::write_header(dst + out.planes * block, dx, sum);
     }
   }
 }

@@ -29,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -73,6 +74,13 @@ struct QuantizedRows {
   // dx, S and float(S) (exact: |S| < 2^24) follow the block's planes; the float copy saves the products a conversion and
   // a broadcast per block and token row.
   static constexpr std::int64_t header = 12;
+  /// Writes a block's header at `at` (just past its planes): dx, S and float(S).
+  static void write_header(std::byte* at, float dx, std::int32_t sum) noexcept {
+    const float sum_f = static_cast<float>(sum);
+    std::memcpy(at, &dx, 4);
+    std::memcpy(at + 4, &sum, 4);
+    std::memcpy(at + 8, &sum_f, 4);
+  }
   std::int64_t block_bytes() const noexcept { return planes * block + header; }
   const std::byte* block_ptr(std::int64_t row, std::int64_t b) const noexcept {
     return data.data() + row * stride + b * block_bytes();
