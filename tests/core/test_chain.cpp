@@ -2,9 +2,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits.hpp"
@@ -812,6 +816,72 @@ TEST(ChainMixedStats, MixedBatchIsLossless) {
   }
   EXPECT_TRUE(matches_distribution(accepted[0], accepted_distribution(a_iid))) << "request 0 (with probs)";
   EXPECT_TRUE(matches_distribution(accepted[1], accepted_distribution(a_det))) << "request 1 (deterministic)";
+}
+
+// race_weights.hpp: the tile masses of every race weight on every vector path the CPU has against the one-lane
+// tile_mass, bit for bit: rows of probabilities with zeros, a draft row above and below them, the removed token in the
+// first, last and a middle lane of a vector, and rows with an invalid value (NaN, +inf, a negative or a value above
+// FLT_MAX's sums) in some tiles; lengths around the vectors, the 32-lane tile rows and partial last tiles.
+TEST(RaceTileMasses, EveryVectorPathEqualsTheOneLaneBits) {
+  using specdec::detail::LogitsPath;
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const float inf = std::numeric_limits<float>::infinity();
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) return false;
+    }
+    return true;
+  };
+  int paths = 0, checked = 0, invalid_rows = 0;
+  for (const LogitsPath path : {LogitsPath::kVector4, LogitsPath::kAvx512}) {
+    if (!specdec::detail::logits_path_available(path)) continue;
+    ++paths;
+    for (const std::int64_t V : {1, 5, 16, 33, 1000, 1024, 1025, 2048, 3071, 49152, 50001})
+      for (int trial = 0; trial < 6; ++trial) {
+        std::vector<float> p(static_cast<std::size_t>(V)), q(p.size());
+        for (std::size_t i = 0; i < p.size(); ++i) {
+          p[i] = unit(rng) < 0.2f ? 0.0f : unit(rng) * 1e-3f;
+          q[i] = unit(rng) < 0.5f ? p[i] : unit(rng) * 1e-3f;
+        }
+        if (trial >= 4) {  // invalid values: NaN, +inf, a negative, and huge values whose sum overflows
+          const float bad[] = {std::nanf(""), inf, -1e-6f, FLT_MAX};
+          for (int k = 0; k < 3; ++k) {
+            const auto at = static_cast<std::size_t>(rng() % static_cast<std::uint32_t>(V));
+            (k % 2 ? q : p)[at] = bad[rng() % 4];
+          }
+          if (V > 64) p[1] = p[2] = FLT_MAX;
+          ++invalid_rows;
+        }
+        const std::int64_t removed_at[] = {0, V - 1, V / 2, std::min<std::int64_t>(15, V - 1),
+                                           static_cast<std::int64_t>(rng() % static_cast<std::uint32_t>(V))};
+        const std::size_t tiles = static_cast<std::size_t>(specdec::num_tiles(V));
+        std::vector<float> want(tiles), got(tiles);
+        const specdec::detail::RowWeight row{p.data()};
+        specdec::detail::race_tile_masses_one_lane(row, V, want.data());
+        specdec::detail::race_tile_masses(row, V, got.data(), path);
+        ASSERT_TRUE(same(want, got)) << "p, path " << static_cast<int>(path) << " V " << V << " trial " << trial;
+        const specdec::detail::ResidualWeight residual{p.data(), q.data()};
+        specdec::detail::race_tile_masses_one_lane(residual, V, want.data());
+        specdec::detail::race_tile_masses(residual, V, got.data(), path);
+        ASSERT_TRUE(same(want, got)) << "max(p - q, 0), path " << static_cast<int>(path) << " V " << V << " trial "
+                                     << trial;
+        for (const std::int64_t removed : removed_at) {
+          const specdec::detail::RemovedWeight without{p.data(), removed};
+          specdec::detail::race_tile_masses_one_lane(without, V, want.data());
+          specdec::detail::race_tile_masses(without, V, got.data(), path);
+          ASSERT_TRUE(same(want, got)) << "p without " << removed << ", path " << static_cast<int>(path) << " V " << V
+                                       << " trial " << trial;
+          ++checked;
+        }
+      }
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  EXPECT_GE(paths, 1) << "an x86-64 GCC/clang build has at least the 4-wide path";
+#endif
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(invalid_rows, 0);
 }
 
 }  // namespace

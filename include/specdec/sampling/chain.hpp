@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/sampling/race_weights.hpp"
 #include "specdec/sampling/residual.hpp"
 #include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
@@ -183,48 +184,14 @@ template <class Weight>
 inline Status draw(const Weight& weight, std::int64_t vocab_size, std::uint64_t seed, std::int64_t position,
                    RacePurposes purposes, float* tile_masses, std::int64_t& token) {
   const std::int64_t tiles = num_tiles(vocab_size);
-  for (std::int64_t t = 0; t < tiles; ++t) {
-    const float m = tile_mass(weight, t, vocab_size);
-    if (!valid_probability(m)) return Status::kInvalidProbability;
-    tile_masses[t] = m;
-  }
+  race_tile_masses(weight, vocab_size, tile_masses);
+  for (std::int64_t t = 0; t < tiles; ++t)
+    if (!valid_probability(tile_masses[t])) return Status::kInvalidProbability;
   const std::int64_t tile = race_tiles(tile_masses, tiles, seed, position, purposes.tile);
   if (tile < 0) return Status::kZeroMass;
   token = race_in_tile(weight, tile, vocab_size, seed, position, purposes.token);
   return Status::kSuccess;
 }
-
-/// The residual max(p - q, 0) (NaN where p or q is not a valid probability).
-struct ResidualWeight {
-  const float* p;
-  const float* q;
-  float operator()(std::int64_t x) const {
-    const float a = p[x], b = q[x];
-    const float d = a - b;
-    const float w = d > 0.0f ? d : 0.0f;
-    return valid_probability(a) && valid_probability(b) ? w : __builtin_nanf("");
-  }
-};
-
-/// p with one token removed (NaN where p is not a valid probability).
-struct RemovedWeight {
-  const float* p;
-  std::int64_t removed;
-  float operator()(std::int64_t x) const {
-    const float a = p[x];
-    const float w = x == removed ? 0.0f : a;
-    return valid_probability(a) ? w : __builtin_nanf("");
-  }
-};
-
-/// p itself (NaN where p is not a valid probability).
-struct RowWeight {
-  const float* p;
-  float operator()(std::int64_t x) const {
-    const float a = p[x];
-    return valid_probability(a) ? a : __builtin_nanf("");
-  }
-};
 
 /// Emission from a residual with the fallback to p when the residual has no mass.
 template <class Weight>

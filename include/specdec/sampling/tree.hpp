@@ -75,11 +75,9 @@ struct TreeResidual {
 /// mass(r): tile masses summed in tile order (NaN poisons it).
 inline float residual_mass(const float* r, std::int64_t vocab_size, float* tile_masses) {
   const std::int64_t tiles = num_tiles(vocab_size);
+  race_tile_masses(RowWeight{r}, vocab_size, tile_masses);
   float z = 0.0f;
-  for (std::int64_t t = 0; t < tiles; ++t) {
-    tile_masses[t] = tile_mass(RowWeight{r}, t, vocab_size);
-    z += tile_masses[t];
-  }
+  for (std::int64_t t = 0; t < tiles; ++t) z += tile_masses[t];
   return z;
 }
 
