@@ -68,6 +68,12 @@ struct Options {
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
+  // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
+  // seed's tokens stay reproducible): a step with x draft rows costs 1 + slope * x plain steps (this CPU forward's
+  // profile over the 1-4 drafts a lookup proposer mostly makes: 1.16, 1.23, 1.44, 1.68), a draft position `draft_cost`
+  // (< 0: the proposer's measured c).
+  double sampled_cost_slope = 0.15;
+  double sampled_draft_cost = -1.0;
   bool tree = false;
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
@@ -317,6 +323,20 @@ specdec::proposers::SuffixOptions suffix_options(const Options& o) {
   return so;
 }
 
+/// A draft position's cost in plain steps (c) for a proposer or chain, as specdec-generate measured it on the bundled
+/// model (README "Draft length"): lookups 0.01-0.02, the draft model 0.15, the EAGLE head 0.63; a chain, its costliest.
+double default_draft_cost(const std::string& proposer) {
+  double c = 0.0;
+  std::size_t at = 0;
+  while (at <= proposer.size()) {
+    const std::size_t comma = std::min(proposer.find(',', at), proposer.size());
+    const std::string name = proposer.substr(at, comma - at);
+    c = std::max(c, name == "draft" ? 0.15 : name == "eagle" ? 0.63 : 0.02);
+    at = comma + 1;
+  }
+  return c;
+}
+
 LlamaModel load_draft_model(const Options& o) {
   const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
   return load_model(path, "--draft-model", o, o.draft_weights == "q8_0");
@@ -417,8 +437,14 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   spec_options.adaptive.enabled = o.adaptive;
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.sampled = o.adaptive_all;
-  const bool adaptive = o.adaptive && (params.greedy() || o.adaptive_all);  // what the run does
-  if (adaptive && proposer != "none" && o.cost_model == "profile") {
+  if (o.adaptive && !o.adaptive_all) {
+    const double slope = o.sampled_cost_slope;
+    spec_options.adaptive.sampled_cost = [slope](std::int64_t rows) { return 1.0 + slope * static_cast<double>(rows); };
+    spec_options.adaptive.sampled_draft_cost = o.sampled_draft_cost >= 0 ? o.sampled_draft_cost : default_draft_cost(proposer);
+  }
+  const bool joint = o.adaptive && (params.greedy() || o.adaptive_all);  // the timed policy (greedy, or --adaptive)
+  const bool adaptive = o.adaptive;                                       // what the run does
+  if (joint && proposer != "none" && o.cost_model == "profile") {
     // The policy's cost model profiled once before the runs (specdec/decoder/cost_profile.hpp), not learned from them.
     const auto profile = specdec::decoder::profile_forward_seconds(target, o.num_speculative_tokens + 1);
     std::string ratios;
@@ -574,10 +600,22 @@ int main(int argc, char** argv) {
   auto* adaptive = app.add_flag("--adaptive", o.adaptive_all,
                                 "the adaptive draft-length policy (the default at temperature 0: g in [0, g] per request "
                                 "and step, maximising expected tokens/s from the request's recent acceptance and the "
-                                "target's verification cost learned from the run) also when sampling (sampled tokens for "
-                                "a seed then depend on the g chosen)");
+                                "target's verification cost learned from the run) also when sampling, jointly over the "
+                                "batch with those timed costs (sampled tokens for a seed then depend on the run's timings); "
+                                "without it sampled requests choose alone against a fixed cost (--sampled-cost-slope)");
   app.add_flag("--fixed-g,--no-adaptive", o.fixed_g, "draft exactly g tokens every step (turn the adaptive policy off)")
       ->excludes(adaptive);
+  app.add_option("--sampled-cost-slope", o.sampled_cost_slope,
+                 "sampling without --adaptive: each request drafts its g while its drafting steps emitted more tokens than "
+                 "they cost, else steps plainly with probes; a step with x drafts costs 1 + slope * x plain steps (no "
+                 "timing: a seed's tokens stay "
+                 "reproducible); the default is this CPU forward's measured slope over 1-4 drafts")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  app.add_option("--sampled-draft-cost", o.sampled_draft_cost,
+                 "with --sampled-cost-slope: a draft position's cost in plain steps (default: the proposer's measured "
+                 "c, 0.02 for ngram/suffix, 0.15 draft, 0.63 eagle, a chain's costliest)")
+      ->check(CLI::Range(0.0, 100.0));
   app.add_option("--cost-model", o.cost_model,
                  "adaptive policy: the target's verification cost per row count, profile (timed once before the runs, "
                  "as vLLM profiles at startup) or learned (from the run's own steps)")

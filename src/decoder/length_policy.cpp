@@ -78,6 +78,19 @@ void ForwardCostModel::observe(std::int64_t requests, std::int64_t tokens, doubl
   f.xy = decay_ * f.xy + x * seconds;
 }
 
+void DraftingYield::observe(std::int64_t rows, std::int64_t tokens) {
+  weight_ = decay_ * weight_ + 1.0;
+  tokens_ = decay_ * tokens_ + static_cast<double>(tokens);
+  rows_ = decay_ * rows_ + static_cast<double>(rows);
+}
+
+bool DraftingYield::pays(const std::function<double(std::int64_t)>& cost, double draft_cost) const {
+  const double x = rows();
+  const auto lo = static_cast<std::int64_t>(std::floor(x));
+  const double c_lo = cost(lo), c = c_lo + (x - static_cast<double>(lo)) * (cost(lo + 1) - c_lo);
+  return tokens() > c + draft_cost * x;
+}
+
 double ForwardCostModel::predict(std::int64_t requests, std::int64_t tokens) const {
   const double x = static_cast<double>(std::max<std::int64_t>(tokens - requests, 0));
   if (fits_.empty()) return 1.0 + prior_slope_ * x;

@@ -617,6 +617,9 @@ void check_options(const DecoderOptions& o) {
     fail("DecoderOptions.adaptive.probe_backoff: expected >= 1, got " + std::to_string(a.probe_backoff));
   if (std::isnan(a.draft_seconds_per_position))
     fail("DecoderOptions.adaptive.draft_seconds_per_position: expected seconds (or < 0 = measured), got nan");
+  if (!(a.sampled_draft_cost >= 0.0) || std::isinf(a.sampled_draft_cost))
+    fail("DecoderOptions.adaptive.sampled_draft_cost: expected a finite value >= 0, got " +
+         std::to_string(a.sampled_draft_cost));
   if (o.calibration_forwards < 1)
     fail("DecoderOptions.calibration_forwards: expected >= 1, got " + std::to_string(o.calibration_forwards));
 }

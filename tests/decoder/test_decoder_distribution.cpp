@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "common.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
@@ -32,29 +33,36 @@ std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<st
   return pi;
 }
 
+/// Draws n requests' first two tokens (of `new_tokens` generated; `tweak` edits the decoder's options) and checks their
+/// joint distribution; returns the decoder's metrics.
 template <class Proposer>
-void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::SamplingParams& params, int g, std::int64_t n,
-                 const std::vector<std::int64_t>& prompt = {1, 5, 2, 7},
-                 specdec::VerifyMethod method = specdec::VerifyMethod::kToken) {
+sd::DecoderMetrics check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::SamplingParams& params, int g,
+                               std::int64_t n, const std::vector<std::int64_t>& prompt = {1, 5, 2, 7},
+                               specdec::VerifyMethod method = specdec::VerifyMethod::kToken, std::int64_t new_tokens = 2,
+                               const std::function<void(sd::DecoderOptions&)>& tweak = {}) {
   const std::int64_t V = target.vocab_size();
   const auto pi = joint_reference(target, prompt, params);
   std::vector<std::int64_t> count(pi.size(), 0);
   sd::DecoderOptions o;
   o.num_speculative_tokens = g;
   o.calibrate = false;
+  if (tweak) tweak(o);
   sd::SpeculativeDecoder dec(proposer, target, o);
   constexpr std::int64_t kPerCall = 500;
   for (std::int64_t start = 0; start < n; start += kPerCall) {
     std::vector<sd::GenerationRequest> rs;
     for (std::int64_t i = start; i < std::min(n, start + kPerCall); ++i) {
-      auto r = make_request(prompt, 2);
+      auto r = make_request(prompt, new_tokens);
       r.params = params;
       r.params.seed = 0xABCDEF00ull + static_cast<std::uint64_t>(i);
       r.verify_method = method;
       rs.push_back(r);
     }
     for (const auto& r : dec.generate(rs)) {
-      ASSERT_EQ(r.tokens.size(), 2u);
+      if (r.tokens.size() != static_cast<std::size_t>(new_tokens)) {
+        ADD_FAILURE() << "a request generated " << r.tokens.size() << " tokens, expected " << new_tokens;
+        return dec.metrics();
+      }
       ++count[static_cast<std::size_t>(r.tokens[0] * V + r.tokens[1])];
     }
   }
@@ -68,6 +76,7 @@ void check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::Samp
   if (g > 0) {
     EXPECT_GT(dec.metrics().total.accepted, 0);
   }
+  return dec.metrics();
 }
 
 specdec::SamplingParams params(float t, int top_k = 0, float top_p = 1.0f) {
@@ -124,6 +133,28 @@ TEST(DecoderDistribution, NgramFirstTwoTokensMatchTarget) {
   sp::NgramProposer ngram;
   // the suffix "1 5" recurs: the n-gram drafts "2 7" (deterministic drafts, verified with p(x))
   check_joint(ngram, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
+}
+
+TEST(DecoderDistribution, NgramPerRequestDraftLengthsFirstTwoTokensMatchTarget) {
+  // Sampled requests choosing g alone against a fixed cost (AdaptiveSpeculation::sampled_cost): with the prior estimate
+  // a step drafts, after a rejected first draft the estimate falls below the cost of a draft and the next step is
+  // plain, so the second token's step depends on the first's outcome. Still the target's joint distribution.
+  auto target = tiny_model(25, kVocab);
+  sp::NgramProposer ngram;
+  const auto m = check_joint(ngram, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5}, specdec::VerifyMethod::kToken, 6,
+                             [](sd::DecoderOptions& o) {
+                               o.adaptive.enabled = true;
+                               o.adaptive.sampled_cost = [](std::int64_t rows) { return 1.0 + 0.3 * static_cast<double>(rows); };
+                             });
+  // the policy went plain where fixed drafting (the same proposer and prompt) drafts
+  sp::NgramProposer ngram_fixed;
+  const auto fixed = check_joint(ngram_fixed, target, params(1.0f), 3, 2000, {1, 5, 2, 7, 3, 1, 5},
+                                 specdec::VerifyMethod::kToken, 6);
+  auto drafting = [](const sd::DecoderMetrics& x) {
+    return static_cast<double>(x.total.steps_with_drafts) / static_cast<double>(x.total.target_forwards);
+  };
+  EXPECT_GT(m.total.steps_with_drafts, 0);
+  EXPECT_LT(drafting(m), drafting(fixed) - 0.05) << "policy " << drafting(m) << ", fixed " << drafting(fixed);
 }
 
 TEST(DecoderDistribution, SuffixTreesFirstTwoTokensMatchTarget) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 #include <vector>
 
@@ -154,6 +155,26 @@ TEST(LengthPolicy, LongDraftsWhenDraftsAreAccepted) {
         specdec::theory::walltime_improvement(0.8, std::max(one_rate, 1), 0.0, 1.0 + 0.1 * std::max(one_rate, 1)))
       one_rate = k;
   EXPECT_LT(one_rate, 8);
+}
+
+TEST(LengthPolicy, DraftingYieldPaysWhileDraftingStepsEmitMoreThanTheyCost) {
+  const std::function<double(std::int64_t)> cost = [](std::int64_t rows) { return 1.0 + 0.25 * static_cast<double>(rows); };
+  sd::DraftingYield y(0.5);  // prior: 1.5 tokens for 1 row (1.25 plain steps): drafting pays
+  EXPECT_DOUBLE_EQ(y.tokens(), 1.5);
+  EXPECT_DOUBLE_EQ(y.rows(), 1.0);
+  EXPECT_TRUE(y.pays(cost, 0.0));
+  EXPECT_FALSE(y.pays(cost, 0.3));  // 1.5 < 1.25 + 0.3
+  y.observe(8, 1);  // 8 drafts, none accepted: (0.75 + 1) / 1.5 tokens for (0.5 + 8) / 1.5 rows
+  EXPECT_NEAR(y.tokens(), 1.75 / 1.5, 1e-12);
+  EXPECT_NEAR(y.rows(), 8.5 / 1.5, 1e-12);
+  EXPECT_FALSE(y.pays(cost, 0.0));
+  for (int i = 0; i < 6; ++i) y.observe(4, 4);  // copying: 3 of 4 drafts accepted a step
+  EXPECT_TRUE(y.pays(cost, 0.02));
+  // the cost between whole rows is interpolated: 2.5 rows cost 1.625 plain steps
+  sd::DraftingYield z(0.5, 1.625, 2.5);
+  EXPECT_FALSE(z.pays(cost, 0.0));
+  sd::DraftingYield z2(0.5, 1.626, 2.5);
+  EXPECT_TRUE(z2.pays(cost, 0.0));
 }
 
 TEST(LengthPolicy, BatchKeepsFixedRequestsAndSharesTheForward) {
@@ -338,6 +359,57 @@ TEST(DecoderAdaptive, OptOutAndOptIn) {
     bad(x);
     sp::NoProposer none;
     EXPECT_THROW((sd::SpeculativeDecoder<sp::NoProposer, sm::LlamaModel>(none, f.target, x)), specdec::error);
+  }
+}
+
+TEST(DecoderAdaptive, SampledRequestsChooseAloneAgainstAFixedCost) {
+  // Sampled requests under AdaptiveSpeculation::sampled_cost: drafts that are rejected stop being drafted (plain steps
+  // and probes), and each request's g is a function of its own tokens, so its tokens are the same alone, beside other
+  // sampled requests, beside a greedy request under the timed (learned) cost model, and run after run.
+  Fixture f(3, 60);
+  auto sampled = f.requests;
+  for (std::size_t b = 0; b < sampled.size(); ++b) {
+    sampled[b].params.temperature = 0.7f;
+    sampled[b].params.seed = 100 + b;
+  }
+  auto options = [](bool learned) {
+    sd::DecoderOptions o = Fixture::options(6, 0.2);
+    if (learned) o.adaptive.forward_seconds = nullptr;  // greedy requests: timed costs
+    o.adaptive.sampled_cost = [](std::int64_t rows) { return 1.0 + 0.2 * static_cast<double>(rows); };
+    return o;
+  };
+  auto run = [&](const std::vector<sd::GenerationRequest>& rs, bool learned) {
+    auto p = f.synthetic(0.0);
+    sd::SpeculativeDecoder dec(p, f.target, options(learned));
+    return dec.generate(rs);
+  };
+  const auto together = run(sampled, false);
+  for (std::size_t b = 0; b < sampled.size(); ++b) {
+    const auto& m = together[b].metrics;
+    EXPECT_LT(m.steps_with_drafts, m.target_forwards / 3) << b;
+    EXPECT_GE(m.steps_with_drafts, 3) << b;  // the first steps and probes draft
+    EXPECT_EQ(run(std::vector<sd::GenerationRequest>{sampled[b]}, false)[0].tokens, together[b].tokens) << "alone " << b;
+  }
+  auto mixed = sampled;
+  mixed.push_back(f.requests[0]);  // greedy, chosen jointly with timed costs
+  for (int round = 0; round < 2; ++round) {
+    const auto res = run(mixed, true);
+    for (std::size_t b = 0; b < sampled.size(); ++b) EXPECT_EQ(res[b].tokens, together[b].tokens) << "mixed " << b;
+    EXPECT_EQ(res.back().tokens, f.reference[0]);
+  }
+  // without the fixed cost a sampled request drafts g every step
+  auto o = options(false);
+  o.adaptive.sampled_cost = nullptr;
+  auto p = f.synthetic(0.0);
+  sd::SpeculativeDecoder dec(p, f.target, o);
+  const auto fixed = dec.generate(std::vector<sd::GenerationRequest>{sampled[0]});
+  EXPECT_GE(fixed[0].metrics.steps_with_drafts, fixed[0].metrics.target_forwards - 1);
+  // a draft cost that is not a finite value >= 0 is refused
+  for (const double bad : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    sd::DecoderOptions x;
+    x.adaptive.sampled_draft_cost = bad;
+    sp::NoProposer none;
+    EXPECT_THROW((sd::SpeculativeDecoder<sp::NoProposer, sm::LlamaModel>(none, f.target, x)), specdec::error) << bad;
   }
 }
 

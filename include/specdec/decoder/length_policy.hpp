@@ -46,6 +46,17 @@ struct AdaptiveSpeculation {
   /// depends on the g chosen each step, so on the run's timings and on the batch: the seed-for-seed reproducibility of
   /// the promise "a request's tokens do not depend on its batch" is given up. Off by default for that reason.
   bool sampled = false;
+  /// Sampled requests when `sampled` is off: each decides alone whether to draft, from its own drafting steps against a
+  /// verification cost fixed in advance instead of timed. sampled_cost(x) is the cost of a step with x draft rows
+  /// relative to a plain step (sampled_cost(0) = 1), sampled_draft_cost the cost of one draft position on that scale. A
+  /// request drafts its full g while its drafting steps (DraftingYield: decayed means of the tokens each emitted and the
+  /// rows it verified) emitted more than they cost, tokens / (sampled_cost(rows) + sampled_draft_cost * rows) > 1, and
+  /// otherwise steps plainly with the probes of the greedy policy. All or nothing, because a lookup proposer already
+  /// drafts per step only as far as its match goes (long where copying goes on): what is left to decide is whether a
+  /// request's drafting pays at all. Its g, and so its tokens, are then a function of its own tokens: reproducible for
+  /// a seed, independent of the batch and of timings. Empty: sampled requests draft their full g every step.
+  std::function<double(std::int64_t draft_rows)> sampled_cost;
+  double sampled_draft_cost = 0.0;
   /// Per-position acceptance estimates keep this weight of their past each time the position is tested.
   double acceptance_decay = 0.9;
   /// The cost model's linear fits keep this weight of their past per observed step.
@@ -88,6 +99,24 @@ class AcceptanceEstimate {
  private:
   double decay_, prior_;
   std::vector<double> tested_, accepted_;  // decayed counts per position (0-based)
+};
+
+/// What a request's drafting steps yielded, decayed: the mean tokens a drafting step emitted and the mean draft rows it
+/// verified (sums of the observations, each decaying by `decay` per observation, with one pseudo-observation of the
+/// prior that fades like the data). The sampled requests' all-or-nothing rule (AdaptiveSpeculation::sampled_cost).
+class DraftingYield {
+ public:
+  explicit DraftingYield(double decay = 0.9, double prior_tokens = 1.5, double prior_rows = 1.0)
+      : decay_(decay), weight_(1.0), tokens_(prior_tokens), rows_(prior_rows) {}
+  /// One drafting step: `rows` draft rows verified, `tokens` emitted (accepted drafts + 1).
+  void observe(std::int64_t rows, std::int64_t tokens);
+  double tokens() const { return tokens_ / weight_; }
+  double rows() const { return rows_ / weight_; }
+  /// tokens() > cost(rows()) + draft_cost * rows(), with cost interpolated linearly between whole rows.
+  bool pays(const std::function<double(std::int64_t)>& cost, double draft_cost) const;
+
+ private:
+  double decay_, weight_, tokens_, rows_;
 };
 
 /// F(B, T) learned from timed verification steps: per batch size B, a weighted least-squares line

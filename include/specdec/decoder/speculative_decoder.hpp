@@ -92,6 +92,7 @@ class SpeculativeDecoder {
     Request r;
     r.id = next_id_;
     r.acceptance = AcceptanceEstimate(options_.adaptive.acceptance_decay);
+    r.yield = DraftingYield(options_.adaptive.acceptance_decay);
     r.probe_wait = options_.adaptive.first_probe_interval;
     r.context = request.prompt;
     r.req = std::move(request);
@@ -368,6 +369,7 @@ class SpeculativeDecoder {
     FinishReason finish = FinishReason::kNone;
     std::string stop_string;
     AcceptanceEstimate acceptance;  // by draft position, decayed (the adaptive policy's E[tokens])
+    DraftingYield yield;            // what its drafting steps emitted and verified (sampled requests choosing alone)
     double rows_per_depth = 1.0;    // token rows per draft depth of the request's last drafts (trees > 1)
     std::int32_t plain_steps = 0;   // consecutive steps the adaptive policy chose g = 0
     std::int32_t probe_wait = 0;    // plain steps before the next probe (from AdaptiveSpeculation::probe_interval)
@@ -397,25 +399,51 @@ class SpeculativeDecoder {
     }
   }
 
-  bool is_adaptive(const GenerationRequest& q) const {
-    if (q.adaptive) return *q.adaptive;
-    return options_.adaptive.enabled && (q.params.greedy() || options_.adaptive.sampled);
+  /// How a request's g is chosen each step: fixed (its bound), jointly with the batch's other such requests by the timed
+  /// cost model, or alone against the fixed sampled cost (AdaptiveSpeculation::sampled_cost).
+  enum class Lengths : std::uint8_t { kFixed, kJoint, kAlone };
+  Lengths lengths_of(const GenerationRequest& q) const {
+    const AdaptiveSpeculation& a = options_.adaptive;
+    if (q.adaptive) return *q.adaptive ? Lengths::kJoint : Lengths::kFixed;
+    if (!a.enabled) return Lengths::kFixed;
+    if (q.params.greedy() || a.sampled) return Lengths::kJoint;
+    return a.sampled_cost ? Lengths::kAlone : Lengths::kFixed;
+  }
+
+  /// The chosen g of an adaptive request after the probe rule: a request at g = 0 drafts one token once its plain steps
+  /// reach its probe wait (twice as long after each rejected probe, up to probe_backoff intervals; an accepted draft
+  /// resets it).
+  std::int32_t after_probes(Request& r, std::int32_t chosen) const {
+    const AdaptiveSpeculation& a = options_.adaptive;
+    if (chosen > 0) {
+      r.plain_steps = 0;
+      r.probing = false;
+      if (r.probe_accepted) {  // drafting again after accepted probes: the next plain stretch waits in full
+        r.probe_wait = a.probe_interval;
+        r.probe_accepted = false;
+      }
+    } else if (++r.plain_steps >= r.probe_wait) {
+      chosen = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
+      r.probing = true;
+    }
+    return chosen;
   }
 
   /// Every request's g for this step: its bound, or under the adaptive policy the batch's best choice (length_policy.hpp),
-  /// with a one-draft probe after probe_interval plain steps of a request whose bound allows drafting (twice as many
-  /// after each rejected probe, up to probe_backoff intervals; an accepted draft resets the wait).
+  /// or for a sampled request with the fixed sampled cost its own best choice, each with the probe rule (after_probes).
   std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs) {
     const std::size_t B = reqs.size();
     std::vector<std::int32_t> g(B);
-    bool any_adaptive = false;
-    std::vector<std::uint8_t> adaptive(B);
+    std::vector<Lengths> mode(B);
+    bool any_joint = false, any_alone = false;
     for (std::size_t b = 0; b < B; ++b) {
       g[b] = max_drafts_for(*reqs[b]);
-      adaptive[b] = is_adaptive(reqs[b]->req) ? 1 : 0;
-      any_adaptive |= g[b] > 0 && adaptive[b];
+      mode[b] = g[b] > 0 ? lengths_of(reqs[b]->req) : Lengths::kFixed;
+      any_joint |= mode[b] == Lengths::kJoint;
+      any_alone |= mode[b] == Lengths::kAlone;
     }
-    if (!any_adaptive) return g;
+    if (!any_joint && !any_alone) return g;
+    const AdaptiveSpeculation& a = options_.adaptive;
     std::vector<std::vector<double>> tokens(B);
     std::vector<LengthChoice> choices(B);
     for (std::size_t b = 0; b < B; ++b) {
@@ -423,32 +451,26 @@ class SpeculativeDecoder {
       tokens[b].resize(static_cast<std::size_t>(g[b]) + 1);
       r.acceptance.expected_tokens(tokens[b]);
       choices[b].max_g = g[b];
-      choices[b].fixed = !adaptive[b];
+      choices[b].fixed = mode[b] != Lengths::kJoint;
       choices[b].rows_per_depth = r.rows_per_depth;
       choices[b].tokens = tokens[b];
     }
-    const AdaptiveSpeculation& a = options_.adaptive;
+    // Alone: all or nothing from what the request's own drafting steps yielded against the fixed cost, so its g is a
+    // function of its own tokens.
+    for (std::size_t b = 0; b < B && any_alone; ++b)
+      if (mode[b] == Lengths::kAlone) {
+        Request& r = *reqs[b];
+        g[b] = choices[b].max_g = after_probes(r, r.yield.pays(a.sampled_cost, a.sampled_draft_cost) ? g[b] : 0);
+      }
+    if (!any_joint) return g;
     const double d = a.draft_seconds_per_position >= 0 ? a.draft_seconds_per_position
                                                        : std::max(draft_position_seconds_, 0.0);
     std::vector<std::int32_t> chosen =
         a.forward_seconds
             ? choose_draft_lengths(choices, a.forward_seconds, d)
             : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, d);
-    for (std::size_t b = 0; b < B; ++b) {
-      Request& r = *reqs[b];
-      if (choices[b].fixed || g[b] == 0) continue;
-      if (chosen[b] > 0) {
-        r.plain_steps = 0;
-        r.probing = false;
-        if (r.probe_accepted) {  // drafting again after accepted probes: the next plain stretch waits in full
-          r.probe_wait = a.probe_interval;
-          r.probe_accepted = false;
-        }
-      } else if (++r.plain_steps >= r.probe_wait) {
-        chosen[b] = 1;  // probe: is drafting paying again? (repeated each step until the proposer drafts something)
-        r.probing = true;
-      }
-    }
+    for (std::size_t b = 0; b < B; ++b)
+      if (mode[b] == Lengths::kJoint) chosen[b] = after_probes(*reqs[b], chosen[b]);
     return chosen;
   }
 
@@ -477,6 +499,7 @@ class SpeculativeDecoder {
       depth = *std::max_element(depths.begin(), depths.end());
     }
     r.acceptance.observe(depth, n_acc);
+    r.yield.observe(k, n_acc + 1);
     r.rows_per_depth = static_cast<double>(k) / static_cast<double>(depth);
   }
 
