@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "stats.hpp"
@@ -818,10 +819,46 @@ TEST(ChainMixedStats, MixedBatchIsLossless) {
   EXPECT_TRUE(matches_distribution(accepted[1], accepted_distribution(a_det))) << "request 1 (deterministic)";
 }
 
-// race_weights.hpp: the tile masses of every race weight on every vector path the CPU has against the one-lane
-// tile_mass, bit for bit: rows of probabilities with zeros, a draft row above and below them, the removed token in the
-// first, last and a middle lane of a vector, and rows with an invalid value (NaN, +inf, a negative or a value above
-// FLT_MAX's sums) in some tiles; lengths around the vectors, the 32-lane tile rows and partial last tiles.
+// race_weights.hpp: the tile masses of every race weight (block verification's too) on every vector path the CPU has
+// against the one-lane tile_mass, bit for bit: rows of probabilities with zeros, a draft row above and below them, the
+// removed token in the first, last and a middle lane of a vector, and rows with an invalid value (NaN, +inf, a negative
+// or a value above FLT_MAX's sums) in some tiles; lengths around the vectors, the 32-lane tile rows and partial last
+// tiles.
+// Each weight's vector forms against its one-lane operator(), token by token (a mass can hide a last-bit difference).
+bool same_bits(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
+template <class Weight>
+bool lanes4_equal_one_lane(const Weight& weight, std::int64_t n) {
+#if defined(SPECDEC_LOGITS_VECTORS)
+  if constexpr (requires { weight.template lanes<4>(std::int64_t{0}); })
+    for (std::int64_t x = 0; x + 4 <= n; x += 4) {
+      const auto v = weight.template lanes<4>(x);
+      for (int i = 0; i < 4; ++i)
+        if (!same_bits(v[i], weight(x + i))) return false;
+    }
+#endif
+  return true;
+}
+#if defined(SPECDEC_LOGITS_AVX512)
+template <class Weight>
+__attribute__((target("avx512f"))) bool lanes16_equal_one_lane(const Weight& weight, std::int64_t n) {
+  for (std::int64_t x = 0; x + 16 <= n; x += 16) {
+    alignas(64) float v[16];
+    _mm512_store_ps(v, weight.lanes16(x));
+    for (int i = 0; i < 16; ++i)
+      if (!same_bits(v[i], weight(x + i))) return false;
+  }
+  return true;
+}
+#endif
+template <class Weight>
+bool vector_forms_equal_one_lane(const Weight& weight, std::int64_t n) {
+  bool ok = lanes4_equal_one_lane(weight, n);
+#if defined(SPECDEC_LOGITS_AVX512)
+  if (specdec::detail::logits_path_available(specdec::detail::LogitsPath::kAvx512)) ok = ok && lanes16_equal_one_lane(weight, n);
+#endif
+  return ok;
+}
+
 TEST(RaceTileMasses, EveryVectorPathEqualsTheOneLaneBits) {
   using specdec::detail::LogitsPath;
   std::mt19937 rng(41);
@@ -862,17 +899,28 @@ TEST(RaceTileMasses, EveryVectorPathEqualsTheOneLaneBits) {
         specdec::detail::race_tile_masses_one_lane(row, V, want.data());
         specdec::detail::race_tile_masses(row, V, got.data(), path);
         ASSERT_TRUE(same(want, got)) << "p, path " << static_cast<int>(path) << " V " << V << " trial " << trial;
+        ASSERT_TRUE(vector_forms_equal_one_lane(row, V)) << "p by token, V " << V;
         const specdec::detail::ResidualWeight residual{p.data(), q.data()};
         specdec::detail::race_tile_masses_one_lane(residual, V, want.data());
         specdec::detail::race_tile_masses(residual, V, got.data(), path);
         ASSERT_TRUE(same(want, got)) << "max(p - q, 0), path " << static_cast<int>(path) << " V " << V << " trial "
                                      << trial;
+        ASSERT_TRUE(vector_forms_equal_one_lane(residual, V)) << "max(p - q, 0) by token, V " << V;
+        for (const float w : {1.0f, 0.37f, 1e-3f}) {  // block verification's max(w p - q, 0), fused as fma_rn
+          const specdec::detail::BlockResidualWeight block{p.data(), q.data(), w};
+          specdec::detail::race_tile_masses_one_lane(block, V, want.data());
+          specdec::detail::race_tile_masses(block, V, got.data(), path);
+          ASSERT_TRUE(same(want, got)) << "max(" << w << " p - q, 0), path " << static_cast<int>(path) << " V " << V
+                                       << " trial " << trial;
+          ASSERT_TRUE(vector_forms_equal_one_lane(block, V)) << "max(" << w << " p - q, 0) by token, V " << V;
+        }
         for (const std::int64_t removed : removed_at) {
           const specdec::detail::RemovedWeight without{p.data(), removed};
           specdec::detail::race_tile_masses_one_lane(without, V, want.data());
           specdec::detail::race_tile_masses(without, V, got.data(), path);
           ASSERT_TRUE(same(want, got)) << "p without " << removed << ", path " << static_cast<int>(path) << " V " << V
                                        << " trial " << trial;
+          ASSERT_TRUE(vector_forms_equal_one_lane(without, V)) << "p without " << removed << " by token, V " << V;
           ++checked;
         }
       }

@@ -117,6 +117,15 @@ struct BlockResidualWeight {
   const float* q;
   float w;
   float operator()(std::int64_t x) const { return block_residual(w, p[x], q[x]); }
+#if defined(SPECDEC_LOGITS_AVX512)
+  /// Tokens [x, x + 16) at once (race_weights.hpp): the fused w P - Q rounded once, as fma_rn.
+  SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
+    const __m512 a = _mm512_loadu_ps(p + x), b = _mm512_loadu_ps(q + x);
+    const __m512 d = _mm512_fmsub_ps(_mm512_set1_ps(w), a, b);
+    const __m512 r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
+    return _mm512_mask_blend_ps(simd::valid16(a) & simd::valid16(b), simd::nan16(), r);
+  }
+#endif
 };
 
 /// w_i of a request whose drafted tokens' probabilities are known to be valid.
@@ -163,8 +172,9 @@ inline VerifyResult verify_block_request_unchecked(std::int64_t vocab_size, std:
     for (std::int64_t i = K - 1; i >= 1; --i) {
       const BlockResidualWeight r{p + i * V, q + i * V, block_weight(i, draft_token_ids, q, p, V)};
       float mass = 0.0f;
+      race_tile_masses(r, V, tile_masses);
       for (std::int64_t t = 0; t < tiles; ++t) {
-        const float m = tile_mass(r, t, V);
+        const float m = tile_masses[t];
         if (!valid_probability(m)) return row_failure(Status::kInvalidProbability, i, true);
         mass += m;
       }
@@ -231,10 +241,12 @@ inline Status expected_accepted_drafts(std::int64_t vocab_size, std::int64_t num
     token += prefix;
   }
   const std::int64_t tiles = num_tiles(V);
+  std::vector<float> masses(static_cast<std::size_t>(tiles));
   for (std::int64_t i = 1; i < K; ++i) {
     const detail::BlockResidualWeight r{target_probs + i * V, draft_probs + i * V, w[static_cast<std::size_t>(i)]};
     float mass = 0.0f;
-    for (std::int64_t t = 0; t < tiles; ++t) mass += tile_mass(r, t, V);
+    detail::race_tile_masses(r, V, masses.data());
+    for (std::int64_t t = 0; t < tiles; ++t) mass += masses[static_cast<std::size_t>(t)];
     if (!valid_probability(mass)) return Status::kInvalidProbability;
     h[static_cast<std::size_t>(i)] = detail::block_stop_probability(mass, r.w);
   }

@@ -39,6 +39,19 @@ __attribute__((always_inline)) inline typename Vec<W>::F load_lanes(const float*
 }  // namespace simd
 #endif
 
+#if defined(SPECDEC_LOGITS_AVX512)
+// The weights' 16-lane forms (members lanes16) use AVX-512 intrinsics: GCC 12 splits vector-extension comparisons of
+// 64-byte vectors into one-lane compares. The same operations, the comparisons as masks.
+#define SPECDEC_RACE_AVX512 __attribute__((target("avx512f"), always_inline))
+namespace simd {
+/// valid_probability on 16 lanes.
+SPECDEC_RACE_AVX512 inline __mmask16 valid16(__m512 a) {
+  return _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_GE_OQ) & _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ);
+}
+SPECDEC_RACE_AVX512 inline __m512 nan16() { return _mm512_set1_ps(__builtin_nanf("")); }
+}  // namespace simd
+#endif
+
 /// The residual max(p - q, 0) (NaN where p or q is not a valid probability).
 struct ResidualWeight {
   const float* p;
@@ -58,6 +71,14 @@ struct ResidualWeight {
     const F d = a - b;
     const F w = d > simd::splat<W>(0.0f) ? d : simd::splat<W>(0.0f);
     return (simd::valid_lanes<W>(a) & simd::valid_lanes<W>(b)) ? w : simd::splat<W>(__builtin_nanf(""));
+  }
+#endif
+#if defined(SPECDEC_LOGITS_AVX512)
+  SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
+    const __m512 a = _mm512_loadu_ps(p + x), b = _mm512_loadu_ps(q + x);
+    const __m512 d = _mm512_sub_ps(a, b);
+    const __m512 w = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
+    return _mm512_mask_blend_ps(simd::valid16(a) & simd::valid16(b), simd::nan16(), w);
   }
 #endif
 };
@@ -81,6 +102,15 @@ struct RemovedWeight {
     return simd::valid_lanes<W>(a) ? w : simd::splat<W>(__builtin_nanf(""));
   }
 #endif
+#if defined(SPECDEC_LOGITS_AVX512)
+  SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
+    const __m512 a = _mm512_loadu_ps(p + x);
+    __m512 w = a;
+    if (removed >= x && removed < x + 16)
+      w = _mm512_mask_mov_ps(w, static_cast<__mmask16>(1u << (removed - x)), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(simd::valid16(a), simd::nan16(), w);
+  }
+#endif
 };
 
 /// p itself (NaN where p is not a valid probability).
@@ -95,6 +125,12 @@ struct RowWeight {
   __attribute__((always_inline)) typename simd::Vec<W>::F lanes(std::int64_t x) const {
     const typename simd::Vec<W>::F a = simd::load_lanes<W>(p + x);
     return simd::valid_lanes<W>(a) ? a : simd::splat<W>(__builtin_nanf(""));
+  }
+#endif
+#if defined(SPECDEC_LOGITS_AVX512)
+  SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
+    const __m512 a = _mm512_loadu_ps(p + x);
+    return _mm512_mask_blend_ps(simd::valid16(a), simd::nan16(), a);
   }
 #endif
 };
@@ -126,30 +162,6 @@ __attribute__((always_inline)) inline void race_tile_masses_v(const Weight& weig
   if (full < num_tiles(vocab_size)) masses[full] = tile_mass(weight, full, vocab_size);
 }
 #if defined(SPECDEC_LOGITS_AVX512)
-// The 16-lane weights with AVX-512 intrinsics (GCC 12 splits vector-extension comparisons of 64-byte vectors into
-// one-lane compares): the same operations, the comparisons as masks.
-#define SPECDEC_TARGET_AVX512F __attribute__((target("avx512f"), always_inline))
-SPECDEC_TARGET_AVX512F inline __mmask16 valid16(__m512 a) {
-  return _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_GE_OQ) & _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ);
-}
-SPECDEC_TARGET_AVX512F inline __m512 lanes16(const RowWeight& w, std::int64_t x) {
-  const __m512 a = _mm512_loadu_ps(w.p + x);
-  return _mm512_mask_blend_ps(valid16(a), _mm512_set1_ps(__builtin_nanf("")), a);
-}
-SPECDEC_TARGET_AVX512F inline __m512 lanes16(const RemovedWeight& w, std::int64_t x) {
-  const __m512 a = _mm512_loadu_ps(w.p + x);
-  __m512 v = a;
-  if (w.removed >= x && w.removed < x + 16)
-    v = _mm512_mask_mov_ps(v, static_cast<__mmask16>(1u << (w.removed - x)), _mm512_setzero_ps());
-  return _mm512_mask_blend_ps(valid16(a), _mm512_set1_ps(__builtin_nanf("")), v);
-}
-SPECDEC_TARGET_AVX512F inline __m512 lanes16(const ResidualWeight& w, std::int64_t x) {
-  const __m512 a = _mm512_loadu_ps(w.p + x), b = _mm512_loadu_ps(w.q + x);
-  const __m512 d = _mm512_sub_ps(a, b);
-  const __m512 r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
-  return _mm512_mask_blend_ps(valid16(a) & valid16(b), _mm512_set1_ps(__builtin_nanf("")), r);
-}
-#undef SPECDEC_TARGET_AVX512F
 
 template <class Weight>
 __attribute__((target("avx512f"))) inline void race_tile_masses_avx512(const Weight& weight, std::int64_t vocab_size,
@@ -159,8 +171,8 @@ __attribute__((target("avx512f"))) inline void race_tile_masses_avx512(const Wei
     const std::int64_t begin = t * kTileSize;
     __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // lanes 0-15 and 16-31
     for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j) {
-      lo = _mm512_add_ps(lo, lanes16(weight, begin + j * kTileLanes));
-      hi = _mm512_add_ps(hi, lanes16(weight, begin + j * kTileLanes + 16));
+      lo = _mm512_add_ps(lo, weight.lanes16(begin + j * kTileLanes));
+      hi = _mm512_add_ps(hi, weight.lanes16(begin + j * kTileLanes + 16));
     }
     alignas(64) float lanes[kTileLanes];
     _mm512_store_ps(lanes, lo);
@@ -174,17 +186,18 @@ __attribute__((target("avx512f"))) inline void race_tile_masses_avx512(const Wei
 #endif
 
 /// masses[t] = tile_mass(weight, t, vocab_size) for every tile t, on `path` (which must be available) for the weights
-/// with a vector form (ResidualWeight, RemovedWeight, RowWeight), one lane at a time for any other.
+/// with a form for it (lanes16: ResidualWeight, RemovedWeight, RowWeight and block.hpp's BlockResidualWeight; lanes<4>:
+/// the first three), one lane at a time otherwise.
 template <class Weight>
 inline void race_tile_masses(const Weight& weight, std::int64_t vocab_size, float* masses,
                              LogitsPath path = best_logits_path()) {
-#if defined(SPECDEC_LOGITS_VECTORS)
-  if constexpr (requires { weight.template lanes<4>(std::int64_t{0}); }) {
 #if defined(SPECDEC_LOGITS_AVX512)
+  if constexpr (requires { weight.lanes16(std::int64_t{0}); })
     if (path == LogitsPath::kAvx512) return simd::race_tile_masses_avx512(weight, vocab_size, masses);
 #endif
+#if defined(SPECDEC_LOGITS_VECTORS)
+  if constexpr (requires { weight.template lanes<4>(std::int64_t{0}); })
     if (path == LogitsPath::kVector4) return simd::race_tile_masses_v<4>(weight, vocab_size, masses);
-  }
 #endif
   (void)path;
   race_tile_masses_one_lane(weight, vocab_size, masses);
