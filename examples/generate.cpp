@@ -323,8 +323,9 @@ specdec::proposers::SuffixOptions suffix_options(const Options& o) {
   return so;
 }
 
-/// A draft position's cost in plain steps (c) for a proposer or chain, as specdec-generate measured it on the bundled
-/// model (README "Draft length"): lookups 0.01-0.02, the draft model 0.15, the EAGLE head 0.63; a chain, its costliest.
+/// A draft position's cost in plain steps (c) for a proposer or chain, as `specdec-generate --compare` reported it on the
+/// bundled model sampling the chat prompt at temperature 0.7: lookups 0.01-0.02, the draft model 0.15, the EAGLE head
+/// 0.63; a chain, its costliest member.
 double default_draft_cost(const std::string& proposer) {
   double c = 0.0;
   std::size_t at = 0;
@@ -608,8 +609,8 @@ int main(int argc, char** argv) {
   app.add_option("--sampled-cost-slope", o.sampled_cost_slope,
                  "sampling without --adaptive: each request drafts its g while its drafting steps emitted more tokens than "
                  "they cost, else steps plainly with probes; a step with x drafts costs 1 + slope * x plain steps (no "
-                 "timing: a seed's tokens stay "
-                 "reproducible); the default is this CPU forward's measured slope over 1-4 drafts")
+                 "timing: a seed's tokens stay reproducible); the default is this CPU forward's measured slope over "
+                 "1-4 drafts")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   app.add_option("--sampled-draft-cost", o.sampled_draft_cost,

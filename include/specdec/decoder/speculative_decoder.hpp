@@ -430,20 +430,24 @@ class SpeculativeDecoder {
   }
 
   /// Every request's g for this step: its bound, or under the adaptive policy the batch's best choice (length_policy.hpp),
-  /// or for a sampled request with the fixed sampled cost its own best choice, each with the probe rule (after_probes).
+  /// or for a sampled request under the fixed sampled cost its own all-or-nothing choice, each with the probe rule
+  /// (after_probes).
   std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs) {
     const std::size_t B = reqs.size();
+    const AdaptiveSpeculation& a = options_.adaptive;
     std::vector<std::int32_t> g(B);
     std::vector<Lengths> mode(B);
-    bool any_joint = false, any_alone = false;
+    bool any_joint = false;
     for (std::size_t b = 0; b < B; ++b) {
-      g[b] = max_drafts_for(*reqs[b]);
-      mode[b] = g[b] > 0 ? lengths_of(reqs[b]->req) : Lengths::kFixed;
+      Request& r = *reqs[b];
+      g[b] = max_drafts_for(r);
+      mode[b] = g[b] > 0 ? lengths_of(r.req) : Lengths::kFixed;
       any_joint |= mode[b] == Lengths::kJoint;
-      any_alone |= mode[b] == Lengths::kAlone;
+      // Alone: all or nothing from what the request's own drafting steps yielded against the fixed cost, so its g is a
+      // function of its own tokens.
+      if (mode[b] == Lengths::kAlone) g[b] = after_probes(r, r.yield.pays(a.sampled_cost, a.sampled_draft_cost) ? g[b] : 0);
     }
-    if (!any_joint && !any_alone) return g;
-    const AdaptiveSpeculation& a = options_.adaptive;
+    if (!any_joint) return g;
     std::vector<std::vector<double>> tokens(B);
     std::vector<LengthChoice> choices(B);
     for (std::size_t b = 0; b < B; ++b) {
@@ -451,18 +455,10 @@ class SpeculativeDecoder {
       tokens[b].resize(static_cast<std::size_t>(g[b]) + 1);
       r.acceptance.expected_tokens(tokens[b]);
       choices[b].max_g = g[b];
-      choices[b].fixed = mode[b] != Lengths::kJoint;
+      choices[b].fixed = mode[b] != Lengths::kJoint;  // the others keep the g chosen above
       choices[b].rows_per_depth = r.rows_per_depth;
       choices[b].tokens = tokens[b];
     }
-    // Alone: all or nothing from what the request's own drafting steps yielded against the fixed cost, so its g is a
-    // function of its own tokens.
-    for (std::size_t b = 0; b < B && any_alone; ++b)
-      if (mode[b] == Lengths::kAlone) {
-        Request& r = *reqs[b];
-        g[b] = choices[b].max_g = after_probes(r, r.yield.pays(a.sampled_cost, a.sampled_draft_cost) ? g[b] : 0);
-      }
-    if (!any_joint) return g;
     const double d = a.draft_seconds_per_position >= 0 ? a.draft_seconds_per_position
                                                        : std::max(draft_position_seconds_, 0.0);
     std::vector<std::int32_t> chosen =
