@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bandwidth.hpp"
+#include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #if defined(SPECDEC_BENCH_WITH_TORCH)
 #include <ATen/Parallel.h>
@@ -188,6 +189,48 @@ BENCHMARK(BM_verify_logits_step)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 #endif
+
+// The tile masses of one draw's weights over a V-token row (sampling/race_weights.hpp) on one instruction-set path:
+// weight 0 = p (a bonus token), 1 = p without the rejected draft, 2 = max(p - q, 0), 3 = block verification's
+// max(w p - q, 0); path 0 = one lane, 1 = 4-wide, 2 = AVX-512. The rows stay in cache (2 x 196 KB): this times the
+// arithmetic, which the vector forms cut, and gives GB/s of weights read for the roofline.
+void BM_race_tile_masses(benchmark::State& state) {
+  using specdec::detail::LogitsPath;
+  const auto weight = state.range(0);
+  const auto path = static_cast<LogitsPath>(state.range(1));
+  const std::int64_t V = state.range(2);
+  if (!specdec::detail::logits_path_available(path)) {
+    state.SkipWithError("path not available here");
+    return;
+  }
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(0.0f, 2.0f / static_cast<float>(V));
+  std::vector<float> p(static_cast<std::size_t>(V)), q(p.size()), masses(static_cast<std::size_t>(specdec::num_tiles(V)));
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    p[i] = u(rng);
+    q[i] = u(rng);
+  }
+  const auto run = [&](const auto& w) {
+    for (auto _ : state) {
+      specdec::detail::race_tile_masses(w, V, masses.data(), path);
+      benchmark::DoNotOptimize(masses.data());
+      benchmark::ClobberMemory();
+    }
+  };
+  switch (weight) {
+    case 0: run(specdec::detail::RowWeight{p.data()}); break;
+    case 1: run(specdec::detail::RemovedWeight{p.data(), V / 3}); break;
+    case 2: run(specdec::detail::ResidualWeight{p.data(), q.data()}); break;
+    default: run(specdec::detail::BlockResidualWeight{p.data(), q.data(), 0.37f}); break;
+  }
+  const double rows = weight >= 2 ? 2.0 : 1.0;
+  state.counters["GB_per_s"] = benchmark::Counter(rows * 4.0 * static_cast<double>(V) * static_cast<double>(state.iterations()) / 1e9,
+                                                  benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_race_tile_masses)
+    ->ArgNames({"weight", "path", "V"})
+    ->ArgsProduct({{0, 1, 2, 3}, {0, 1, 2}, {49152}})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_read_bandwidth_cpu(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
