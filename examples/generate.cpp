@@ -323,18 +323,24 @@ specdec::proposers::SuffixOptions suffix_options(const Options& o) {
   return so;
 }
 
+/// The members of a --proposer value, in order (one name unless it is a comma-separated chain).
+std::vector<std::string> proposer_names(const std::string& proposer) {
+  std::vector<std::string> names;
+  for (std::size_t begin = 0; begin <= proposer.size();) {
+    const std::size_t end = std::min(proposer.find(',', begin), proposer.size());
+    names.push_back(proposer.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
 /// A draft position's cost in plain steps (c) for a proposer or chain, as `specdec-generate --compare` reported it on the
 /// bundled model sampling the chat prompt at temperature 0.7: lookups 0.01-0.02, the draft model 0.15, the EAGLE head
 /// 0.63; a chain, its costliest member.
 double default_draft_cost(const std::string& proposer) {
   double c = 0.0;
-  std::size_t at = 0;
-  while (at <= proposer.size()) {
-    const std::size_t comma = std::min(proposer.find(',', at), proposer.size());
-    const std::string name = proposer.substr(at, comma - at);
+  for (const std::string& name : proposer_names(proposer))
     c = std::max(c, name == "draft" ? 0.15 : name == "eagle" ? 0.63 : 0.02);
-    at = comma + 1;
-  }
   return c;
 }
 
@@ -482,10 +488,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
     std::optional<specdec::proposers::SuffixProposer> suffix;
     std::optional<specdec::proposers::DraftModelProposer<LlamaModel>> dp;
     specdec::proposers::ProposerChain chain;
-    std::size_t begin = 0;
-    while (begin <= proposer.size()) {
-      const std::size_t end = std::min(proposer.find(',', begin), proposer.size());
-      const std::string name = proposer.substr(begin, end - begin);
+    for (const std::string& name : proposer_names(proposer)) {
       if (name == "ngram" && !ngram) {
         chain.add(ngram.emplace(ngram_options(o)), name);
       } else if (name == "suffix" && !suffix) {
@@ -497,7 +500,6 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
         fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix and draft, separated by commas; "
                          "got '{}' in '{}'", name, proposer));
       }
-      begin = end + 1;
     }
     spec = run(chain, target, requests, spec_options, tokenizer, "speculative (" + proposer + ")", how);
     for (std::size_t i = 0; i < chain.size(); ++i)

@@ -563,6 +563,12 @@ TEST(VerifyLogits, HostEntrySizesAreNamedErrors) {
   std::vector<float> ws;
   const specdec::torch::HostVerifyArgs a = host_args_of(s, ws);
   EXPECT_NO_THROW(specdec::torch::verify_logits_host(a));
+  auto none = a;  // no sampling parameters at all: the defaults
+  none.temperature = {};
+  none.top_k = {};
+  none.top_p = {};
+  none.min_p = {};
+  EXPECT_NO_THROW(specdec::torch::verify_logits_host(none));
   auto expect_host_error = [](const specdec::torch::HostVerifyArgs& e, const std::string& message) {
     try {
       specdec::torch::verify_logits_host(e);

@@ -137,30 +137,34 @@ __attribute__((always_inline)) inline void logit_weights_v(const float* logits, 
   }
 }
 
+/// The mass of the tile starting at `begin` in step 1's order, lanes(x) giving the W weights of tokens [x, x + W): lane
+/// l adds tokens begin + 32 j + l in increasing j from +0, then reduce_lanes. Shared by the tile masses of a weight row
+/// (below) and of the race weights (race_weights.hpp).
+template <int W, class Lanes>
+__attribute__((always_inline)) inline float lane_order_mass(std::int64_t begin, Lanes&& lanes) {
+  using F = typename Vec<W>::F;
+  constexpr int kVectors = kTileLanes / W;
+  F acc[kVectors];
+  for (int u = 0; u < kVectors; ++u) acc[u] = splat<W>(0.0f);
+  for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j)
+    for (int u = 0; u < kVectors; ++u) acc[u] = acc[u] + lanes(begin + j * kTileLanes + u * W);
+  float sums[kTileLanes];
+  std::memcpy(sums, acc, sizeof sums);
+  return reduce_lanes(sums);
+}
+
 template <int W>
 __attribute__((always_inline)) inline void tile_masses_v(const float* w, std::int64_t n, float* masses) {
   using F = typename Vec<W>::F;
-  constexpr int kVectors = kTileLanes / W;
-  for (std::int64_t t = 0; t < num_tiles(n); ++t) {
-    const std::int64_t begin = t * kTileSize;
-    F acc[kVectors];
-    for (int u = 0; u < kVectors; ++u) acc[u] = splat<W>(0.0f);
-    for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j) {
-      const std::int64_t row = begin + j * kTileLanes;
-      for (int u = 0; u < kVectors; ++u) {
-        F v = splat<W>(0.0f);  // tokens past n add +0 (exact: the lanes hold +0 or more)
-        const std::int64_t x = row + u * W;
-        if (x + W <= n)
-          std::memcpy(&v, w + x, sizeof v);
-        else
-          for (int i = 0; i < W && x + i < n; ++i) v[i] = w[x + i];
-        acc[u] = acc[u] + v;
-      }
-    }
-    float lanes[kTileLanes];
-    std::memcpy(lanes, acc, sizeof lanes);
-    masses[t] = reduce_lanes(lanes);
-  }
+  for (std::int64_t t = 0; t < num_tiles(n); ++t)
+    masses[t] = lane_order_mass<W>(t * kTileSize, [&](std::int64_t x) {
+      F v = splat<W>(0.0f);  // tokens past n add +0 (exact: the lanes hold +0 or more)
+      if (x + W <= n)
+        std::memcpy(&v, w + x, sizeof v);
+      else
+        for (int i = 0; i < W && x + i < n; ++i) v[i] = w[x + i];
+      return v;
+    });
 }
 
 template <int W>

@@ -148,30 +148,22 @@ namespace simd {
 template <int W, class Weight>
 __attribute__((always_inline)) inline void race_tile_masses_v(const Weight& weight, std::int64_t vocab_size,
                                                               float* masses) {
-  using F = typename Vec<W>::F;
-  constexpr int kVectors = kTileLanes / W;
   const std::int64_t full = vocab_size / kTileSize;
-  for (std::int64_t t = 0; t < full; ++t) {
-    const std::int64_t begin = t * kTileSize;
-    F acc[kVectors];
-    for (int u = 0; u < kVectors; ++u) acc[u] = splat<W>(0.0f);
-    for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j)
-      for (int u = 0; u < kVectors; ++u) acc[u] = acc[u] + weight.template lanes<W>(begin + j * kTileLanes + u * W);
-    float lanes[kTileLanes];
-    std::memcpy(lanes, acc, sizeof lanes);
-    masses[t] = reduce_lanes(lanes);
-  }
+  for (std::int64_t t = 0; t < full; ++t)
+    masses[t] = lane_order_mass<W>(t * kTileSize, [&](std::int64_t x) { return weight.template lanes<W>(x); });
   if (full < num_tiles(vocab_size)) masses[full] = tile_mass(weight, full, vocab_size);
 }
 #if defined(SPECDEC_LOGITS_AVX512)
 
+// lane_order_mass's loop with the intrinsic weights (which a generic helper cannot inline without AVX-512 itself): lanes
+// 0-15 and 16-31 of the tile.
 template <class Weight>
 __attribute__((target("avx512f"))) inline void race_tile_masses_avx512(const Weight& weight, std::int64_t vocab_size,
                                                                        float* masses) {
   const std::int64_t full = vocab_size / kTileSize;
   for (std::int64_t t = 0; t < full; ++t) {
     const std::int64_t begin = t * kTileSize;
-    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();  // lanes 0-15 and 16-31
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
     for (std::int32_t j = 0; j < kTileSize / kTileLanes; ++j) {
       lo = _mm512_add_ps(lo, weight.lanes16(begin + j * kTileLanes));
       hi = _mm512_add_ps(hi, weight.lanes16(begin + j * kTileLanes + 16));
