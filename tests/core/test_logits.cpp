@@ -391,8 +391,9 @@ TEST(LogitsPaths, EveryVectorPathEqualsTheOneLaneBits) {
             << "tile masses, path " << static_cast<int>(path) << " n " << n;
         const float mass = specdec::detail::combine_tiles(mw.data(), tiles, 1);
         got = want;
-        specdec::detail::divide_one_lane(want.data(), n, mass);
-        specdec::detail::divide_row(path, got.data(), n, mass);
+        const float inverse = specdec::detail::inverse_mass(mass);
+        specdec::detail::normalise_one_lane(want.data(), n, inverse);
+        specdec::detail::normalise_row(path, got.data(), n, inverse);
         ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
             << "normalisation, path " << static_cast<int>(path) << " n " << n;
       }

@@ -143,10 +143,10 @@ void emulate_row(const detail::LogitsKernelArgs<LogitT, IdT>& a, std::int64_t r,
     floor = std::max(floor, std::min(base, front));
   }
   floor = std::max(floor, sd::min_p_floor(p.min_p, out[argmax]));
-  const float total = emulate_masked_mass(out, V, floor, ws);
+  const float inverse = sd::inverse_mass(emulate_masked_mass(out, V, floor, ws));
   for (std::int64_t x = 0; x < V; ++x) {
     const float e = out[x];
-    out[x] = e > 0.0f && sd::cut_key(e, x, V) >= floor ? e / total : 0.0f;
+    out[x] = e > 0.0f && sd::cut_key(e, x, V) >= floor ? sd::normalised_weight(e, inverse) : 0.0f;
   }
   a.status[r] = Status::kSuccess;
 }

@@ -15,7 +15,7 @@
 //     masked lane sums), a shuffle-down halving per threshold gives the tile's masses (the operand order of
 //     reduce_lanes), lane 0 stores them in the workspace [tiles][16], and the pairwise combine runs level by level
 //     (combine_pair, one thread per pair, a barrier per level), exactly combine_tiles;
-//  6. min-p, then M(floor) the same way and probs_x = e_x / M or 0.
+//  6. min-p, then M(floor) the same way and probs_x = e_x * (1 / M) or 0 (inverse_mass, normalised_weight).
 // Cost: the row is read once from the logits and a few times from probs (L2-resident for V up to ~10^6 per SM
 // share); top-k adds <= 13 counting passes, top-p <= 13 summing passes (8 for the weight digits, ceil(bits(V-1) / 4)
 // for the id digits), each a full pass over the row's V floats.
@@ -219,10 +219,10 @@ SPECDEC_UNROLL
   // 6. Min-p, normalisation.
   const std::uint64_t min_p_key = sd::min_p_floor(p.min_p, out[argmax]);
   if (min_p_key > floor) floor = min_p_key;
-  const float total = block_masked_mass(out, V, floor, ws, &shared_result);
+  const float inverse = sd::inverse_mass(block_masked_mass(out, V, floor, ws, &shared_result));
   for (std::int64_t x = threadIdx.x; x < V; x += kLogitsThreads) {
     const float e = out[x];
-    out[x] = e > 0.0f && sd::cut_key(e, x, V) >= floor ? e / total : 0.0f;
+    out[x] = e > 0.0f && sd::cut_key(e, x, V) >= floor ? sd::normalised_weight(e, inverse) : 0.0f;
   }
   if (threadIdx.x == 0) a.status[r] = Status::kSuccess;
 }

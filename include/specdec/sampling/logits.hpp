@@ -156,13 +156,13 @@ inline Status logits_row(const float* logits, std::int64_t vocab_size, const Log
     }
   }
   floor = std::max(floor, min_p_floor(p.min_p, probs[argmax]));
-  const float mass = row_mass(probs, n, floor, s);
+  const float inverse = inverse_mass(row_mass(probs, n, floor, s));
   if (floor == 0) {
-    divide_row(path, probs, n, mass);  // 0 / mass = +0
+    normalise_row(path, probs, n, inverse);  // +0 * inverse = +0
   } else {
     for (std::int64_t x = 0; x < n; ++x) {
       const float v = probs[x];
-      probs[x] = v > 0.0f && cut_key(v, x, n) >= floor ? v / mass : 0.0f;
+      probs[x] = v > 0.0f && cut_key(v, x, n) >= floor ? normalised_weight(v, inverse) : 0.0f;
     }
   }
   return Status::kSuccess;

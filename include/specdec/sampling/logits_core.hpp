@@ -27,7 +27,8 @@
 //     base | c << shift (c = 1..15) are measured together (a count for top-k, M for top-p) and the largest c that
 //     still reaches the target is kept. The CPU sums only the candidates still above the base (adding 0.0f to a
 //     lane is exact, so skipping an excluded token is the same as adding 0); the kernel sums every token.
-//  4. probs_x = e_x / M(T) for the kept tokens, exactly 0 for the others.
+//  4. probs_x = e_x * inverse_mass(M(T)) for the kept tokens (one division per row, 1 / M, then a product per token:
+//     M >= e_argmax = 1, so 1 / M is a normal float in [1 / V, 1]), exactly 0 for the others.
 #pragma once
 
 #include <cfloat>
@@ -147,6 +148,12 @@ SPECDEC_INLINE float exp_nonpositive(float x) {
 SPECDEC_INLINE float logit_weight(float logit, float max_logit, float temperature) {
   return exp_nonpositive((logit - max_logit) / temperature);
 }
+
+/// Step 4's factor: 1 / M, correctly rounded (M >= 1: the argmax's weight 1 is always kept).
+SPECDEC_INLINE float inverse_mass(float mass) { return 1.0f / mass; }
+
+/// A kept weight normalised (step 4): e * (1 / M), rounded once.
+SPECDEC_INLINE float normalised_weight(float e, float inverse) { return mul_rn(e, inverse); }
 
 /// The order key of step 3 (only meaningful for weight > 0).
 SPECDEC_INLINE std::uint64_t cut_key(float weight, std::int64_t x, std::int64_t vocab_size) {

@@ -40,8 +40,8 @@ inline void tile_masses_one_lane(const float* w, std::int64_t n, float* masses) 
   }
 }
 
-inline void divide_one_lane(float* w, std::int64_t n, float mass) {
-  for (std::int64_t x = 0; x < n; ++x) w[x] = w[x] / mass;
+inline void normalise_one_lane(float* w, std::int64_t n, float inverse) {
+  for (std::int64_t x = 0; x < n; ++x) w[x] = normalised_weight(w[x], inverse);
 }
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__SSE2__) || defined(__aarch64__))
@@ -168,17 +168,17 @@ __attribute__((always_inline)) inline void tile_masses_v(const float* w, std::in
 }
 
 template <int W>
-__attribute__((always_inline)) inline void divide_v(float* w, std::int64_t n, float mass) {
+__attribute__((always_inline)) inline void normalise_v(float* w, std::int64_t n, float inverse) {
   using F = typename Vec<W>::F;
-  const F m = splat<W>(mass);
+  const F m = splat<W>(inverse);
   std::int64_t x = 0;
   for (; x + W <= n; x += W) {
     F v;
     std::memcpy(&v, w + x, sizeof v);
-    v = v / m;
+    v = v * m;  // a lone product: nothing to contract it into
     std::memcpy(w + x, &v, sizeof v);
   }
-  for (; x < n; ++x) w[x] = w[x] / mass;
+  for (; x < n; ++x) w[x] = normalised_weight(w[x], inverse);
 }
 
 #if defined(__x86_64__)
@@ -190,8 +190,8 @@ __attribute__((target("avx512f"))) inline void logit_weights_avx512(const float*
 __attribute__((target("avx512f"))) inline void tile_masses_avx512(const float* w, std::int64_t n, float* masses) {
   tile_masses_v<16>(w, n, masses);
 }
-__attribute__((target("avx512f"))) inline void divide_avx512(float* w, std::int64_t n, float mass) {
-  divide_v<16>(w, n, mass);
+__attribute__((target("avx512f"))) inline void normalise_avx512(float* w, std::int64_t n, float inverse) {
+  normalise_v<16>(w, n, inverse);
 }
 #endif
 
@@ -250,15 +250,15 @@ inline void tile_masses(LogitsPath path, const float* w, std::int64_t n, float* 
   tile_masses_one_lane(w, n, masses);
 }
 
-/// w[x] = w[x] / mass for x < n.
-inline void divide_row(LogitsPath path, float* w, std::int64_t n, float mass) {
+/// w[x] = normalised_weight(w[x], inverse) for x < n (inverse = inverse_mass(M)).
+inline void normalise_row(LogitsPath path, float* w, std::int64_t n, float inverse) {
 #if defined(SPECDEC_LOGITS_AVX512)
-  if (path == LogitsPath::kAvx512) return simd::divide_avx512(w, n, mass);
+  if (path == LogitsPath::kAvx512) return simd::normalise_avx512(w, n, inverse);
 #endif
 #if defined(SPECDEC_LOGITS_VECTORS)
-  if (path == LogitsPath::kVector4) return simd::divide_v<4>(w, n, mass);
+  if (path == LogitsPath::kVector4) return simd::normalise_v<4>(w, n, inverse);
 #endif
-  divide_one_lane(w, n, mass);
+  normalise_one_lane(w, n, inverse);
 }
 
 }  // namespace specdec::detail
