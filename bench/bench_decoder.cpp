@@ -7,7 +7,9 @@
 //   ms_per_step, tokens_per_step (tau), tokens_per_second, acceptance_rate
 //
 //   bench_decoder [--benchmark_filter=...]      environment: SPECDEC_MODEL (GGUF path), SPECDEC_BENCH_ATEN_THREADS
-//                                               (ATen's pool, where logits processing runs; default 1, as specdec-generate)
+//                                               (ATen's pool, where logits processing runs; default 1, as specdec-generate),
+//                                               SPECDEC_BENCH_ITERS (generate() calls timed per case; default 2, more for
+//                                               a steadier overhead_fraction on a noisy host)
 #include <benchmark/benchmark.h>
 
 #include <ATen/Parallel.h>
@@ -90,7 +92,7 @@ BENCHMARK(BM_DecoderStep)
     ->Args({4, 4, 0})
     ->Args({4, 4, 10})
     ->Unit(benchmark::kMillisecond)
-    ->Iterations(2);
+    ->Iterations(std::getenv("SPECDEC_BENCH_ITERS") ? std::atoi(std::getenv("SPECDEC_BENCH_ITERS")) : 2);
 
 }  // namespace
 
