@@ -1,5 +1,5 @@
 // The CPU forward's thread pool: every chunk and every unit is handed out exactly once, on any thread count, back to back
-// (the sanitizer build runs these too), and a thread that stalls inside a piece delays the call by that piece only: the
+// (the sanitizer build runs these too), a prologue ends before the pieces it feeds, and a thread that stalls inside a piece delays the call by that piece only: the
 // others take the rest of its share.
 #include <gtest/gtest.h>
 
@@ -43,6 +43,41 @@ TEST(RowPool, RunRangesCoversEveryUnitOnceInPiecesOfAtMostAStep) {
         for (std::int64_t u = 0; u < units; ++u)
           ASSERT_EQ(seen[static_cast<std::size_t>(u)].load(), 1)
               << threads << " threads, " << units << " units, step " << step << ": unit " << u;
+      }
+    }
+  }
+}
+
+// The prologue form (a product whose activations the prologue quantises): every prologue chunk runs once, every one of
+// them has finished before any piece starts (a piece that saw fewer fails), and the pieces still cover every unit once,
+// also where the call runs on the calling thread alone (one thread, or units <= step) and with no units at all.
+TEST(RowPool, RunRangesFinishesThePrologueBeforeAnyPiece) {
+  for (int threads : {1, 2, 3}) {
+    RowPool pool(threads);
+    for (std::int64_t units : {0, 3, 64, 1000}) {
+      for (std::int64_t first_chunks : {0, 1, 2, 7}) {
+        std::vector<std::atomic<int>> firsts(static_cast<std::size_t>(first_chunks)), seen(static_cast<std::size_t>(units));
+        std::atomic<std::int64_t> done{0};
+        std::atomic<bool> early{false};
+        pool.run_ranges(
+            units, 4,
+            [&](std::int64_t b, std::int64_t e) {
+              if (done.load() != first_chunks) early = true;
+              for (std::int64_t u = b; u < e; ++u) seen[static_cast<std::size_t>(u)].fetch_add(1);
+            },
+            first_chunks, [&](std::int64_t c) {
+              // a slow chunk: without the wait, the other threads' pieces would start before it ends
+              const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(c == first_chunks - 1 ? 300 : 20);
+              while (std::chrono::steady_clock::now() < until) {
+              }
+              firsts[static_cast<std::size_t>(c)].fetch_add(1);
+              done.fetch_add(1);
+            });
+        const auto where = ::testing::Message() << threads << " threads, " << units << " units, " << first_chunks
+                                                << " prologue chunks";
+        EXPECT_FALSE(early.load()) << where << ": a piece started before the prologue ended";
+        for (std::int64_t c = 0; c < first_chunks; ++c) EXPECT_EQ(firsts[static_cast<std::size_t>(c)].load(), 1) << where;
+        for (std::int64_t u = 0; u < units; ++u) ASSERT_EQ(seen[static_cast<std::size_t>(u)].load(), 1) << where << ": unit " << u;
       }
     }
   }

@@ -71,13 +71,21 @@ void RowPool::run(std::int64_t chunks, const std::function<void(std::int64_t)>& 
 }
 
 void RowPool::run_ranges(std::int64_t units, std::int64_t step, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  run_ranges(units, step, fn, 0, {});
+}
+
+void RowPool::run_ranges(std::int64_t units, std::int64_t step, const std::function<void(std::int64_t, std::int64_t)>& fn,
+                         std::int64_t first_chunks, const std::function<void(std::int64_t)>& first) {
   step = std::max<std::int64_t>(step, 1);
-  if (units <= 0) return;
+  first_chunks = std::max<std::int64_t>(first_chunks, 0);
   if (size_ == 1 || units <= step || units >= (std::int64_t{1} << 31)) {
-    fn(0, units);
+    for (std::int64_t c = 0; c < first_chunks; ++c) first(c);
+    if (units > 0) fn(0, units);
     return;
   }
   std::lock_guard<std::mutex> caller(run_mutex_);
+  first_next_.store(0, std::memory_order_relaxed);
+  first_done_.store(0, std::memory_order_relaxed);
   const auto shares = static_cast<std::int64_t>(size_);
   for (std::int64_t s = 0; s < shares; ++s)
     shares_[static_cast<std::size_t>(s)].bounds.store(
@@ -87,6 +95,14 @@ void RowPool::run_ranges(std::int64_t units, std::int64_t step, const std::funct
   // back. A thread that takes a later chunk finds little or nothing left. Every unit is taken once, and run_locked returns
   // only when every chunk (so every piece its thread took) has finished.
   run_locked(shares, [&](std::int64_t s) {
+    if (first_chunks > 0) {  // the prologue's chunks, then a wait for those other threads still hold
+      for (std::int64_t c; (c = first_next_.fetch_add(1, std::memory_order_acq_rel)) < first_chunks;) {
+        first(c);
+        first_done_.fetch_add(1, std::memory_order_acq_rel);
+      }
+      if (!spin_until([&] { return first_done_.load(std::memory_order_acquire) == first_chunks; }))
+        while (first_done_.load(std::memory_order_acquire) != first_chunks) std::this_thread::yield();
+    }
     std::int64_t b = 0, e = 0;
     while (take(shares_[static_cast<std::size_t>(s)].bounds, step, true, b, e)) fn(b, e);
     for (std::int64_t k = 1; k < shares; ++k) {

@@ -38,6 +38,13 @@ class RowPool {
   /// by at most one piece.
   void run_ranges(std::int64_t units, std::int64_t step, const std::function<void(std::int64_t, std::int64_t)>& fn);
 
+  /// run_ranges after a prologue in the same call: first(c) for every c in [0, first_chunks), taken from a shared counter
+  /// by the threads as they enter, and no piece of fn starts before every prologue chunk has finished (fn may read what
+  /// the prologue writes). One hand-off to the workers instead of a run() and a run_ranges(): a product whose activations
+  /// are quantised by the prologue. A thread waits only for chunks that running threads hold.
+  void run_ranges(std::int64_t units, std::int64_t step, const std::function<void(std::int64_t, std::int64_t)>& fn,
+                  std::int64_t first_chunks, const std::function<void(std::int64_t)>& first);
+
  private:
   void run_locked(std::int64_t chunks, const std::function<void(std::int64_t)>& fn);
   void work();
@@ -60,6 +67,9 @@ class RowPool {
   const std::function<void(std::int64_t)>* job_ = nullptr;
   alignas(64) std::atomic<std::uint64_t> ticket_{0};
   alignas(64) std::atomic<std::int64_t> completed_{0};
+  // run_ranges' prologue: the next chunk to take and the chunks finished.
+  alignas(64) std::atomic<std::int64_t> first_next_{0};
+  alignas(64) std::atomic<std::int64_t> first_done_{0};
   int sleepers_ = 0;  // guarded by mutex_
   std::atomic<bool> stop_{false};
 };
