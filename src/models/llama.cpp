@@ -172,8 +172,8 @@ void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::
       m.linear(act.q, 0, tiles, yp, ldy, accumulate);
       continue;
     }
-    // One call to the pool: its prologue quantises the rows (after their RowPrep), in chunks of rows shared like
-    // for_rows', and the products start once every row is done. Each thread then streams its own contiguous share of the
+    // One call to the pool: its prologue quantises the rows (after their RowPrep) in chunks of ceil(n / threads) rows (16
+    // for a prompt), and the products start once every row is done. Each thread then streams its own contiguous share of the
     // tiles (the hardware prefetcher follows one run instead of restarting at every chunk: the 1-token forward measured
     // 12-25% faster than with chunks from a shared counter), in pieces of about an eighth of a share (a 32nd for long
     // prompts), whole runs of 4 tiles (the kernel's widest step), so a thread that finishes early takes at most a piece
