@@ -122,7 +122,7 @@ BENCHMARK(BM_verify_chain_cpu_torch_threads)->ArgNames({"B", "K", "V"})->Args({6
 
 // The decoder's verification of one step through the engine entry, on ATen's current thread count (1 in specdec-generate):
 // float32 logits [B (K + 1), V] processed into probabilities and verified against deterministic drafts (n-gram style),
-// greedy (temp_x10 = 0) or sampled at temperature 1. SmolLM2's vocabulary by default. ws = 1 calls it as the decoder
+// greedy (temp_x10 = 0) or sampled at temperature 0.7 or 1. SmolLM2's vocabulary by default. ws = 1 calls it as the decoder
 // does: a workspace kept across calls and all_target_probs = false (rows processed as the chain rule reaches them);
 // ws = 0: fresh [N + B, V] rows per call, every row processed; ws = 2: torch::verify_logits_host on the same step as
 // plain arrays, the decoder's call for a CPU target (kept workspace, rows as reached, greedy argmaxes from the scans).
@@ -185,7 +185,7 @@ void BM_verify_logits_step(benchmark::State& state) {
 }
 BENCHMARK(BM_verify_logits_step)
     ->ArgNames({"B", "K", "V", "temp_x10", "ws"})
-    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 10}, {0, 1, 2}})
+    ->ArgsProduct({{1, 4}, {4}, {49152}, {0, 7, 10}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 #endif

@@ -109,9 +109,10 @@ void emulate_row(const detail::LogitsKernelArgs<LogitT, IdT>& a, std::int64_t r,
     return;
   }
   const sd::CutSteps steps = sd::cut_steps(p, V);
+  const float inverse_t = sd::inverse_temperature(p.temperature);
   unsigned positive = 0;
   for (std::int64_t x = 0; x < V; ++x) {
-    out[x] = sd::logit_weight(detail::to_float(in[x]), best.key, p.temperature);
+    out[x] = sd::logit_weight(detail::to_float(in[x]), best.key, inverse_t);
     positive += out[x] > 0.0f;
   }
   int shifts[sd::kMaxCutDigits];

@@ -9,7 +9,8 @@
 //  2. a strided pass: validity (NaN/+inf -> kInvalidProbability) and the (max, lowest id) argmax (a block reduction
 //     of common.cuh's Candidate, a total order, so any tree gives the CPU's scan); all -inf -> kZeroMass; T = 0 writes
 //     the one-hot row and stops;
-//  3. the weights e_x = logit_weight(...) into probs (the row's scratch), counting the positive ones for top-k;
+//  3. the weights e_x = logit_weight(l_x, max, inverse_temperature(T)) into probs (the row's scratch), counting the
+//     positive ones for top-k;
 //  4. top-k: the count digit search, a 16-bin shared histogram of cut_digit per pass (integer atomics: exact);
 //  5. top-p: the mass digit search: warp w takes tiles w, w + 16, ..; lane l of a tile runs cut_lane_sums (the 16
 //     masked lane sums), a shuffle-down halving per threshold gives the tile's masses (the operand order of
@@ -165,11 +166,12 @@ __global__ void __launch_bounds__(kLogitsThreads) logits_to_probs_kernel(LogitsK
   }
   // 3. Weights.
   const sd::CutSteps steps = sd::cut_steps(p, V);
+  const float inverse_t = sd::inverse_temperature(p.temperature);
   if (threadIdx.x == 0) positive = 0;
   __syncthreads();
   unsigned int my_positive = 0;
   for (std::int64_t x = threadIdx.x; x < V; x += kLogitsThreads) {
-    const float e = sd::logit_weight(to_float(in[x]), best.key, p.temperature);
+    const float e = sd::logit_weight(to_float(in[x]), best.key, inverse_t);
     out[x] = e;
     my_positive += e > 0.0f;
   }

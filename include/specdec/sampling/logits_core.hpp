@@ -7,9 +7,9 @@
 // One row of V logits l_x, parameters (T, k, p, m):
 //  1. Checks: NaN or +inf anywhere -> kInvalidProbability; every l_x = -inf -> kZeroMass. The argmax is the largest
 //     l_x, lowest id on ties. T = 0: one-hot on the argmax.
-//  2. Weights e_x = exp_nonpositive((l_x - l_max) / T): a deterministic exp (range reduction by ln 2, Cephes
-//     polynomial with every product rounded on its own, exact scaling by 2^n, denormals kept), so e_argmax = 1
-//     exactly and -inf logits give 0.
+//  2. Weights e_x = exp_nonpositive((l_x - l_max) * inverse_temperature(T)) (1 / T once a row, at most FLT_MAX,
+//     then a product per token): a deterministic exp (range reduction by ln 2, Cephes polynomial with every product
+//     rounded on its own, exact scaling by 2^n, denormals kept), so e_argmax = 1 exactly and -inf logits give 0.
 //  3. The cut. The descending order of the tokens with e_x > 0, ties broken by lower id, is the order of the 64-bit
 //     key(x) = bits(e_x) << 32 | (V - 1 - x) (positive floats order like their bit patterns). Top-k, top-p and min-p
 //     each keep a prefix of that order, i.e. the set {x : e_x > 0, key(x) >= T} for a threshold key T; the kept set
@@ -144,9 +144,18 @@ SPECDEC_INLINE float exp_nonpositive(float x) {
                 bits_float(static_cast<std::uint32_t>(127 - 64) << 23));
 }
 
-/// The unnormalised weight of one logit (step 2): exp((logit - max_logit) / temperature), temperature > 0.
-SPECDEC_INLINE float logit_weight(float logit, float max_logit, float temperature) {
-  return exp_nonpositive((logit - max_logit) / temperature);
+/// Step 2's factor for temperature T > 0: 1 / T, correctly rounded, at most FLT_MAX (below T = 2^-128 the quotient
+/// overflows, and +inf times the argmax's difference 0 would be NaN; with FLT_MAX that difference stays 0, and any
+/// difference beyond 2^-121 in magnitude still scales below -104, a weight of 0).
+SPECDEC_INLINE float inverse_temperature(float temperature) {
+  const float v = 1.0f / temperature;
+  return v < FLT_MAX ? v : FLT_MAX;
+}
+
+/// The unnormalised weight of one logit (step 2): exp((logit - max_logit) * inverse), inverse =
+/// inverse_temperature(T); the product rounded once (mul_rn: never fused into exp's first add).
+SPECDEC_INLINE float logit_weight(float logit, float max_logit, float inverse) {
+  return exp_nonpositive(mul_rn(logit - max_logit, inverse));
 }
 
 /// Step 4's factor: 1 / M, correctly rounded (M >= 1: the argmax's weight 1 is always kept).

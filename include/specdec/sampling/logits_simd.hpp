@@ -24,7 +24,8 @@ enum class LogitsPath { kOneLane, kVector4, kAvx512 };
 /// The one-lane passes (the reference the vector paths equal).
 inline void logit_weights_one_lane(const float* logits, std::int64_t n, float max_logit, float temperature,
                                    float* w) {
-  for (std::int64_t x = 0; x < n; ++x) w[x] = logit_weight(logits[x], max_logit, temperature);
+  const float inverse = inverse_temperature(temperature);
+  for (std::int64_t x = 0; x < n; ++x) w[x] = logit_weight(logits[x], max_logit, inverse);
 }
 
 inline void tile_masses_one_lane(const float* w, std::int64_t n, float* masses) {
@@ -113,10 +114,10 @@ template <int W>
 __attribute__((always_inline)) inline void logit_weights_v(const float* logits, std::int64_t n, float max_logit,
                                                            float temperature, float* w) {
   using F = typename Vec<W>::F;
-  const F m = splat<W>(max_logit), t = splat<W>(temperature);
+  const F m = splat<W>(max_logit), t = splat<W>(inverse_temperature(temperature));
   std::int64_t x = 0;
   if (temperature == 1.0f) {
-    for (; x + W <= n; x += W) {  // d / 1 == d for every float, so the division is skipped
+    for (; x + W <= n; x += W) {  // d * 1 == d for every float, so the product is skipped
       F l;
       std::memcpy(&l, logits + x, sizeof l);
       const F e = exp_nonpositive_v<W>(l - m);
@@ -126,13 +127,13 @@ __attribute__((always_inline)) inline void logit_weights_v(const float* logits, 
   for (; x + W <= n; x += W) {
     F l;
     std::memcpy(&l, logits + x, sizeof l);
-    const F e = exp_nonpositive_v<W>((l - m) / t);
+    const F e = exp_nonpositive_v<W>(opaque((l - m) * t));
     std::memcpy(w + x, &e, sizeof e);
   }
   if (x < n) {  // the tail in a vector too: one-lane code compiled for AVX-512 could fuse mul_rn's plain product
     F l = m;
     for (std::int64_t i = x; i < n; ++i) l[i - x] = logits[i];
-    const F e = exp_nonpositive_v<W>((l - m) / t);
+    const F e = exp_nonpositive_v<W>(opaque((l - m) * t));
     for (std::int64_t i = x; i < n; ++i) w[i] = e[i - x];
   }
 }
