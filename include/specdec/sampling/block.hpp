@@ -121,9 +121,7 @@ struct BlockResidualWeight {
   /// Tokens [x, x + 16) at once (race_weights.hpp): the fused w P - Q rounded once, as fma_rn.
   SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
     const __m512 a = _mm512_loadu_ps(p + x), b = _mm512_loadu_ps(q + x);
-    const __m512 d = _mm512_fmsub_ps(_mm512_set1_ps(w), a, b);
-    const __m512 r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
-    return _mm512_mask_blend_ps(simd::valid16(a) & simd::valid16(b), simd::nan16(), r);
+    return simd::residual16(_mm512_fmsub_ps(_mm512_set1_ps(w), a, b), a, b);
   }
 #endif
 };

@@ -51,6 +51,11 @@ SPECDEC_RACE_AVX512 inline __mmask16 valid16(__m512 a) {
   return _mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_GE_OQ) & _mm512_cmp_ps_mask(a, _mm512_set1_ps(FLT_MAX), _CMP_LE_OQ);
 }
 SPECDEC_RACE_AVX512 inline __m512 nan16() { return _mm512_set1_ps(__builtin_nanf("")); }
+/// A residual's last steps on 16 lanes: max(d, 0), NaN where the probability a or b is not valid.
+SPECDEC_RACE_AVX512 inline __m512 residual16(__m512 d, __m512 a, __m512 b) {
+  const __m512 r = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
+  return _mm512_mask_blend_ps(valid16(a) & valid16(b), nan16(), r);
+}
 }  // namespace simd
 #endif
 
@@ -78,9 +83,7 @@ struct ResidualWeight {
 #if defined(SPECDEC_LOGITS_AVX512)
   SPECDEC_RACE_AVX512 __m512 lanes16(std::int64_t x) const {
     const __m512 a = _mm512_loadu_ps(p + x), b = _mm512_loadu_ps(q + x);
-    const __m512 d = _mm512_sub_ps(a, b);
-    const __m512 w = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ), d);
-    return _mm512_mask_blend_ps(simd::valid16(a) & simd::valid16(b), simd::nan16(), w);
+    return simd::residual16(_mm512_sub_ps(a, b), a, b);
   }
 #endif
 };
