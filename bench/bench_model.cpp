@@ -365,8 +365,8 @@ BENCHMARK(BM_PackedLinearFormat)
     ->Unit(benchmark::kMicrosecond);
 
 // The activations' quantisation before every product (QuantizedRows: each block's max and scales, two int8 planes), one
-// thread: `rows` token rows of `cols` values in blocks of 32, portable (isa 0) or the vector path (isa 1, AVX2, which the
-// instruction sets above it use as well). A 1-token forward of SmolLM2 quantises 30 x (3 x 576 + 1536) values, on the
+// thread: `rows` token rows of `cols` values in blocks of 32, portable (isa 0), AVX2 (isa 1, also AVX-VNNI's) or AVX-512
+// (isa 2, also AMX's). A 1-token forward of SmolLM2 quantises 30 x (3 x 576 + 1536) values, on the
 // calling thread while the workers wait.
 void BM_QuantizeRows(benchmark::State& state) {
   namespace d = sm::detail;
@@ -391,8 +391,29 @@ void BM_QuantizeRows(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantizeRows)
     ->ArgNames({"isa", "rows", "cols"})
-    ->ArgsProduct({{0, 1}, {1, 6}, {576, 1536}})
+    ->ArgsProduct({{0, 1, 2}, {1, 6}, {576, 1536}})
     ->Unit(benchmark::kMicrosecond);
+
+// SiLU(gate) * up before the down product (its RowPrep), one thread: `rows` rows of f = 1536 (SmolLM2's), 8 lanes
+// (isa 1, AVX2) or 16 (isa 2, AVX-512F).
+void BM_SiluMul(benchmark::State& state) {
+  namespace d = sm::detail;
+  const bool wide = state.range(0) == 2;
+  const std::int64_t rows = state.range(1), f = 1536;
+  if (!(wide ? d::silu_mul_has_avx512() : d::silu_mul_has_avx2())) {
+    state.SkipWithError("instruction set not supported here");
+    return;
+  }
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> gu(static_cast<std::size_t>(rows * 2 * f)), out(static_cast<std::size_t>(rows * f));
+  for (auto& v : gu) v = nd(rng);
+  for (auto _ : state) {
+    (wide ? d::silu_mul_avx512 : d::silu_mul_avx2)(gu.data(), out.data(), rows, f);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(BM_SiluMul)->ArgNames({"isa", "rows"})->ArgsProduct({{1, 2}, {1, 3}})->Unit(benchmark::kMicrosecond);
 
 // The cost of one parallel step of the forward's thread pool with no work in it (the hand-off to the workers and the wait
 // for the last of them): run() with 16 chunks from the shared counter (kind 0), or run_ranges() over 64 units in pieces

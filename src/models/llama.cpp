@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -265,14 +266,30 @@ int available_cpus() noexcept {
 namespace {
 
 // y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
+// The sum of squares goes in 16 lanes (lane j: the squares of elements j, j + 16, ... in order; then the lanes in a fixed
+// tree) instead of one serial chain of dim dependent additions (0.46 us a row of 576 on its own, most of a 6-token
+// product's prologue). One compiled version (this file's baseline flags), so the bits do not depend on the machine.
 void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {
+  using v16 = float __attribute__((vector_size(64)));
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float* yr = y + r * dim;
-    float ss = 0.f;
-    for (std::int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    v16 acc{};
+    std::int64_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+      v16 v;
+      std::memcpy(&v, xr + i, sizeof v);
+      const v16 sq = v * v;
+      acc = acc + sq;
+    }
+    float lanes[16];
+    std::memcpy(lanes, &acc, sizeof lanes);
+    for (int width = 8; width >= 1; width /= 2)
+      for (int j = 0; j < width; ++j) lanes[j] = lanes[j] + lanes[j + width];
+    float ss = lanes[0];
+    for (; i < dim; ++i) ss += xr[i] * xr[i];
     const float scale = 1.f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (std::int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
+    for (i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
   }
 }
 

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/float16.hpp"
 #include "specdec/models/gguf.hpp"
@@ -241,9 +242,10 @@ TEST(PackedMatrix, Q8_0WithoutMinus128GivesTheSameBitsOnEveryPath) {
   }
 }
 
-// Rows of 96 and 576 values: blocks fewer than, and more than, the AVX2 quantiser's groups of 8 (with a partial group).
+// Rows of 96, 576 and 1536 values: blocks fewer than, and more than, the AVX2 quantiser's groups of 8 and the AVX-512
+// one's groups of 16 (with partial groups, and whole ones only: 1536 in blocks of 32).
 TEST(PackedMatrix, ActivationQuantisationIsTheSameOnEveryPath) {
-  for (const std::int64_t cols : {96, 576}) {
+  for (const std::int64_t cols : {96, 576, 1536}) {
   SCOPED_TRACE("cols " + std::to_string(cols));
   const std::int64_t n = 9;
   auto x = random_activations(n, cols, 10);
@@ -377,6 +379,31 @@ TEST(PackedMatrix, RejectsWhatTheProductsCannotTake) {
   EXPECT_THROW(m.linear(q, 0, 1, y.data(), 4, false), specdec::error);
   quantize_rows(x.data(), 1, 64, 64, 32, q);
   EXPECT_THROW(m.linear(q, 0, 2, y.data(), 4, false), specdec::error);
+}
+
+// silu_mul's 16-lane (AVX-512) and 8-lane (AVX2) paths give every value the same bits, whole vectors and a last partial
+// one alike, and both stay within the exp approximation's error of silu(g) * u in double precision.
+TEST(SiluMul, EveryVectorPathGivesTheSameBits) {
+  if (!silu_mul_has_avx2() || !silu_mul_has_avx512()) GTEST_SKIP() << "needs AVX2 and AVX-512F";
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  for (const std::int64_t f : {1536, 37, 16, 5}) {
+    const std::int64_t rows = 3;
+    std::vector<float> gu(static_cast<std::size_t>(rows * 2 * f));
+    for (auto& v : gu) v = nd(rng);
+    const float specials[] = {0.f, -0.f, 100.f, -100.f, -90.f, 88.5f, 1e-30f, -1e-30f};
+    for (std::size_t i = 0; i < std::size(specials) && i < static_cast<std::size_t>(f); ++i) gu[i] = specials[i];
+    std::vector<float> a(static_cast<std::size_t>(rows * f), -1.f), b(a.size(), -2.f);
+    silu_mul_avx2(gu.data(), a.data(), rows, f);
+    silu_mul_avx512(gu.data(), b.data(), rows, f);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "f = " << f;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = 0; i < f; ++i) {
+        const double g = gu[static_cast<std::size_t>(r * 2 * f + i)], u = gu[static_cast<std::size_t>(r * 2 * f + f + i)];
+        const double want = g / (1.0 + std::exp(-g)) * u;
+        EXPECT_NEAR(b[static_cast<std::size_t>(r * f + i)], want, 1e-6 * std::abs(want) + 1e-30) << "f = " << f << ", i = " << i;
+      }
+  }
 }
 
 }  // namespace

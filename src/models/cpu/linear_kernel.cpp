@@ -425,7 +425,7 @@ template <class KV, bool kF16C = false>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SPECDEC_LINEAR_X86_DISPATCH 1
-__attribute__((target("avx2,fma"))) void silu_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+__attribute__((target("avx2,fma"))) void silu_mul_avx2_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   silu_mul_impl(gu, out, rows, f);
 }
 __attribute__((target("avx2,fma"))) void linear_rows_avx2(const float* x, std::int64_t n, std::int64_t in, const float* w,
@@ -544,9 +544,12 @@ void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row
 }
 
 using SiluMulFn = void (*)(const float*, float*, std::int64_t, std::int64_t);
+// 16 lanes where the attention takes its AVX-512 kernel (the CPU has AVX-512F and SPECDEC_CPU_ISA does not rule it out;
+// bench_model BM_SiluMul: 3 rows of 1536, 3.13 -> 1.73 us), else 8.
 SiluMulFn select_silu_mul() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
-  if (has_avx2_fma()) return &silu_mul_avx2;
+  if (attention_avx512()) return &silu_mul_avx512;
+  if (has_avx2_fma()) return &silu_mul_avx2_impl;
 #endif
   return &silu_mul_baseline;
 }
@@ -569,6 +572,23 @@ bool attention_reads_key_blocks(std::int64_t hd) { return attention_avx512() && 
 void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   static const SiluMulFn fn = select_silu_mul();
   fn(gu, out, rows, f);
+}
+
+bool silu_mul_has_avx2() { return has_avx2_fma(); }
+bool silu_mul_has_avx512() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
+#else
+  return false;
+#endif
+}
+void silu_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  silu_mul_avx2_impl(gu, out, rows, f);
+#else
+  silu_mul_baseline(gu, out, rows, f);
+#endif
 }
 
 /// x [n, in] (row stride in), w [*, in] (row stride in), y [n, ldy]: computes columns [o_begin, o_end) of y = x w^T, adding to y

@@ -457,6 +457,104 @@ SPECDEC_TARGET_AVX2 void quantize_rows_avx2(const float* x, std::int64_t row_beg
   }
 }
 
+// The same quantisation on 16 lanes (blocks of 16 or 32 values: one or two vectors a block), with the same operations per
+// value (max of |x|, the IEEE divisions, x * (1 / d1), round half to even, the clamps in the same order, x - d1 * q1 as a
+// product then a difference), so the same bytes as quantize_rows_avx2 and the portable loop.
+template <bool TWO>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline __m512i quantize_block16(const float* xb, std::int64_t block, float d1,
+                                                                           float id1, float id2, std::byte* dst) {
+  // Clamping before rounding to nearest even gives round-then-clamp's integer for every float (NaN: -127, as the
+  // max's second operand), so the conversion rounds and no separate rounding is needed.
+  auto round_clamp = [](__m512 v) SPECDEC_TARGET_AVX512 {
+    v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-127.f)), _mm512_set1_ps(127.f));
+    return _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  };
+  auto store = [](__m512i q, std::byte* at) SPECDEC_TARGET_AVX512 {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm512_cvtepi32_epi8(q));
+  };
+  __m512i sum = _mm512_setzero_si512(), sum2 = _mm512_setzero_si512();
+  for (std::int64_t i = 0; i < block; i += 16) {
+    const __m512 xv = _mm512_loadu_ps(xb + i);
+    const __m512i q = round_clamp(_mm512_mul_ps(xv, _mm512_set1_ps(id1)));
+    store(q, dst + i);
+    sum = _mm512_add_epi32(sum, q);
+    if constexpr (TWO) {
+      const __m512 residual = _mm512_sub_ps(xv, _mm512_mul_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(q)));
+      const __m512i q2 = round_clamp(_mm512_mul_ps(residual, _mm512_set1_ps(id2)));
+      store(q2, dst + block + i);
+      sum2 = _mm512_add_epi32(sum2, q2);
+    }
+  }
+  return TWO ? _mm512_add_epi32(_mm512_slli_epi32(sum, 8), sum2) : sum;
+}
+
+// Lane k of the result = op over the 16 lanes of v[k]: neighbouring lanes, then pairs, within each 128-bit quarter (4
+// vectors' quarters side by side), then the quarters. Used for max (any order gives the same value) and exact int32 sums.
+template <class Op>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline __m512 reduce16x16(const __m512* v, Op op) {
+  auto pairs = [&](__m512 a, __m512 b) SPECDEC_TARGET_AVX512 {  // per quarter: a0 op a1, a2 op a3, b0 op b1, b2 op b3
+    return op(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  __m512 s[4];  // s[m], quarter q, lane i: v[4m + i] reduced over its quarter q
+  #pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) s[m] = pairs(pairs(v[4 * m], v[4 * m + 1]), pairs(v[4 * m + 2], v[4 * m + 3]));
+  auto quarters = [&](__m512 a, __m512 b) SPECDEC_TARGET_AVX512 {  // a.(q0 op q1), a.(q2 op q3), b.(q0 op q1), b.(q2 op q3)
+    return op(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  return quarters(quarters(s[0], s[1]), quarters(s[2], s[3]));
+}
+
+// Blocks in groups of 16 (one vector of maxima, scales and sums per group), as quantize_rows_avx2 does in groups of 8.
+SPECDEC_TARGET_AVX512 void quantize_rows_avx512(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld,
+                                                QuantizedRows& out) {
+  const std::int64_t block = out.block;
+  const bool two = out.planes == 2;
+  const __m512 zero = _mm512_setzero_ps();
+  auto max_op = [](__m512 a, __m512 b) SPECDEC_TARGET_AVX512 { return _mm512_max_ps(a, b); };
+  auto add_op = [](__m512 a, __m512 b) SPECDEC_TARGET_AVX512 {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  };
+  auto inverse = [&](__m512 d) SPECDEC_TARGET_AVX512 {  // d > 0 ? 1 / d : 0
+    return _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, zero, _CMP_GT_OQ), _mm512_set1_ps(1.f), d);
+  };
+  for (std::int64_t t = row_begin; t < row_end; ++t) {
+    for (std::int64_t b0 = 0; b0 < out.blocks; b0 += 16) {
+      const int g = static_cast<int>(std::min<std::int64_t>(16, out.blocks - b0));
+      const float* xg = x + t * ld + b0 * block;
+      std::byte* dg = out.data.data() + t * out.stride + b0 * out.block_bytes();
+      __m512 v[16];
+      #pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        __m512 mx = zero;
+        if (k < g)
+          for (std::int64_t i = 0; i < block; i += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + k * block + i)));
+        v[k] = mx;
+      }
+      const __m512 d1 = _mm512_div_ps(reduce16x16(v, max_op), _mm512_set1_ps(127.f));
+      const __m512 d2 = _mm512_div_ps(d1, _mm512_set1_ps(256.f));
+      alignas(64) float d1s[16], id1s[16], d2s[16], id2s[16];
+      _mm512_store_ps(d1s, d1);
+      _mm512_store_ps(id1s, inverse(d1));
+      _mm512_store_ps(d2s, d2);
+      _mm512_store_ps(id2s, inverse(d2));
+      #pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        __m512i sum = _mm512_setzero_si512();
+        if (k < g) {
+          std::byte* dst = dg + k * out.block_bytes();
+          sum = two ? quantize_block16<true>(xg + k * block, block, d1s[k], id1s[k], id2s[k], dst)
+                    : quantize_block16<false>(xg + k * block, block, d1s[k], id1s[k], id2s[k], dst);
+        }
+        v[k] = _mm512_castsi512_ps(sum);
+      }
+      alignas(64) std::int32_t totals[16];
+      _mm512_store_ps(reinterpret_cast<float*>(totals), reduce16x16(v, add_op));
+      for (int k = 0; k < g; ++k)
+        QuantizedRows::write_header(dg + k * out.block_bytes() + out.planes * block, two ? d2s[k] : d1s[k], totals[k]);
+    }
+  }
+}
+
 void packed_linear_avx512vnni(const PackedArgs& a) { dispatch<Avx512Run>(a); }
 void packed_linear_avx2(const PackedArgs& a) { dispatch<Avx2Run>(a); }
 void packed_linear_avxvnni(const PackedArgs& a) { dispatch<AvxVnniRun>(a); }
@@ -467,6 +565,9 @@ void packed_linear_avx512vnni(const PackedArgs& a) { packed_linear_portable(a); 
 void packed_linear_avx2(const PackedArgs& a) { packed_linear_portable(a); }
 void packed_linear_avxvnni(const PackedArgs& a) { packed_linear_portable(a); }
 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
+  quantize_rows(x, row_begin, row_end, ld, out, CpuIsa::kPortable);
+}
+void quantize_rows_avx512(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out) {
   quantize_rows(x, row_begin, row_end, ld, out, CpuIsa::kPortable);
 }
 

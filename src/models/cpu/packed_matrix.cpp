@@ -313,6 +313,10 @@ std::int8_t round_clamp(float v, float id) {
 void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
                    CpuIsa isa) {
   const std::int64_t block = out.block;
+  if ((isa == CpuIsa::kAvx512Vnni || isa == CpuIsa::kAmx) && block % 16 == 0 && cpu_supports(CpuIsa::kAvx512Vnni)) {
+    quantize_rows_avx512(x, row_begin, row_end, ld, out);
+    return;
+  }
   if (isa != CpuIsa::kPortable && block % 8 == 0 && cpu_supports(CpuIsa::kAvx2)) {
     quantize_rows_avx2(x, row_begin, row_end, ld, out);
     return;

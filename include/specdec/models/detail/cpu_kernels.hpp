@@ -71,5 +71,12 @@ bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t 
 /// out[r, i] = silu(gu[r, i]) * gu[r, f + i] = gu[r, i] / (1 + exp(-gu[r, i])) * gu[r, f + i] for rows [0, rows) (gu rows
 /// of 2f values, out rows of f). Element by element (exp to ~2e-7 relative), so each value is independent of the batch.
 void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+/// silu_mul's vector paths, public for the tests that compare them: 8 lanes (only where silu_mul_has_avx2() is true) and
+/// 16 (src/models/cpu/silu_x86.cpp; only where silu_mul_has_avx512() is true). silu_mul takes the widest the CPU has
+/// (and SPECDEC_CPU_ISA, as for the attention, does not rule out).
+void silu_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+void silu_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+bool silu_mul_has_avx2();
+bool silu_mul_has_avx512();
 
 }  // namespace specdec::models::detail

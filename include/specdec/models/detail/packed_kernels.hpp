@@ -28,5 +28,7 @@ bool amx_supported() noexcept;
 
 /// quantize_rows with AVX2 (blocks a multiple of 8 values; only where cpu_supports(CpuIsa::kAvx2)).
 void quantize_rows_avx2(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out);
+/// quantize_rows with AVX-512 (blocks a multiple of 16 values; only where cpu_supports(CpuIsa::kAvx512Vnni)).
+void quantize_rows_avx512(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out);
 
 }  // namespace specdec::models::detail

@@ -93,7 +93,7 @@ void prepare_rows(QuantizedRows& out, std::int64_t n, std::int64_t cols, std::in
 /// Quantises rows [row_begin, row_end) of x (row r at x + r * ld) into the prepared `out`. Each row alone, and only with
 /// exactly rounded operations (max |x|, d1 = max / 127, 1 / d1, x * (1 / d1), round half to even, clamp to +-127; for the
 /// second plane x - d1 * q1, d2 = d1 / 256, 1 / d2, the same rounding), so the int8 values are the same whatever the split
-/// or the instruction set (AVX2 or portable).
+/// or the instruction set (AVX-512 for blocks of 16 or 32 under kAvx512Vnni and kAmx, AVX2, or portable).
 void quantize_rows(const float* x, std::int64_t row_begin, std::int64_t row_end, std::int64_t ld, QuantizedRows& out,
                    CpuIsa isa = best_cpu_isa());
 /// prepare_rows, then every row.
