@@ -8,8 +8,10 @@
 //   ms_per_forward         wall time of one forward (mean); ms_per_forward_median: the median forward (robust to this
 //                          shared machine's stalls)
 //   weight_gb_per_forward  bytes of weights one forward reads
-//   roofline_fraction      (weight bytes / forward time) / measured multi-thread read bandwidth
-//   roofline_fraction_1t   the same against the single-thread read bandwidth
+//   roofline_fraction      (weight bytes / forward time) / the multi-thread read bandwidth of a buffer as large as the
+//                          weights (read_probe_GBps: what this machine streams for that working set, caches included)
+//   roofline_fraction_dram the same against the 512 MiB probe (the context's read_bandwidth_mt_GBps: past the caches)
+//   roofline_fraction_1t   the same against the single-thread 512 MiB probe
 //   peak_rss_mib           peak resident memory of the process so far (includes the 512 MiB bandwidth-probe buffer)
 //   rss_mib                resident memory after the run (model, KV cache, libtorch); the context's rss_mib_at_start
 //                          is the process before any model is loaded (libtorch's share)
@@ -59,6 +61,16 @@ namespace {
 
 int g_threads = 1;
 double g_bw_1t = 0, g_bw_mt = 0;
+
+// The multi-thread read bandwidth of a buffer of `bytes` (rounded up to 2 MiB pages), measured once per size.
+double working_set_bandwidth(std::int64_t bytes) {
+  static std::map<std::int64_t, double> measured;
+  const std::int64_t rounded = (bytes + (std::int64_t{2} << 20) - 1) / (std::int64_t{2} << 20) * (std::int64_t{2} << 20);
+  auto it = measured.find(rounded);
+  if (it == measured.end())
+    it = measured.emplace(rounded, specdec::bench::measure_read_bandwidth(g_threads, static_cast<std::size_t>(rounded), 10)).first;
+  return it->second;
+}
 std::string g_model_label;
 std::map<std::int64_t, double> g_one_token_seconds;  // context -> seconds per 1-token forward (for cost_vs_1_token)
 
@@ -141,7 +153,10 @@ void BM_Decode(benchmark::State& state) {
   state.counters["ms_per_forward"] = per_forward * 1e3;
   state.counters["ms_per_forward_median"] = median * 1e3;
   state.counters["weight_gb_per_forward"] = bytes / 1e9;
-  state.counters["roofline_fraction"] = bytes / per_forward / g_bw_mt;
+  const double ws_bw = working_set_bandwidth(static_cast<std::int64_t>(bytes));
+  state.counters["read_probe_GBps"] = ws_bw / 1e9;
+  state.counters["roofline_fraction"] = bytes / per_forward / ws_bw;
+  state.counters["roofline_fraction_dram"] = bytes / per_forward / g_bw_mt;
   state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.counters["rss_mib"] = current_rss_mib();
@@ -297,6 +312,26 @@ void time_packed_product(benchmark::State& state, const std::vector<sm::detail::
       benchmark::Counter::kIsRate);
 }
 
+// A Q4_1 or Q8_0 matrix of pseudo-random values (Q8_0's in [-127, 127], as llama.cpp's quantiser writes them) with
+// small half scales (and minimums), packed (into `arena` when given). `seed` is a linear congruential state, continued.
+sm::detail::PackedMatrix synthetic_matrix(specdec::models::GgmlType type, std::int64_t rows, std::int64_t cols,
+                                          std::uint32_t& seed, sm::detail::WeightArena* arena = nullptr) {
+  namespace d = sm::detail;
+  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
+  const bool q8 = type == specdec::models::GgmlType::kQ8_0;
+  const std::size_t block_bytes = q8 ? 34 : 20, values_at = q8 ? 2 : 4;
+  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32) * block_bytes);
+  for (std::size_t i = 0; i < data.size(); i += block_bytes) {
+    const std::uint16_t dh = 0x2000, mh = 0xA000;
+    std::memcpy(&data[i], &dh, 2);
+    if (!q8) std::memcpy(&data[i + 2], &mh, 2);
+    for (std::size_t j = values_at; j < block_bytes; ++j)
+      data[i + j] = static_cast<std::byte>(q8 ? next() % 255 + 1 : next() & 0xFF);
+  }
+  const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
+  return d::PackedMatrix::pack(std::span(&src, 1), arena);
+}
+
 void BM_PackedLinear(benchmark::State& state) {
   namespace d = sm::detail;
   const auto isa = static_cast<d::CpuIsa>(state.range(0));
@@ -306,19 +341,10 @@ void BM_PackedLinear(benchmark::State& state) {
     return;
   }
   std::uint32_t seed = 7;
-  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
-  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32 * 20));
-  for (std::size_t i = 0; i < data.size(); i += 20) {
-    const std::uint16_t dh = 0x2000, mh = 0xA000;  // small half scales and minimums
-    std::memcpy(&data[i], &dh, 2);
-    std::memcpy(&data[i + 2], &mh, 2);
-    for (int j = 4; j < 20; ++j) data[i + static_cast<std::size_t>(j)] = static_cast<std::byte>(next() & 0xFF);
-  }
-  const d::PackedMatrix::Source src{"bench", specdec::models::GgmlType::kQ4_1, data, rows, cols, {}};
   // copies > 1: that many packed copies used in turn, so every product reads its weights from memory (as a forward does).
   const std::int64_t copies = state.range(3);
   std::vector<d::PackedMatrix> ms;
-  for (std::int64_t c = 0; c < copies; ++c) ms.push_back(d::PackedMatrix::pack(std::span(&src, 1)));
+  for (std::int64_t c = 0; c < copies; ++c) ms.push_back(synthetic_matrix(specdec::models::GgmlType::kQ4_1, rows, cols, seed));
   time_packed_product(state, ms, n, planes, isa, seed, d::to_string(isa));
 }
 BENCHMARK(BM_PackedLinear)
@@ -414,6 +440,56 @@ void BM_SiluMul(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SiluMul)->ArgNames({"isa", "rows"})->ArgsProduct({{1, 2}, {1, 3}})->Unit(benchmark::kMicrosecond);
+
+// The products of a SmolLM2-135M forward without the rest of it: 30 layers' Q4_1 matrices of its shapes (q/k/v [960,
+// 576], output [576, 576], gate and up [3072, 576], down [576, 1536]; 72.5 MB packed, synthetic values) one after the
+// other on the pool's threads, `rows` token rows in two planes, each call quantising its rows in its prologue and
+// splitting its tiles as the forward's products do (linear_impl's pieces). hot 0: every layer its own matrices, read
+// from memory as a forward reads them; hot 1: one layer's matrices 30 times (in cache). The forward's products take
+// about what this takes (bench_model BM_Decode's ms_qkv + ms_attn_out + ms_gate_up + ms_down, which add the RMSNorm and
+// SiLU steps), so it separates the products' own limits (arithmetic at 6 rows, the weights' bytes at 1: GB_per_second
+// against BM_ReadBandwidth) from the rest of the forward.
+void BM_ProductStream(benchmark::State& state) {
+  namespace d = sm::detail;
+  const std::int64_t n = state.range(0);
+  const bool hot = state.range(1) != 0;
+  static d::RowPool pool(g_threads);
+  std::uint32_t seed = 11;
+  d::WeightArena arena;
+  std::vector<d::PackedMatrix> ms;
+  for (int l = 0; l < (hot ? 1 : 30); ++l)
+    for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{960, 576}, {576, 576}, {3072, 576}, {576, 1536}})
+      ms.push_back(synthetic_matrix(specdec::models::GgmlType::kQ4_1, rows, cols, seed, &arena));
+  std::vector<float> x(static_cast<std::size_t>(n * 1536)), y(static_cast<std::size_t>(n * 3072));
+  for (auto& v : x) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8 & 1023) / 512.f - 1.f;
+  d::QuantizedRows q;
+  std::int64_t bytes = 0, macs = 0;
+  for (const auto& m : ms) bytes += m.bytes(), macs += m.rows() * m.cols() * n * 2;
+  const int passes = hot ? 30 : 1;
+  for (auto _ : state) {
+    for (int p = 0; p < passes; ++p)
+      for (const auto& m : ms) {
+        d::prepare_rows(q, n, m.cols(), m.block(), 2);
+        const std::int64_t tiles = m.tiles(), per = (n + pool.size() - 1) / pool.size();
+        const std::int64_t target = (tiles + 8 * pool.size() - 1) / (8 * pool.size());
+        pool.run_ranges(
+            tiles, std::max<std::int64_t>(4, (target + 3) / 4 * 4),
+            [&](std::int64_t b, std::int64_t e) { m.linear(q, b, e, y.data(), m.rows(), false); }, (n + per - 1) / per,
+            [&](std::int64_t c) { d::quantize_rows(x.data(), c * per, std::min(n, (c + 1) * per), m.cols(), q); });
+      }
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double it = static_cast<double>(state.iterations());
+  state.counters["ms_per_pass"] = benchmark::Counter(it * 1e-3, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["GB_per_second"] = benchmark::Counter(it * static_cast<double>(bytes * passes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GMAC_per_second"] = benchmark::Counter(it * static_cast<double>(macs * passes) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["MB_weights"] = static_cast<double>(bytes * passes) / 1e6;
+}
+BENCHMARK(BM_ProductStream)
+    ->ArgNames({"rows", "hot"})
+    ->ArgsProduct({{1, 6}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The cost of one parallel step of the forward's thread pool with no work in it (the hand-off to the workers and the wait
 // for the last of them): run() with 16 chunks from the shared counter (kind 0), or run_ranges() over 64 units in pieces
