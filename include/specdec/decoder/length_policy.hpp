@@ -71,8 +71,10 @@ struct AdaptiveSpeculation {
   /// Each rejected probe doubles the plain steps before the next one (at least first_probe_interval), up to
   /// probe_backoff * probe_interval; any accepted draft that was not a probe brings the wait back to probe_interval, and
   /// an accepted probe makes the next plain step probe again. A probe for which the proposer finds nothing to draft
-  /// costs a plain step and is tried again the next step. (On text that never repeats, e.g. chat, probes cost about
-  /// (r(2) - 1) per probe: 4, 12, 28, 60, 124, 252, ... plain steps in, 0.1-0.2% of the plain speed on the bundled model.)
+  /// costs a plain step and is tried again the next step. (On text that never repeats, e.g. chat, each probe costs about
+  /// r(2) - 1 of a plain step, 0.30 on the bundled model: probes 4, 12, 28, 60, 124, 252, ... plain steps in, plus
+  /// those re-tried until the proposer drafts, put 5-9% of chat's 128 steps in drafting, about 1.5-2.7% of the plain
+  /// speed, in bench/compare-adaptive.sh and specdec-generate runs.)
   std::int32_t probe_backoff = 8;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
