@@ -312,23 +312,20 @@ void time_packed_product(benchmark::State& state, const std::vector<sm::detail::
       benchmark::Counter::kIsRate);
 }
 
-// A Q4_1 or Q8_0 matrix of pseudo-random values (Q8_0's in [-127, 127], as llama.cpp's quantiser writes them) with
-// small half scales (and minimums), packed (into `arena` when given). `seed` is a linear congruential state, continued.
-sm::detail::PackedMatrix synthetic_matrix(specdec::models::GgmlType type, std::int64_t rows, std::int64_t cols,
-                                          std::uint32_t& seed, sm::detail::WeightArena* arena = nullptr) {
+// A Q4_1 matrix of pseudo-random values with small half scales and minimums, packed (into `arena` when given). `seed` is
+// a linear congruential state, continued.
+sm::detail::PackedMatrix synthetic_q4_1(std::int64_t rows, std::int64_t cols, std::uint32_t& seed,
+                                        sm::detail::WeightArena* arena = nullptr) {
   namespace d = sm::detail;
   auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
-  const bool q8 = type == specdec::models::GgmlType::kQ8_0;
-  const std::size_t block_bytes = q8 ? 34 : 20, values_at = q8 ? 2 : 4;
-  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32) * block_bytes);
-  for (std::size_t i = 0; i < data.size(); i += block_bytes) {
+  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32 * 20));
+  for (std::size_t i = 0; i < data.size(); i += 20) {
     const std::uint16_t dh = 0x2000, mh = 0xA000;
     std::memcpy(&data[i], &dh, 2);
-    if (!q8) std::memcpy(&data[i + 2], &mh, 2);
-    for (std::size_t j = values_at; j < block_bytes; ++j)
-      data[i + j] = static_cast<std::byte>(q8 ? next() % 255 + 1 : next() & 0xFF);
+    std::memcpy(&data[i + 2], &mh, 2);
+    for (std::size_t j = 4; j < 20; ++j) data[i + j] = static_cast<std::byte>(next() & 0xFF);
   }
-  const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
+  const d::PackedMatrix::Source src{"bench", specdec::models::GgmlType::kQ4_1, data, rows, cols, {}};
   return d::PackedMatrix::pack(std::span(&src, 1), arena);
 }
 
@@ -344,7 +341,7 @@ void BM_PackedLinear(benchmark::State& state) {
   // copies > 1: that many packed copies used in turn, so every product reads its weights from memory (as a forward does).
   const std::int64_t copies = state.range(3);
   std::vector<d::PackedMatrix> ms;
-  for (std::int64_t c = 0; c < copies; ++c) ms.push_back(synthetic_matrix(specdec::models::GgmlType::kQ4_1, rows, cols, seed));
+  for (std::int64_t c = 0; c < copies; ++c) ms.push_back(synthetic_q4_1(rows, cols, seed));
   time_packed_product(state, ms, n, planes, isa, seed, d::to_string(isa));
 }
 BENCHMARK(BM_PackedLinear)
@@ -459,7 +456,7 @@ void BM_ProductStream(benchmark::State& state) {
   std::vector<d::PackedMatrix> ms;
   for (int l = 0; l < (hot ? 1 : 30); ++l)
     for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{960, 576}, {576, 576}, {3072, 576}, {576, 1536}})
-      ms.push_back(synthetic_matrix(specdec::models::GgmlType::kQ4_1, rows, cols, seed, &arena));
+      ms.push_back(synthetic_q4_1(rows, cols, seed, &arena));
   std::vector<float> x(static_cast<std::size_t>(n * 1536)), y(static_cast<std::size_t>(n * 3072));
   for (auto& v : x) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8 & 1023) / 512.f - 1.f;
   d::QuantizedRows q;

@@ -485,6 +485,15 @@ bool has_avx2_fma_f16c() {
 #endif
 }
 
+// AVX-512F + DQ (and AVX2 + FMA): the 16-lane attention and SiLU.
+bool has_avx512f_dq_fma() {
+#ifdef SPECDEC_LINEAR_X86_DISPATCH
+  return has_avx2_fma() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
 void linear_rows_baseline(const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t o_begin,
                           std::int64_t o_end, float* y, std::int64_t ldy, bool accumulate) {
   linear_rows_impl(x, n, in, w, o_begin, o_end, y, ldy, accumulate);
@@ -520,8 +529,7 @@ bool attention_avx512() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
     if (const char* isa = std::getenv("SPECDEC_CPU_ISA"); isa != nullptr && std::string_view(isa) != "avx512-vnni")
       return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
+    return has_avx512f_dq_fma();
 #else
     return false;
 #endif
@@ -575,14 +583,7 @@ void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
 }
 
 bool silu_mul_has_avx2() { return has_avx2_fma(); }
-bool silu_mul_has_avx512() {
-#ifdef SPECDEC_LINEAR_X86_DISPATCH
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && has_avx2_fma();
-#else
-  return false;
-#endif
-}
+bool silu_mul_has_avx512() { return has_avx512f_dq_fma(); }
 void silu_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
   silu_mul_avx2_impl(gu, out, rows, f);
