@@ -355,12 +355,13 @@ BENCHMARK(BM_PackedLinear)
     ->Unit(benchmark::kMicrosecond);
 
 // BM_PackedLinearFormat: the 8-bit formats' products (Q8_0, Q6_K: a Q4_K_M model's output and part of its FFN) on one
-// thread, a [2048, 1536] matrix in cache, two planes, per instruction set and token-row count (GMAC/s as above).
+// thread, a [2048, 1536] matrix in cache, per instruction set, token-row count and plane count (GMAC/s as above; one
+// plane is what the Llama forward gives a Q8_0 matrix such as SmolLM2's output head).
 void BM_PackedLinearFormat(benchmark::State& state) {
   namespace d = sm::detail;
   const auto type = static_cast<specdec::models::GgmlType>(state.range(0));
   const auto isa = static_cast<d::CpuIsa>(state.range(1));
-  const std::int64_t n = state.range(2), rows = 2048, cols = 1536, planes = 2;
+  const std::int64_t n = state.range(2), planes = state.range(3), rows = 2048, cols = 1536;
   if (!d::cpu_supports(isa)) {
     state.SkipWithError("instruction set not supported here");
     return;
@@ -383,8 +384,8 @@ void BM_PackedLinearFormat(benchmark::State& state) {
   time_packed_product(state, ms, n, planes, isa, seed, fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
 }
 BENCHMARK(BM_PackedLinearFormat)
-    ->ArgNames({"type", "isa", "rows"})
-    ->ArgsProduct({{8, 14}, {1, 4, 2}, {1, 6}})
+    ->ArgNames({"type", "isa", "rows", "planes"})
+    ->ArgsProduct({{8, 14}, {1, 4, 2}, {1, 6}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
 // The activations' quantisation before every product (QuantizedRows: each block's max and scales, two int8 planes), one
