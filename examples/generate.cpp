@@ -67,6 +67,7 @@ struct Options {
   bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
+  bool no_shadow_probes = false;  // probes that verify a draft instead of shadow probes (lookup proposers)
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
   // seed's tokens stay reproducible): a step with x draft rows costs 1 + slope * x plain steps (this CPU forward's
@@ -288,9 +289,11 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
              fmt::format("{} (g{}{})", proposer, adaptive ? "<=" : "=", g), m.tokens_per_second(), speedup, m.total.acceptance_rate(),
              m.total.mean_accepted_length(), m.cost_ratio(t1), m.verify_cost_ratio(t1), m.theoretical_speedup(t1));
   if (adaptive && m.total.target_forwards > 0)
-    fmt::print("adaptive draft length: {:.0f}% of request-steps drafted, {:.2f} drafts per drafting step\n",
+    fmt::print("adaptive draft length: {:.0f}% of request-steps drafted, {:.2f} drafts per drafting step{}\n",
                100.0 * static_cast<double>(m.total.steps_with_drafts) / static_cast<double>(m.total.target_forwards),
-               m.mean_gamma());
+               m.mean_gamma(),
+               m.total.shadow_probes > 0 ? fmt::format("; shadow probes {} ({} right)", m.total.shadow_probes, m.total.shadow_accepted)
+                                         : std::string());
   const auto by_pos = m.total.acceptance_by_position();
   if (!by_pos.empty()) {
     fmt::print("acceptance by draft position:");
@@ -447,6 +450,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
   spec_options.adaptive.enabled = o.adaptive;
   spec_options.adaptive.probe_backoff = o.probe_backoff;
+  spec_options.adaptive.shadow_probes = !o.no_shadow_probes;
   spec_options.adaptive.sampled = o.adaptive_all;
   if (o.adaptive && !o.adaptive_all) {
     const double slope = o.sampled_cost_slope;
@@ -550,6 +554,8 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
                                             static_cast<double>(spec.metrics.total.target_forwards)
                                       : 0.0;
     j["mean_gamma"] = spec.metrics.mean_gamma();
+    j["shadow_probes"] = spec.metrics.total.shadow_probes;
+    j["shadow_probes_right"] = spec.metrics.total.shadow_accepted;
     j["temperature"] = o.temperature;
     j["verify"] = o.verify;
     j["prompts"] = prompts.size();
@@ -627,6 +633,9 @@ int main(int argc, char** argv) {
                  "adaptive policy: the target's verification cost per row count, profile (timed once before the runs, "
                  "as vLLM profiles at startup) or learned (from the run's own steps)")
       ->check(CLI::IsMember({"profile", "learned"}));
+  app.add_flag("--no-shadow-probes", o.no_shadow_probes,
+               "adaptive policy with a lookup proposer (ngram, suffix): probe by verifying one draft after plain steps "
+               "(--probe-backoff) instead of comparing each plain step's token with an unverified lookup draft");
   app.add_option("--probe-backoff", o.probe_backoff,
                  "adaptive policy: a request at g = 0 drafts one token after 4 plain steps, and each rejected probe "
                  "doubles the wait, up to this many probe intervals (16 steps each); 1 = after 4, 8, then every 16")

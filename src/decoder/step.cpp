@@ -58,6 +58,8 @@ void RequestMetrics::add(const RequestMetrics& o) {
   expected_accepted_token += o.expected_accepted_token;
   expected_accepted_block += o.expected_accepted_block;
   expected_steps += o.expected_steps;
+  shadow_probes += o.shadow_probes;
+  shadow_accepted += o.shadow_accepted;
 }
 
 double DecoderMetrics::tokens_per_second() const {

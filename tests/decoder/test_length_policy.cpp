@@ -287,6 +287,72 @@ TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
   EXPECT_LE(steps, 190);
 }
 
+TEST(DecoderAdaptive, ShadowProbesReplaceProbesForLookupDrafts) {
+  // Lookup drafts (has_lookup_drafts): a plain step compares one unverified draft with the token it emits instead of
+  // verifying a probe. Drafts that are never right: after the first drafting steps bring the estimate below break-even
+  // no step drafts again, yet every plain step is observed; the tokens are plain decoding's.
+  Fixture f(1, 80);
+  auto p = f.synthetic(0.0);
+  p.set_drafts_are_lookups(true);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
+  const auto res = dec.generate(f.requests);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  const auto& m = res[0].metrics;
+  EXPECT_EQ(m.accepted, 0);
+  EXPECT_EQ(m.steps_with_drafts, 2);  // prior 0.5, then 0.25, then below break-even: no probe steps
+  EXPECT_EQ(m.shadow_accepted, 0);
+  // every plain step but the last (no room left to draft there): the synthetic proposer always drafts
+  EXPECT_EQ(m.shadow_probes, m.target_forwards - m.steps_with_drafts - 1);
+
+  // shadow_probes off: the verified probes of PlainStepsAndProbesWhenDraftsAreNeverAccepted
+  auto q = f.synthetic(0.0);
+  q.set_drafts_are_lookups(true);
+  auto o = Fixture::options(6, 0.2);
+  o.adaptive.shadow_probes = false;
+  sd::SpeculativeDecoder dec2(q, f.target, o);
+  const auto res2 = dec2.generate(f.requests);
+  EXPECT_EQ(res2[0].tokens, f.reference[0]);
+  EXPECT_EQ(res2[0].metrics.shadow_probes, 0);
+  EXPECT_GE(res2[0].metrics.steps_with_drafts, 5);
+}
+
+TEST(DecoderAdaptive, ShadowProbesFindTheSwitchBackAtOnce) {
+  // BackToDraftingSoonAfterAProbeIsAccepted with lookup drafts: right drafts, then none for 60 steps, then all. Shadow
+  // probes see the switch on the first plain step after it, so drafting resumes within a few steps.
+  Fixture f(1, 400);
+  auto p = f.synthetic(0.9);
+  p.set_drafts_are_lookups(true);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.5));
+  const auto id = dec.add_request(f.requests[0]);
+  std::int64_t steps = 0;
+  auto run = [&](std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i, ++steps) ASSERT_TRUE(dec.step().empty()) << steps;
+  };
+  run(20);
+  p.set_alpha(0.0);
+  run(60);
+  p.set_alpha(1.0);
+  std::int64_t first_gain = -1;  // the first step after the switch that emits more than one token
+  bool done = false;
+  while (!done && steps < 1000) {
+    const std::size_t before = dec.context(id).size();
+    done = !dec.step().empty();
+    ++steps;
+    if (first_gain < 0 && !done && dec.context(id).size() > before + 1) first_gain = steps;
+  }
+  ASSERT_TRUE(done);
+  const auto res = dec.take_result(id);
+  EXPECT_EQ(res.tokens, f.reference[0]);
+  // Drafting pays again 8 steps after the switch (step 80): from an estimate near 0 (tested about 1 / (1 - 0.9) times
+  // in the decay's memory), k right shadow probes lift h(1) to about 1 - 0.9^k, over the break-even r(2) - 1 = 0.5 at
+  // k = 7, and the 8th step drafts.
+  ASSERT_GE(first_gain, 0);
+  EXPECT_LE(first_gain, 80 + 8);
+  // 134 steps (deterministic: synthetic draws, a fixed cost model); the probe version takes 176
+  // (BackToDraftingSoonAfterAProbeIsAccepted)
+  EXPECT_LE(steps, 140);
+}
+
 TEST(DecoderAdaptive, FullLengthWhenDraftsAreAlwaysAccepted) {
   Fixture f(1, 80);
   auto p = f.synthetic(1.0);

@@ -19,7 +19,8 @@
 // probe_interval such steps, drafts one token to refresh its estimate, so it returns to drafting when the text starts
 // to repeat (the first probe comes sooner, after first_probe_interval steps); each rejected probe doubles the wait (up
 // to probe_backoff intervals), an accepted draft resets it, and an accepted probe is followed by another on the next
-// plain step, so the estimate climbs back in a few steps.
+// plain step, so the estimate climbs back in a few steps. Where the proposer's drafts are lookups, shadow probes replace
+// those probes: every plain step compares one unverified lookup draft with the token it emits (shadow_probes).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,14 @@ struct AdaptiveSpeculation {
   /// those re-tried until the proposer drafts, put 5-9% of chat's 128 steps in drafting, about 1.5-2.7% of the plain
   /// speed, in bench/compare-adaptive.sh and specdec-generate runs.)
   std::int32_t probe_backoff = 8;
+  /// Shadow probes instead of probes, where the proposer's drafts are lookups (proposers::has_lookup_drafts: n-gram,
+  /// suffix, a chain of them): each plain step of a request under the joint policy asks the proposer for one draft and
+  /// does not verify it, but compares it with the token the step emits. A deterministic draft is accepted exactly when
+  /// the target's token equals it (greedy: the argmax; sampled: a token drawn from p equals x with probability p(x),
+  /// the acceptance probability), so the comparison is a probe's observation for the price of a lookup, and the
+  /// request needs no drafting step to learn that drafting pays again. Only steps where the proposer finds a draft
+  /// count, as only those would draft.
+  bool shadow_probes = true;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
   /// Fixed seconds per sequential draft position; < 0: measured from Proposer::propose.

@@ -160,6 +160,7 @@ class SpeculativeDecoder {
 
     const std::vector<std::int32_t> g = draft_lengths(reqs);
     const std::int32_t max_g = g.empty() ? 0 : *std::max_element(g.begin(), g.end());
+    draft_s += shadow_propose(reqs);
     if (max_g > 0 && options_.calibrate && metrics_.one_token_forwards == 0) excluded_s += calibrate(reqs);
 
     // 1. drafts
@@ -248,6 +249,14 @@ class SpeculativeDecoder {
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
+      if (r.shadow_draft >= 0 && k == 0 && !toks.empty()) {  // the shadow probe's observation
+        const bool hit = toks[0] == r.shadow_draft;
+        r.acceptance.observe(1, hit ? 1 : 0);
+        ++r.metrics.shadow_probes;
+        r.metrics.shadow_accepted += hit ? 1 : 0;
+      }
+      r.shadow_draft = -1;
+      r.shadow_due = false;
       update_estimate(r, drafts, b, k, n_acc);
       if (callback_)
         callback_(r.id, std::span<const std::int64_t>(r.context).subspan(before), r.finish != FinishReason::kNone);
@@ -375,7 +384,19 @@ class SpeculativeDecoder {
     std::int32_t probe_wait = 0;    // plain steps before the next probe (from AdaptiveSpeculation::probe_interval)
     bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
     bool probe_accepted = false;    // the last probe was accepted: the next plain step probes again (probe_wait 1)
+    bool shadow_due = false;        // this plain step asks for a shadow probe (AdaptiveSpeculation::shadow_probes)
+    std::int64_t shadow_draft = -1; // this step's shadow draft, compared with the emitted token after verification
   };
+
+  /// Whether plain steps of joint-policy requests take shadow probes instead of probes: asked for, and the proposer's
+  /// drafts are lookups.
+  bool shadow_probes() const {
+    if constexpr (proposers::has_lookup_drafts<Draft>) {
+      return options_.adaptive.shadow_probes && proposer_->drafts_are_lookups();
+    } else {
+      return false;
+    }
+  }
 
   std::int64_t generated(const Request& r) const {
     return static_cast<std::int64_t>(r.context.size() - r.req.prompt.size());
@@ -413,8 +434,12 @@ class SpeculativeDecoder {
   /// The chosen g of an adaptive request after the probe rule: a request at g = 0 drafts one token once its plain steps
   /// reach its probe wait (twice as long after each rejected probe, up to probe_backoff intervals; an accepted draft
   /// resets it).
-  std::int32_t after_probes(Request& r, std::int32_t chosen) const {
+  std::int32_t after_probes(Request& r, std::int32_t chosen, bool shadow = false) const {
     const AdaptiveSpeculation& a = options_.adaptive;
+    if (shadow) {  // a plain step takes a shadow probe instead (shadow_probes)
+      r.shadow_due = chosen == 0;
+      return chosen;
+    }
     if (chosen > 0) {
       r.plain_steps = 0;
       r.probing = false;
@@ -461,13 +486,42 @@ class SpeculativeDecoder {
     }
     const double d = a.draft_seconds_per_position >= 0 ? a.draft_seconds_per_position
                                                        : std::max(draft_position_seconds_, 0.0);
+    const bool shadow = shadow_probes();
     std::vector<std::int32_t> chosen =
         a.forward_seconds
             ? choose_draft_lengths(choices, a.forward_seconds, d)
             : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, d);
     for (std::size_t b = 0; b < B; ++b)
-      if (mode[b] == Lengths::kJoint) chosen[b] = after_probes(*reqs[b], chosen[b]);
+      if (mode[b] == Lengths::kJoint) chosen[b] = after_probes(*reqs[b], chosen[b], shadow);
     return chosen;
+  }
+
+  /// Asks the proposer for one draft for each request whose plain step takes a shadow probe (shadow_due, set by
+  /// draft_lengths) and keeps it in shadow_draft (deterministic drafts only). Returns the seconds it took.
+  double shadow_propose(const std::vector<Request*>& reqs) {
+    std::vector<proposers::ProposeRequest> pr;
+    std::vector<Request*> who;
+    for (Request* r : reqs) {
+      if (!r->shadow_due) continue;
+      proposers::ProposeRequest p;
+      p.id = r->id;
+      p.context = r->context;
+      p.params = &r->req.params;
+      p.max_drafts = 1;
+      p.position = static_cast<std::int64_t>(r->context.size());
+      pr.push_back(p);
+      who.push_back(r);
+    }
+    if (pr.empty()) return 0.0;
+    const auto t = Clock::now();
+    const proposers::DraftBatch d = proposer_->propose(std::span<const proposers::ProposeRequest>(pr));
+    if (d.num_requests() == static_cast<std::int64_t>(pr.size()))
+      for (std::size_t i = 0; i < who.size(); ++i) {
+        const auto b = static_cast<std::int64_t>(i);
+        if (d.num_drafts(b) >= 1 && !d.request_has_probs(b))
+          who[i]->shadow_draft = d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[i])];
+      }
+    return seconds_since(t);
   }
 
   void update_estimate(Request& r, const proposers::DraftBatch& d, std::int64_t b, std::int64_t k, std::int64_t n_acc) {

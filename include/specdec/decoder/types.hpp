@@ -63,6 +63,9 @@ struct RequestMetrics {
   /// the same drafts, free of the accept draws' noise.
   double expected_accepted_token = 0, expected_accepted_block = 0;
   std::int64_t expected_steps = 0;  ///< steps in those sums
+  /// Shadow probes (AdaptiveSpeculation::shadow_probes): plain steps whose one unverified lookup draft was compared with
+  /// the token the step emitted, and how many of those drafts equalled it.
+  std::int64_t shadow_probes = 0, shadow_accepted = 0;
 
   /// accepted / drafted (0 when nothing was drafted).
   double acceptance_rate() const { return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0; }

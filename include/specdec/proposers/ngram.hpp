@@ -134,6 +134,8 @@ class NgramIndex {
 class NgramProposer {
  public:
   static constexpr bool supports_trees = true;
+  /// Lookups in the context (has_lookup_drafts).
+  bool drafts_are_lookups() const { return true; }
 
   explicit NgramProposer(NgramOptions options = {}) : options_(options) {
     (void)NgramIndex(options.min_n, options.max_n);  // validates n

@@ -152,6 +152,15 @@ concept wants_target_features = requires(const P& p) {
 template <class P>
 concept supports_trees = requires { requires static_cast<bool>(P::supports_trees); };
 
+/// Capability: whether the proposer's drafts are lookups (deterministic drafts from the context, cheap, and a proposal
+/// that is never verified changes nothing but the proposer catching up with the context), so the decoder may ask for a
+/// draft it does not verify: a shadow probe (AdaptiveSpeculation::shadow_probes). A run-time answer, so a chain can say
+/// whether all its members are lookups.
+template <class P>
+concept has_lookup_drafts = requires(const P& p) {
+  { p.drafts_are_lookups() } -> std::convertible_to<bool>;
+};
+
 /// Capability: the proposer has a vocabulary the decoder can check against the target's.
 template <class P>
 concept has_vocab_size = requires(const P& p) {

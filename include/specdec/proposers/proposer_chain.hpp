@@ -56,11 +56,18 @@ class ProposerChain {
       }
       members_.push_back(std::make_unique<Model<P>>(member, std::move(name)));
       drafted_by_.push_back(0);
+      if constexpr (has_lookup_drafts<P>) {
+        lookups_ = lookups_ && member.drafts_are_lookups();
+      } else {
+        lookups_ = false;
+      }
     }
     return *this;
   }
 
   std::size_t size() const { return members_.size(); }
+  /// Whether every member's drafts are lookups (has_lookup_drafts), as each said when it was added.
+  bool drafts_are_lookups() const { return !members_.empty() && lookups_; }
   const std::string& name(std::size_t i) const { return members_.at(i)->name; }
   /// (request, step) pairs whose drafts member i supplied, since construction.
   std::int64_t drafted_by(std::size_t i) const { return drafted_by_.at(i); }
@@ -184,6 +191,7 @@ class ProposerChain {
   std::vector<std::int64_t> drafted_by_;
   std::int64_t vocab_size_ = -1;
   std::int64_t live_ = 0;
+  bool lookups_ = true;
 };
 
 }  // namespace specdec::proposers

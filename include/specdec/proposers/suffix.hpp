@@ -178,6 +178,8 @@ class SuffixTrie {
 class SuffixProposer {
  public:
   static constexpr bool supports_trees = true;
+  /// Lookups in the tries (has_lookup_drafts).
+  bool drafts_are_lookups() const { return true; }
 
   explicit SuffixProposer(SuffixOptions options = {}) : options_(options), global_(options.max_depth) {
     auto bad = [](const std::string& what) { throw error(Status::kInvalidArgument, "SuffixOptions." + what); };

@@ -43,6 +43,10 @@ class SyntheticProposer {
     references_[std::move(prompt)] = std::move(full);
   }
   void set_alpha(double alpha) { alpha_ = std::clamp(alpha, 0.0, 1.0); }
+  /// Whether the decoder may treat these drafts as lookups (has_lookup_drafts; off by default): on, it stands in for a
+  /// lookup proposer whose drafts are right at rate alpha, e.g. to test shadow probes.
+  void set_drafts_are_lookups(bool on) { lookups_ = on; }
+  bool drafts_are_lookups() const { return lookups_; }
   double alpha() const { return alpha_; }
   std::int64_t vocab_size() const { return vocab_size_; }
 
@@ -96,6 +100,7 @@ class SyntheticProposer {
 
   std::int64_t vocab_size_;
   double alpha_;
+  bool lookups_ = false;
   std::uint64_t seed_;
   std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references_;  // prompt -> prompt + continuation
   std::map<RequestId, State> states_;
