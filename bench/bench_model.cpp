@@ -172,6 +172,8 @@ void BM_Decode(benchmark::State& state) {
 BENCHMARK(BM_Decode)
     ->ArgNames({"new_tokens", "context"})
     ->Args({1, 128})
+    ->Args({2, 128})
+    ->Args({3, 128})
     ->Args({6, 128})
     ->Args({8, 128})
     ->Args({9, 128})
@@ -485,7 +487,7 @@ void BM_ProductStream(benchmark::State& state) {
 }
 BENCHMARK(BM_ProductStream)
     ->ArgNames({"rows", "hot"})
-    ->ArgsProduct({{1, 6}, {0, 1}})
+    ->ArgsProduct({{1, 2, 3, 6}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

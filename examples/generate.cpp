@@ -101,8 +101,8 @@ struct Options {
   std::string verify = "token";  // token | block
   bool expected_acceptance = false;
   double suffix_alpha = specdec::proposers::SuffixOptions{}.tokens_per_match_token;
-  // 2, not the library's 1: on this CPU forward a draft from a one-token match is accepted 21-25% of the time, under the
-  // ~0.3 of a plain step it costs (README, "Draft length").
+  // 2, not the library's 1: a draft from a one-token match is accepted 21-25% of the time, about what a 2-row
+  // verification costs on this CPU forward, and such drafts made shadow probes draft at a loss (README, "Draft length").
   std::int32_t suffix_min_match = 2;
   std::string device = "cpu";     // cpu: LlamaModel's packed kernels; otherwise AtenLlamaModel on that ATen device
   std::string dtype = "float32";  // AtenLlamaModel's weights and activations
@@ -680,7 +680,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--suffix-min-match", o.suffix_min_match,
                  "suffix proposer: shortest suffix match drafted from (default 2: drafts from one-token matches were "
-                 "accepted 21-25% of the time here, under what a draft costs on the CPU forward)")
+                 "accepted 21-25% of the time here, about what a draft costs on the CPU forward)")
       ->check(CLI::Range(1, 23))
       ->capture_default_str();
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
