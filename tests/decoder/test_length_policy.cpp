@@ -11,6 +11,8 @@
 #include "common.hpp"
 #include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/length_policy.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
+#include "specdec/proposers/suffix.hpp"
 #include "specdec/proposers/synthetic.hpp"
 #include "specdec/sampling/theory.hpp"
 
@@ -351,6 +353,47 @@ TEST(DecoderAdaptive, ShadowProbesFindTheSwitchBackAtOnce) {
   // 134 steps (deterministic: synthetic draws, a fixed cost model); the probe version takes 176
   // (BackToDraftingSoonAfterAProbeIsAccepted)
   EXPECT_LE(steps, 140);
+}
+
+TEST(DecoderAdaptive, ShadowProbesBesideDraftingRequests) {
+  // One batch: two requests whose lookup drafts are always right draft every step while the third, whose drafts are
+  // never right, goes plain with a shadow probe each step (a second propose call in the same steps); every request's
+  // tokens are plain decoding's.
+  Fixture f(3, 48);
+  sp::SyntheticProposer p(64, 1.0, 5);
+  for (std::size_t b = 0; b < 2; ++b) p.set_reference(f.requests[b].prompt, f.reference[b]);  // the third has none
+  p.set_drafts_are_lookups(true);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(4, 0.1));
+  const auto res = dec.generate(f.requests);
+  for (std::size_t b = 0; b < res.size(); ++b) EXPECT_EQ(res[b].tokens, f.reference[b]) << b;
+  for (std::size_t b = 0; b < 2; ++b) {
+    EXPECT_EQ(res[b].metrics.accepted, res[b].metrics.drafted) << b;
+    EXPECT_GE(res[b].metrics.steps_with_drafts, res[b].metrics.target_forwards - 1) << b;
+    EXPECT_EQ(res[b].metrics.shadow_probes, 0) << b;
+  }
+  const auto& m = res[2].metrics;
+  EXPECT_EQ(m.accepted, 0);
+  EXPECT_LE(m.steps_with_drafts, 2);
+  EXPECT_GE(m.shadow_probes, m.target_forwards - m.steps_with_drafts - 1);
+  EXPECT_EQ(m.shadow_accepted, 0);
+}
+
+TEST(ProposerChain, DraftsAreLookupsWhenEveryMemberSaysSo) {
+  sp::NgramProposer ngram;
+  sp::SuffixProposer suffix;
+  sp::SyntheticProposer synthetic(64, 0.5);
+  sp::ProposerChain empty;
+  EXPECT_FALSE(empty.drafts_are_lookups());
+  sp::ProposerChain lookups;
+  lookups.add(suffix, "suffix").add(ngram, "ngram");
+  EXPECT_TRUE(lookups.drafts_are_lookups());
+  sp::ProposerChain mixed;
+  mixed.add(suffix, "suffix").add(synthetic, "synthetic");  // not a lookup unless it says so
+  EXPECT_FALSE(mixed.drafts_are_lookups());
+  sp::NoProposer none;
+  sp::ProposerChain other;
+  other.add(ngram, "ngram").add(none, "none");  // no has_lookup_drafts at all
+  EXPECT_FALSE(other.drafts_are_lookups());
 }
 
 TEST(DecoderAdaptive, FullLengthWhenDraftsAreAlwaysAccepted) {
