@@ -331,6 +331,26 @@ sm::detail::PackedMatrix synthetic_q4_1(std::int64_t rows, std::int64_t cols, st
   return d::PackedMatrix::pack(std::span(&src, 1), arena);
 }
 
+// A packed Q8_0 or Q6_K matrix of random values with a small scale (Q8_0's values in [-127, 127], as llama.cpp's
+// quantiser writes them).
+sm::detail::PackedMatrix synthetic_8bit(specdec::models::GgmlType type, std::int64_t rows, std::int64_t cols,
+                                        std::uint32_t& seed) {
+  namespace d = sm::detail;
+  const bool q6k = type == specdec::models::GgmlType::kQ6_K;
+  const std::int64_t per_block = q6k ? 256 : 32, block_bytes = q6k ? 210 : 34;
+  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
+  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / per_block * block_bytes));
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(next() & 0xFF);
+  const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
+  for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
+    std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
+  if (!q6k)
+    for (auto& byte : data)
+      if (byte == std::byte{0x80}) byte = std::byte{0x81};
+  const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
+  return d::PackedMatrix::pack(std::span(&src, 1));
+}
+
 void BM_PackedLinear(benchmark::State& state) {
   namespace d = sm::detail;
   const auto isa = static_cast<d::CpuIsa>(state.range(0));
@@ -369,20 +389,9 @@ void BM_PackedLinearFormat(benchmark::State& state) {
     return;
   }
   const bool q6k = type == specdec::models::GgmlType::kQ6_K;
-  const std::int64_t per_block = q6k ? 256 : 32, block_bytes = q6k ? 210 : 34;
   std::uint32_t seed = 11;
-  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
-  std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / per_block * block_bytes));
-  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(next() & 0xFF);
-  const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
-  for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
-    std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
-  if (!q6k)  // Q8_0 values in [-127, 127], as llama.cpp's quantiser writes them
-    for (auto& byte : data)
-      if (byte == std::byte{0x80}) byte = std::byte{0x81};
-  const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
   std::vector<d::PackedMatrix> ms;
-  ms.push_back(d::PackedMatrix::pack(std::span(&src, 1)));
+  ms.push_back(synthetic_8bit(type, rows, cols, seed));
   time_packed_product(state, ms, n, planes, isa, seed, fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
 }
 BENCHMARK(BM_PackedLinearFormat)
@@ -488,6 +497,39 @@ void BM_ProductStream(benchmark::State& state) {
 BENCHMARK(BM_ProductStream)
     ->ArgNames({"rows", "hot"})
     ->ArgsProduct({{1, 2, 3, 6}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// SmolLM2-135M's output head alone: a [49152, 576] Q8_0 matrix (30 MB, synthetic values), `rows` token rows in
+// `planes` planes, split over the pool as the forward's products are (the same call as BM_ProductStream's). Beside
+// BM_Decode's ms_lm_head it tells the product's own cost from what the forward around it adds.
+void BM_OutputHead(benchmark::State& state) {
+  namespace d = sm::detail;
+  const std::int64_t n = state.range(0), planes = state.range(1), V = 49152, H = 576;
+  static d::RowPool pool(g_threads);
+  std::uint32_t seed = 13;
+  const d::PackedMatrix m = synthetic_8bit(specdec::models::GgmlType::kQ8_0, V, H, seed);
+  std::vector<float> x(static_cast<std::size_t>(n * H)), y(static_cast<std::size_t>(n * V));
+  for (auto& v : x) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8 & 1023) / 512.f - 1.f;
+  d::QuantizedRows q;
+  for (auto _ : state) {
+    d::prepare_rows(q, n, H, m.block(), planes);
+    const std::int64_t tiles = m.tiles(), per = (n + pool.size() - 1) / pool.size();
+    const std::int64_t target = (tiles + 8 * pool.size() - 1) / (8 * pool.size());
+    pool.run_ranges(
+        tiles, std::max<std::int64_t>(4, (target + 3) / 4 * 4),
+        [&](std::int64_t b, std::int64_t e) { m.linear(q, b, e, y.data(), V, false); }, (n + per - 1) / per,
+        [&](std::int64_t c) { d::quantize_rows(x.data(), c * per, std::min(n, (c + 1) * per), H, q); });
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double it = static_cast<double>(state.iterations());
+  state.counters["GB_per_second"] = benchmark::Counter(it * static_cast<double>(m.bytes()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GMAC_per_second"] =
+      benchmark::Counter(it * static_cast<double>(V * H * n * planes) / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_OutputHead)
+    ->ArgNames({"rows", "planes"})
+    ->ArgsProduct({{1, 2, 6}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
