@@ -259,34 +259,48 @@ TEST(DecoderAdaptive, PlainStepsAndProbesWhenDraftsAreNeverAccepted) {
   }
 }
 
-TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
-  // Drafts accepted at first (a long record of tested positions), then none until the request has gone plain, then
-  // all. The first accepted probe is followed by probes on the next plain steps, so the estimate climbs back within a
-  // few steps instead of one probe per probe_interval (16).
-  Fixture f(1, 400);
+// A request whose drafts are right (alpha 0.9) for 20 steps, wrong for 60, then all right until it finishes, under a
+// costly verification (each draft half a forward, so one accepted draft does not make drafting pay again); lookups:
+// whether the synthetic drafts count as lookups (shadow probes). Returns the steps, the first step after the switch
+// (step 80) that emitted more than one token, and the tokens.
+struct SwitchBack {
+  std::int64_t steps = 0, first_gain = -1;
+  std::vector<std::int64_t> tokens;
+};
+SwitchBack run_switch_back(Fixture& f, bool lookups) {
   auto p = f.synthetic(0.9);
-  // a costly verification (each draft half a forward), so one accepted probe does not make drafting pay again
+  p.set_drafts_are_lookups(lookups);
   sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.5));
   const auto id = dec.add_request(f.requests[0]);
-  std::int64_t steps = 0;
+  SwitchBack out;
   auto run = [&](std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i, ++steps) ASSERT_TRUE(dec.step().empty()) << steps;
+    for (std::int64_t i = 0; i < n; ++i, ++out.steps) EXPECT_TRUE(dec.step().empty()) << out.steps;
   };
   run(20);
   p.set_alpha(0.0);
   run(60);
   p.set_alpha(1.0);
   bool done = false;
-  while (!done && steps < 1000) {
+  while (!done && out.steps < 1000) {
+    const std::size_t before = dec.context(id).size();
     done = !dec.step().empty();
-    ++steps;
+    ++out.steps;
+    if (out.first_gain < 0 && !done && dec.context(id).size() > before + 1) out.first_gain = out.steps;
   }
-  ASSERT_TRUE(done);
-  const auto res = dec.take_result(id);
-  EXPECT_EQ(res.tokens, f.reference[0]);
+  EXPECT_TRUE(done);
+  if (done) out.tokens = dec.take_result(id).tokens;
+  return out;
+}
+
+TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
+  // The first accepted probe is followed by probes on the next plain steps, so the estimate climbs back within a few
+  // steps instead of one probe per probe_interval (16).
+  Fixture f(1, 400);
+  const SwitchBack s = run_switch_back(f, false);
+  EXPECT_EQ(s.tokens, f.reference[0]);
   // Deterministic (synthetic draws, a fixed cost model): 176 steps; with one probe per interval after an accepted
   // probe, 202. Most of the rest is the backoff's wait for the first probe after the switch.
-  EXPECT_LE(steps, 190);
+  EXPECT_LE(s.steps, 190);
 }
 
 TEST(DecoderAdaptive, ShadowProbesReplaceProbesForLookupDrafts) {
@@ -319,40 +333,18 @@ TEST(DecoderAdaptive, ShadowProbesReplaceProbesForLookupDrafts) {
 }
 
 TEST(DecoderAdaptive, ShadowProbesFindTheSwitchBackAtOnce) {
-  // BackToDraftingSoonAfterAProbeIsAccepted with lookup drafts: right drafts, then none for 60 steps, then all. Shadow
-  // probes see the switch on the first plain step after it, so drafting resumes within a few steps.
+  // BackToDraftingSoonAfterAProbeIsAccepted with lookup drafts: shadow probes see the switch on the first plain step
+  // after it, so drafting resumes within a few steps.
   Fixture f(1, 400);
-  auto p = f.synthetic(0.9);
-  p.set_drafts_are_lookups(true);
-  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.5));
-  const auto id = dec.add_request(f.requests[0]);
-  std::int64_t steps = 0;
-  auto run = [&](std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i, ++steps) ASSERT_TRUE(dec.step().empty()) << steps;
-  };
-  run(20);
-  p.set_alpha(0.0);
-  run(60);
-  p.set_alpha(1.0);
-  std::int64_t first_gain = -1;  // the first step after the switch that emits more than one token
-  bool done = false;
-  while (!done && steps < 1000) {
-    const std::size_t before = dec.context(id).size();
-    done = !dec.step().empty();
-    ++steps;
-    if (first_gain < 0 && !done && dec.context(id).size() > before + 1) first_gain = steps;
-  }
-  ASSERT_TRUE(done);
-  const auto res = dec.take_result(id);
-  EXPECT_EQ(res.tokens, f.reference[0]);
+  const SwitchBack s = run_switch_back(f, true);
+  EXPECT_EQ(s.tokens, f.reference[0]);
   // Drafting pays again 8 steps after the switch (step 80): from an estimate near 0 (tested about 1 / (1 - 0.9) times
   // in the decay's memory), k right shadow probes lift h(1) to about 1 - 0.9^k, over the break-even r(2) - 1 = 0.5 at
   // k = 7, and the 8th step drafts.
-  ASSERT_GE(first_gain, 0);
-  EXPECT_LE(first_gain, 80 + 8);
+  ASSERT_GE(s.first_gain, 0);
+  EXPECT_LE(s.first_gain, 80 + 8);
   // 134 steps (deterministic: synthetic draws, a fixed cost model); the probe version takes 176
-  // (BackToDraftingSoonAfterAProbeIsAccepted)
-  EXPECT_LE(steps, 140);
+  EXPECT_LE(s.steps, 140);
 }
 
 TEST(DecoderAdaptive, ShadowProbesBesideDraftingRequests) {
