@@ -11,7 +11,8 @@
 // SuffixTrie: node i holds a token, a count (how many indexed positions continue through it) and its children. Appending
 // token t to an indexed sequence walks the at most `depth` open suffixes ending at the previous token one step down to t
 // (creating nodes) and opens a new one at the root: O(depth) per token. Removing a sequence walks the same paths with
-// -1 counts (zero-count nodes are skipped when drafting and reused by the trie's compaction).
+// -1 counts (zero-count nodes are skipped when drafting and reused when the same suffix is indexed again; the trie
+// never shrinks).
 #pragma once
 
 #include <algorithm>
