@@ -188,6 +188,47 @@ TEST(Suffix, GlobalCacheIsBounded) {
   EXPECT_EQ(propose(p, 10, {7, 500}, 2).tokens, (Tokens{501, 502}));
 }
 
+TEST(Suffix, GlobalTrieStaysBoundedAndDraftsAsIfFresh) {
+  // Many requests through a window of 4 outputs: the global trie drops the nodes of outputs that left (rebuilt once
+  // most of its nodes are at zero count), and drafts as a proposer that only ever saw the window's outputs does.
+  sp::SuffixOptions o;
+  o.global_outputs = 4;
+  sp::SuffixProposer p(o);
+  auto output = [](sp::RequestId id) {
+    Tokens t;
+    for (std::int64_t i = 0; i < 60; ++i) t.push_back(1000 + (id * 7919 + i * 104729) % 5000);  // distinct suffixes
+    return t;
+  };
+  auto run = [&](sp::SuffixProposer& q, sp::RequestId id) {
+    begin(q, id, {1});
+    Tokens ctx = {1};
+    for (auto t : output(id)) ctx.push_back(t);
+    (void)propose(q, id, ctx, 2);
+    q.end_request(id);
+  };
+  std::int64_t most = 0;
+  for (sp::RequestId id = 0; id < 200; ++id) {
+    run(p, id);
+    most = std::max(most, p.global_nodes());
+  }
+  EXPECT_EQ(p.cached_outputs(), 4);
+  // 4 outputs of 61 tokens hold at most 4 * 61 * 24 nodes; without the rebuild 200 outputs would hold 50 times that
+  EXPECT_LE(most, 2 * sp::SuffixProposer::kMinRebuildNodes + 4 * 61 * 24);
+  sp::SuffixProposer fresh(o);
+  for (sp::RequestId id = 196; id < 200; ++id) run(fresh, id);
+  for (sp::RequestId id = 190; id < 200; ++id) {
+    const Tokens out = output(id);
+    const Tokens ctx = {7, out[10], out[11], out[12]};
+    begin(p, 1000 + id, ctx);
+    begin(fresh, 1000 + id, ctx);
+    const Proposal a = propose(p, 1000 + id, ctx, 4), b = propose(fresh, 1000 + id, ctx, 4);
+    EXPECT_EQ(a.tokens, b.tokens) << id;
+    EXPECT_EQ(a.parents, b.parents) << id;
+    // in the window: the 3-token match drafts 3 nodes (one per matched token)
+    if (id >= 196) EXPECT_EQ(a.tokens, (Tokens{out[13], out[14], out[15]})) << id;
+  }
+}
+
 TEST(Suffix, BadOptionsAndProtocolErrors) {
   auto bad = [](auto set) {
     sp::SuffixOptions o;

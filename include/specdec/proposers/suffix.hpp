@@ -11,8 +11,9 @@
 // SuffixTrie: node i holds a token, a count (how many indexed positions continue through it) and its children. Appending
 // token t to an indexed sequence walks the at most `depth` open suffixes ending at the previous token one step down to t
 // (creating nodes) and opens a new one at the root: O(depth) per token. Removing a sequence walks the same paths with
-// -1 counts (zero-count nodes are skipped when drafting and reused when the same suffix is indexed again; the trie
-// never shrinks).
+// -1 counts (zero-count nodes are skipped when drafting and reused when the same suffix is indexed again). The global
+// trie's outputs come and go, so once most of its nodes are at zero count it is rebuilt from the outputs it holds:
+// its size stays within a small multiple of theirs however many requests pass through.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +48,8 @@ class SuffixTrie {
 
   std::int32_t depth() const { return depth_; }
   std::int64_t num_nodes() const { return static_cast<std::int64_t>(nodes_.size()); }
+  /// Nodes (the root aside) whose count is 0: what removed sequences left behind.
+  std::int64_t zero_nodes() const { return zero_nodes_; }
 
   /// Indexes `tokens` as one sequence (count +1, or -1 with `sign` = -1 to remove a sequence indexed before).
   void add_sequence(std::span<const std::int64_t> tokens, int sign = 1) {
@@ -158,6 +161,7 @@ class SuffixTrie {
     if (c >= 0) return c;
     const auto id = static_cast<std::int32_t>(nodes_.size());
     nodes_.push_back({token, 0, {}});
+    ++zero_nodes_;  // until step() counts it
     nodes_[static_cast<std::size_t>(node)].children.emplace(token, id);
     return id;
   }
@@ -167,13 +171,18 @@ class SuffixTrie {
     if (static_cast<std::int32_t>(open.size()) > depth_) open.pop_back();
     for (auto& node : open) {
       node = sign > 0 ? child_or_new(node, token) : child(node, token);
-      if (node >= 0) nodes_[static_cast<std::size_t>(node)].count += sign;
+      if (node >= 0) {
+        std::int64_t& count = nodes_[static_cast<std::size_t>(node)].count;
+        zero_nodes_ += (count == 0 ? -1 : 0) + (count + sign == 0 ? 1 : 0);
+        count += sign;
+      }
     }
     std::erase(open, -1);
   }
 
   std::int32_t depth_;
   std::vector<Node> nodes_;
+  std::int64_t zero_nodes_ = 0;
 };
 
 class SuffixProposer {
@@ -214,6 +223,12 @@ class SuffixProposer {
       while (static_cast<std::int32_t>(outputs_.size()) > options_.global_outputs) {
         global_.add_sequence(outputs_.front(), -1);
         outputs_.pop_front();
+      }
+      // Mostly nodes of outputs that left: rebuilt from those it holds (the cost of the nodes removed since the last
+      // rebuild, so amortised O(depth) a token).
+      if (global_.num_nodes() > kMinRebuildNodes && 2 * global_.zero_nodes() > global_.num_nodes()) {
+        global_ = SuffixTrie(options_.max_depth);
+        for (const auto& o : outputs_) global_.add_sequence(o);
       }
     }
     live_.erase(it);
@@ -265,6 +280,10 @@ class SuffixProposer {
 
   /// Finished outputs in the global trie.
   std::int64_t cached_outputs() const { return static_cast<std::int64_t>(outputs_.size()); }
+  /// Nodes of the global trie (those of outputs that left included, until a rebuild).
+  std::int64_t global_nodes() const { return global_.num_nodes(); }
+  /// The global trie is rebuilt only past this many nodes.
+  static constexpr std::int64_t kMinRebuildNodes = 4096;
 
  private:
   struct Live {
