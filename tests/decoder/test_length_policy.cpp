@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -370,6 +371,54 @@ TEST(DecoderAdaptive, ShadowProbesBesideDraftingRequests) {
   EXPECT_EQ(m.shadow_accepted, 0);
 }
 
+// A lookup proposer whose drafts are two siblings under the root, a wrong token first and the reference's next token
+// second (a tree's first level, as the n-gram and suffix proposers' trees have).
+struct SiblingLookup {
+  static constexpr bool supports_trees = true;
+  std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references;  // prompt -> prompt + continuation
+  std::map<sp::RequestId, const std::vector<std::int64_t>*> live;
+  bool drafts_are_lookups() const { return true; }
+  void begin_request(const sp::RequestContext& c) {
+    auto it = references.find(std::vector<std::int64_t>(c.context.begin(), c.context.end()));
+    live[c.id] = it == references.end() ? nullptr : &it->second;
+  }
+  void end_request(sp::RequestId id) { live.erase(id); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> requests) {
+    sp::DraftBatch d;
+    d.cu_num_drafts.push_back(0);
+    for (const auto& r : requests) {
+      const std::vector<std::int64_t>* ref = live.at(r.id);
+      const auto p = static_cast<std::size_t>(r.position);
+      if (r.max_drafts < 1 || ref == nullptr || p >= ref->size()) {
+        d.append({});
+        continue;
+      }
+      const std::int64_t right = (*ref)[p];
+      const std::vector<std::int64_t> tokens = {(right + 1) % 64, right}, parents = {0, 0};
+      d.append(tokens, parents);
+    }
+    return d;
+  }
+  void observe(std::span<const sp::StepFeedback>) {}
+};
+
+TEST(DecoderAdaptive, ShadowProbesCompareATreesFirstLevel) {
+  // Drafts never pay (each costs two forwards), so every step is plain with a shadow probe; the emitted token is
+  // always the second sibling, and the probe counts as right: a verification would have accepted that level.
+  Fixture f(1, 40);
+  SiblingLookup p;
+  p.references[f.requests[0].prompt] = f.requests[0].prompt;
+  p.references[f.requests[0].prompt].insert(p.references[f.requests[0].prompt].end(), f.reference[0].begin(),
+                                            f.reference[0].end());
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(4, 2.0));
+  const auto res = dec.generate(f.requests);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  const auto& m = res[0].metrics;
+  EXPECT_EQ(m.steps_with_drafts, 0);
+  EXPECT_EQ(m.shadow_probes, m.target_forwards - 1);  // every step but the last (no room left to draft)
+  EXPECT_EQ(m.shadow_accepted, m.shadow_probes);
+}
+
 TEST(ProposerChain, DraftsAreLookupsWhenEveryMemberSaysSo) {
   sp::NgramProposer ngram;
   sp::SuffixProposer suffix;
@@ -522,10 +571,15 @@ TEST(DecoderAdaptive, GreedyOutputEqualsPlainDecodingWithLearnedCosts) {
     sd::DecoderOptions o;
     o.num_speculative_tokens = g;
     o.adaptive.enabled = true;
-    sp::NgramProposer ngram;
-    sd::SpeculativeDecoder dec(ngram, f.target, o);
-    const auto res = dec.generate(f.requests);
-    for (std::size_t b = 0; b < res.size(); ++b) EXPECT_EQ(res[b].tokens, f.reference[b]) << "ngram g " << g << " " << b;
+    for (std::int32_t candidates : {1, 3}) {  // chains, and trees (shadow probes compare the first level)
+      sp::NgramOptions no;
+      no.num_candidates = candidates;
+      sp::NgramProposer ngram(no);
+      sd::SpeculativeDecoder dec(ngram, f.target, o);
+      const auto res = dec.generate(f.requests);
+      for (std::size_t b = 0; b < res.size(); ++b)
+        EXPECT_EQ(res[b].tokens, f.reference[b]) << "ngram g " << g << " candidates " << candidates << " " << b;
+    }
     auto other = tiny_model(32);
     sp::DraftModelProposer<sm::LlamaModel> draft(other);
     sd::SpeculativeDecoder dec2(draft, f.target, o);

@@ -78,8 +78,9 @@ struct AdaptiveSpeculation {
   /// speed, in bench/compare-adaptive.sh and specdec-generate runs.)
   std::int32_t probe_backoff = 8;
   /// Shadow probes instead of probes, where the proposer's drafts are lookups (proposers::has_lookup_drafts: n-gram,
-  /// suffix, a chain of them): each plain step of a request under the joint policy asks the proposer for one draft and
-  /// does not verify it, but compares it with the token the step emits. A deterministic draft is accepted exactly when
+  /// suffix, a chain of them): each plain step of a request under the joint policy asks the proposer for one draft (a
+  /// tree's first level: every child of the root) and does not verify it, but compares it with the token the step
+  /// emits. A deterministic draft is accepted exactly when
   /// the target's token equals it (greedy: the argmax; sampled: a token drawn from p equals x with probability p(x),
   /// the acceptance probability), so the comparison is a probe's observation for the price of a lookup, and the
   /// request needs no drafting step to learn that drafting pays again. Only steps where the proposer finds a draft

@@ -249,13 +249,13 @@ class SpeculativeDecoder {
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
-      if (r.shadow_draft >= 0 && k == 0 && !toks.empty()) {  // the shadow probe's observation
-        const bool hit = toks[0] == r.shadow_draft;
+      if (!r.shadow_drafts.empty() && k == 0 && !toks.empty()) {  // the shadow probe's observation
+        const bool hit = std::find(r.shadow_drafts.begin(), r.shadow_drafts.end(), toks[0]) != r.shadow_drafts.end();
         r.acceptance.observe(1, hit ? 1 : 0);
         ++r.metrics.shadow_probes;
         r.metrics.shadow_accepted += hit ? 1 : 0;
       }
-      r.shadow_draft = -1;
+      r.shadow_drafts.clear();
       r.shadow_due = false;
       update_estimate(r, drafts, b, k, n_acc);
       if (callback_)
@@ -385,7 +385,9 @@ class SpeculativeDecoder {
     bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
     bool probe_accepted = false;    // the last probe was accepted: the next plain step probes again (probe_wait 1)
     bool shadow_due = false;        // this plain step asks for a shadow probe (AdaptiveSpeculation::shadow_probes)
-    std::int64_t shadow_draft = -1; // this step's shadow draft, compared with the emitted token after verification
+    // this step's shadow drafts (a chain's first draft, or a tree's first-level siblings), one of which the emitted
+    // token equals exactly when a verification would have accepted the first level (greedy; sampled: in law)
+    std::vector<std::int64_t> shadow_drafts;
   };
 
   /// Whether plain steps of joint-policy requests take shadow probes instead of probes: asked for, and the proposer's
@@ -497,7 +499,7 @@ class SpeculativeDecoder {
   }
 
   /// Asks the proposer for one draft for each request whose plain step takes a shadow probe (shadow_due, set by
-  /// draft_lengths) and keeps it in shadow_draft (deterministic drafts only). Returns the seconds it took.
+  /// draft_lengths) and keeps its first level in shadow_drafts (deterministic drafts only). Returns the seconds it took.
   double shadow_propose(const std::vector<Request*>& reqs) {
     std::vector<proposers::ProposeRequest> pr;
     std::vector<Request*> who;
@@ -519,7 +521,11 @@ class SpeculativeDecoder {
       for (std::size_t i = 0; i < who.size(); ++i) {
         const auto b = static_cast<std::int64_t>(i);
         if (d.num_drafts(b) >= 1 && !d.request_has_probs(b))
-          who[i]->shadow_draft = d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[i])];
+          for (std::int64_t j = 0; j < d.num_drafts(b); ++j) {  // the first level: a chain's first draft, a tree's
+            const bool tree = i < d.parents.size() && !d.parents[i].empty();  // children of the root
+            if (j == 0 || (tree && d.parents[i][static_cast<std::size_t>(j)] == 0))
+              who[i]->shadow_drafts.push_back(d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[i] + j)]);
+          }
       }
     return seconds_since(t);
   }
