@@ -80,11 +80,10 @@ struct AdaptiveSpeculation {
   /// Shadow probes instead of probes, where the proposer's drafts are lookups (proposers::has_lookup_drafts: n-gram,
   /// suffix, a chain of them): each plain step of a request under the joint policy asks the proposer for one draft (a
   /// tree's first level: every child of the root) and does not verify it, but compares it with the token the step
-  /// emits. A deterministic draft is accepted exactly when
-  /// the target's token equals it (greedy: the argmax; sampled: a token drawn from p equals x with probability p(x),
-  /// the acceptance probability), so the comparison is a probe's observation for the price of a lookup, and the
-  /// request needs no drafting step to learn that drafting pays again. Only steps where the proposer finds a draft
-  /// count, as only those would draft.
+  /// emits. A deterministic draft is accepted exactly when the target's token equals it (greedy: the argmax; sampled:
+  /// a token drawn from p equals x with probability p(x), the acceptance probability), so the comparison is a probe's
+  /// observation for the price of a lookup, and the request needs no drafting step to learn that drafting pays again.
+  /// Only steps where the proposer finds a draft count, as only those would draft.
   bool shadow_probes = true;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
