@@ -504,6 +504,7 @@ class SpeculativeDecoder {
     std::vector<proposers::ProposeRequest> pr;
     std::vector<Request*> who;
     for (Request* r : reqs) {
+      r->shadow_drafts.clear();  // nothing left from a step that threw before its verification
       if (!r->shadow_due) continue;
       proposers::ProposeRequest p;
       p.id = r->id;
