@@ -51,6 +51,7 @@
 #include "bandwidth.hpp"
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
 #include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
@@ -58,6 +59,9 @@
 namespace sm = specdec::models;
 
 namespace {
+
+// The benchmarks' synthetic data: the next 24 bits of a linear congruential generator whose state is `seed`.
+std::uint32_t lcg_next(std::uint32_t& seed) { return (seed = seed * 1664525u + 1013904223u) >> 8; }
 
 int g_threads = 1;
 double g_bw_1t = 0, g_bw_mt = 0;
@@ -217,7 +221,7 @@ void BM_Attention(benchmark::State& state) {
   std::vector<float> q(static_cast<std::size_t>(kv * rows * hd)), k(static_cast<std::size_t>(kv * total * hd)),
       v(k.size()), scores(static_cast<std::size_t>(rows * ld)), out(static_cast<std::size_t>(n * kv * group * hd));
   std::uint32_t seed = 1;
-  auto next = [&] { return static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.f - 0.5f; };
+  auto next = [&] { return static_cast<float>(lcg_next(seed)) / 16777216.f - 0.5f; };
   for (auto* buf : {&q, &k, &v})
     for (auto& x : *buf) x = next();
   std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
@@ -298,8 +302,7 @@ void time_packed_product(benchmark::State& state, const std::vector<sm::detail::
   namespace d = sm::detail;
   const d::PackedMatrix& m0 = ms.front();
   std::vector<float> x(static_cast<std::size_t>(n * m0.cols())), y(static_cast<std::size_t>(n * m0.rows()));
-  auto next = [&seed] { return (seed = seed * 1664525u + 1013904223u) >> 8; };  // the caller's generator, continued
-  for (auto& v : x) v = static_cast<float>(next() % 2001) / 1000.f - 1.f;
+  for (auto& v : x) v = static_cast<float>(lcg_next(seed) % 2001) / 1000.f - 1.f;
   d::QuantizedRows q;
   d::quantize_rows(x.data(), n, m0.cols(), m0.cols(), m0.block(), q, planes);
   std::size_t c = 0;
@@ -319,13 +322,12 @@ void time_packed_product(benchmark::State& state, const std::vector<sm::detail::
 sm::detail::PackedMatrix synthetic_q4_1(std::int64_t rows, std::int64_t cols, std::uint32_t& seed,
                                         sm::detail::WeightArena* arena = nullptr) {
   namespace d = sm::detail;
-  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
   std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / 32 * 20));
   for (std::size_t i = 0; i < data.size(); i += 20) {
     const std::uint16_t dh = 0x2000, mh = 0xA000;
     std::memcpy(&data[i], &dh, 2);
     std::memcpy(&data[i + 2], &mh, 2);
-    for (std::size_t j = 4; j < 20; ++j) data[i + j] = static_cast<std::byte>(next() & 0xFF);
+    for (std::size_t j = 4; j < 20; ++j) data[i + j] = static_cast<std::byte>(lcg_next(seed) & 0xFF);
   }
   const d::PackedMatrix::Source src{"bench", specdec::models::GgmlType::kQ4_1, data, rows, cols, {}};
   return d::PackedMatrix::pack(std::span(&src, 1), arena);
@@ -338,9 +340,8 @@ sm::detail::PackedMatrix synthetic_8bit(specdec::models::GgmlType type, std::int
   namespace d = sm::detail;
   const bool q6k = type == specdec::models::GgmlType::kQ6_K;
   const std::int64_t per_block = q6k ? 256 : 32, block_bytes = q6k ? 210 : 34;
-  auto next = [&] { return (seed = seed * 1664525u + 1013904223u) >> 8; };
   std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / per_block * block_bytes));
-  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(next() & 0xFF);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(lcg_next(seed) & 0xFF);
   const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
   for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
     std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
@@ -452,9 +453,10 @@ BENCHMARK(BM_SiluMul)->ArgNames({"isa", "rows"})->ArgsProduct({{1, 2}, {1, 3}})-
 
 // The products of a SmolLM2-135M forward without the rest of it: 30 layers' Q4_1 matrices of its shapes (q/k/v [960,
 // 576], output [576, 576], gate and up [3072, 576], down [576, 1536]; 72.5 MB packed, synthetic values) one after the
-// other on the pool's threads, `rows` token rows in two planes, each call quantising its rows in its prologue and
-// splitting its tiles as the forward's products do (linear_impl's pieces). hot 0: every layer its own matrices, read
-// from memory as a forward reads them; hot 1: one layer's matrices 30 times (in cache). The forward's products take
+// other on the pool's threads, `rows` token rows in two planes, each through the forward's own pooled call
+// (detail::pooled_packed_linear: the rows quantised in its prologue, the tiles split in shares and pieces). hot 0:
+// every layer its own matrices, read from memory as a forward reads them; hot 1: one layer's matrices 30 times (in
+// cache). The forward's products take
 // about what this takes (bench_model BM_Decode's ms_qkv + ms_attn_out + ms_gate_up + ms_down, which add the RMSNorm and
 // SiLU steps), so it separates the products' own limits (arithmetic at 6 rows, the weights' bytes at 1: GB_per_second
 // against BM_ReadBandwidth) from the rest of the forward.
@@ -470,22 +472,14 @@ void BM_ProductStream(benchmark::State& state) {
     for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{960, 576}, {576, 576}, {3072, 576}, {576, 1536}})
       ms.push_back(synthetic_q4_1(rows, cols, seed, &arena));
   std::vector<float> x(static_cast<std::size_t>(n * 1536)), y(static_cast<std::size_t>(n * 3072));
-  for (auto& v : x) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8 & 1023) / 512.f - 1.f;
+  for (auto& v : x) v = static_cast<float>(lcg_next(seed) & 1023) / 512.f - 1.f;
   d::QuantizedRows q;
   std::int64_t bytes = 0, macs = 0;
   for (const auto& m : ms) bytes += m.bytes(), macs += m.rows() * m.cols() * n * 2;
   const int passes = hot ? 30 : 1;
   for (auto _ : state) {
     for (int p = 0; p < passes; ++p)
-      for (const auto& m : ms) {
-        d::prepare_rows(q, n, m.cols(), m.block(), 2);
-        const std::int64_t tiles = m.tiles(), per = (n + pool.size() - 1) / pool.size();
-        const std::int64_t target = (tiles + 8 * pool.size() - 1) / (8 * pool.size());
-        pool.run_ranges(
-            tiles, std::max<std::int64_t>(4, (target + 3) / 4 * 4),
-            [&](std::int64_t b, std::int64_t e) { m.linear(q, b, e, y.data(), m.rows(), false); }, (n + per - 1) / per,
-            [&](std::int64_t c) { d::quantize_rows(x.data(), c * per, std::min(n, (c + 1) * per), m.cols(), q); });
-      }
+      for (const auto& m : ms) d::pooled_packed_linear(pool, m, x.data(), n, 2, q, y.data(), m.rows(), false);
     benchmark::DoNotOptimize(y.data());
   }
   const double it = static_cast<double>(state.iterations());
@@ -501,7 +495,7 @@ BENCHMARK(BM_ProductStream)
     ->UseRealTime();
 
 // SmolLM2-135M's output head alone: a [49152, 576] Q8_0 matrix (30 MB, synthetic values), `rows` token rows in
-// `planes` planes, split over the pool as the forward's products are (the same call as BM_ProductStream's). Beside
+// `planes` planes, through the forward's own pooled call (detail::pooled_packed_linear). Beside
 // BM_Decode's ms_lm_head it tells the product's own cost from what the forward around it adds.
 void BM_OutputHead(benchmark::State& state) {
   namespace d = sm::detail;
@@ -510,16 +504,10 @@ void BM_OutputHead(benchmark::State& state) {
   std::uint32_t seed = 13;
   const d::PackedMatrix m = synthetic_8bit(specdec::models::GgmlType::kQ8_0, V, H, seed);
   std::vector<float> x(static_cast<std::size_t>(n * H)), y(static_cast<std::size_t>(n * V));
-  for (auto& v : x) v = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8 & 1023) / 512.f - 1.f;
+  for (auto& v : x) v = static_cast<float>(lcg_next(seed) & 1023) / 512.f - 1.f;
   d::QuantizedRows q;
   for (auto _ : state) {
-    d::prepare_rows(q, n, H, m.block(), planes);
-    const std::int64_t tiles = m.tiles(), per = (n + pool.size() - 1) / pool.size();
-    const std::int64_t target = (tiles + 8 * pool.size() - 1) / (8 * pool.size());
-    pool.run_ranges(
-        tiles, std::max<std::int64_t>(4, (target + 3) / 4 * 4),
-        [&](std::int64_t b, std::int64_t e) { m.linear(q, b, e, y.data(), V, false); }, (n + per - 1) / per,
-        [&](std::int64_t c) { d::quantize_rows(x.data(), c * per, std::min(n, (c + 1) * per), H, q); });
+    d::pooled_packed_linear(pool, m, x.data(), n, planes, q, y.data(), V, false);
     benchmark::DoNotOptimize(y.data());
   }
   const double it = static_cast<double>(state.iterations());

@@ -29,6 +29,7 @@
 
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
 #include "specdec/sampling/status.hpp"
 
@@ -134,7 +135,7 @@ struct Activations {
 };
 
 // Fills rows [begin, end) of a product's input (an element-wise step before the product, run on the same rows).
-using RowPrep = std::function<void(std::int64_t begin, std::int64_t end)>;
+using detail::RowPrep;
 
 // out (+)= x @ w^T over every part of w; x [n, cols] contiguous float32, out [n, >= w.rows] rows with stride out.stride(0).
 // `prep`, when given, first fills x's rows (an RMSNorm or SiLU step), each row just before it is quantised and on the same
@@ -159,37 +160,11 @@ void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::
       linear_dense(pool, x, p.dense, out.narrow(1, p.offset, p.rows), accumulate);
       continue;
     }
-    const detail::PackedMatrix& m = p.packed;
-    const float* xp = x.data_ptr<float>();
-    detail::QuantizedRows& q = act.q;
-    detail::prepare_rows(q, n, w.cols, m.block(), planes);
-    const bool prep_rows = !prepared;
+    static const RowPrep kNone;
+    const RowPrep& rows_prep = prepared ? kNone : prep;  // the first part's quantisation runs the step
     prepared = true;
-    float* yp = out.data_ptr<float>() + p.offset;
-    const std::int64_t ldy = out.stride(0), tiles = m.tiles();
-    if (pool.size() == 1) {
-      if (prep_rows) prep(0, n);
-      detail::quantize_rows(xp, 0, n, w.cols, q);
-      m.linear(act.q, 0, tiles, yp, ldy, accumulate);
-      continue;
-    }
-    // One call to the pool: its prologue quantises the rows (after their RowPrep) in chunks of ceil(n / threads) rows (16
-    // for a prompt), and the products start once every row is done. Each thread then streams its own contiguous share of the
-    // tiles (the hardware prefetcher follows one run instead of restarting at every chunk: the 1-token forward measured
-    // 12-25% faster than with chunks from a shared counter), in pieces of about an eighth of a share (a 32nd for long
-    // prompts), whole runs of 4 tiles (the kernel's widest step), so a thread that finishes early takes at most a piece
-    // from the back of another's share.
-    const std::int64_t per = n >= 32 ? 16 : (n + pool.size() - 1) / pool.size();
-    const std::int64_t per_thread = n > 16 ? 32 : 8;
-    const std::int64_t target = (tiles + per_thread * pool.size() - 1) / (per_thread * pool.size());
-    const std::int64_t step = std::max<std::int64_t>(n > 16 ? 1 : 4, (target + 3) / 4 * 4);
-    pool.run_ranges(
-        tiles, step, [&](std::int64_t begin, std::int64_t end) { m.linear(act.q, begin, end, yp, ldy, accumulate); },
-        (n + per - 1) / per, [&](std::int64_t c) {
-          const std::int64_t b = c * per, e = std::min(n, b + per);
-          if (prep_rows) prep(b, e);
-          detail::quantize_rows(xp, b, e, w.cols, q);
-        });
+    detail::pooled_packed_linear(pool, p.packed, x.data_ptr<float>(), n, planes, act.q, out.data_ptr<float>() + p.offset,
+                                 out.stride(0), accumulate, rows_prep);
   }
 }
 
