@@ -225,7 +225,9 @@ TEST(Suffix, GlobalTrieStaysBoundedAndDraftsAsIfFresh) {
     EXPECT_EQ(a.tokens, b.tokens) << id;
     EXPECT_EQ(a.parents, b.parents) << id;
     // in the window: the 3-token match drafts 3 nodes (one per matched token)
-    if (id >= 196) EXPECT_EQ(a.tokens, (Tokens{out[13], out[14], out[15]})) << id;
+    if (id >= 196) {
+      EXPECT_EQ(a.tokens, (Tokens{out[13], out[14], out[15]})) << id;
+    }
   }
 }
 

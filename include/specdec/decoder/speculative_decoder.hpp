@@ -160,7 +160,7 @@ class SpeculativeDecoder {
 
     const std::vector<std::int32_t> g = draft_lengths(reqs);
     const std::int32_t max_g = g.empty() ? 0 : *std::max_element(g.begin(), g.end());
-    draft_s += shadow_propose(reqs);
+    draft_s += shadow_propose(reqs, g);
     if (max_g > 0 && options_.calibrate && metrics_.one_token_forwards == 0) excluded_s += calibrate(reqs);
 
     // 1. drafts
@@ -256,7 +256,6 @@ class SpeculativeDecoder {
         r.metrics.shadow_accepted += hit ? 1 : 0;
       }
       r.shadow_drafts.clear();
-      r.shadow_due = false;
       update_estimate(r, drafts, b, k, n_acc);
       if (callback_)
         callback_(r.id, std::span<const std::int64_t>(r.context).subspan(before), r.finish != FinishReason::kNone);
@@ -384,7 +383,6 @@ class SpeculativeDecoder {
     std::int32_t probe_wait = 0;    // plain steps before the next probe (from AdaptiveSpeculation::probe_interval)
     bool probing = false;           // this step's g = 1 is a probe (until a probe's draft is tested)
     bool probe_accepted = false;    // the last probe was accepted: the next plain step probes again (probe_wait 1)
-    bool shadow_due = false;        // this plain step asks for a shadow probe (AdaptiveSpeculation::shadow_probes)
     // this step's shadow drafts (a chain's first draft, or a tree's first-level siblings), one of which the emitted
     // token equals exactly when a verification would have accepted the first level (greedy; sampled: in law)
     std::vector<std::int64_t> shadow_drafts;
@@ -438,10 +436,7 @@ class SpeculativeDecoder {
   /// resets it).
   std::int32_t after_probes(Request& r, std::int32_t chosen, bool shadow = false) const {
     const AdaptiveSpeculation& a = options_.adaptive;
-    if (shadow) {  // a plain step takes a shadow probe instead (shadow_probes)
-      r.shadow_due = chosen == 0;
-      return chosen;
-    }
+    if (shadow) return chosen;  // a plain step takes a shadow probe instead (shadow_propose)
     if (chosen > 0) {
       r.plain_steps = 0;
       r.probing = false;
@@ -498,14 +493,17 @@ class SpeculativeDecoder {
     return chosen;
   }
 
-  /// Asks the proposer for one draft for each request whose plain step takes a shadow probe (shadow_due, set by
-  /// draft_lengths) and keeps its first level in shadow_drafts (deterministic drafts only). Returns the seconds it took.
-  double shadow_propose(const std::vector<Request*>& reqs) {
+  /// Asks the proposer for one draft for each request whose plain step takes a shadow probe (shadow_probes(), the
+  /// joint policy, room to draft, g[b] = 0 chosen) and keeps its first level in shadow_drafts (deterministic drafts
+  /// only). Returns the seconds it took.
+  double shadow_propose(const std::vector<Request*>& reqs, const std::vector<std::int32_t>& g) {
+    for (Request* r : reqs) r->shadow_drafts.clear();  // nothing left from a step that threw before its verification
+    if (!shadow_probes()) return 0.0;
     std::vector<proposers::ProposeRequest> pr;
     std::vector<Request*> who;
-    for (Request* r : reqs) {
-      r->shadow_drafts.clear();  // nothing left from a step that threw before its verification
-      if (!r->shadow_due) continue;
+    for (std::size_t b = 0; b < reqs.size(); ++b) {
+      Request* r = reqs[b];
+      if (g[b] != 0 || max_drafts_for(*r) == 0 || lengths_of(r->req) != Lengths::kJoint) continue;
       proposers::ProposeRequest p;
       p.id = r->id;
       p.context = r->context;
