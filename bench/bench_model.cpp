@@ -183,6 +183,8 @@ BENCHMARK(BM_Decode)
     ->Args({9, 128})
     ->Args({1, 1024})
     ->Args({6, 1024})
+    ->Args({1, 4096})
+    ->Args({6, 4096})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
@@ -209,7 +211,7 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
-BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
 
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
 // cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the
@@ -285,10 +287,12 @@ BENCHMARK(BM_Attention)
     ->ArgNames({"new_tokens", "context", "half", "copies"})
     ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}, {1}})
     ->Unit(benchmark::kMicrosecond);
-// The same from memory: 128 copies of a layer's cache at context 1024 (100 MB in float16), float16 only.
+// The same from memory: 128 copies of a layer's cache at context 1024 (100 MB in float16), 32 at context 4096 (150 MB),
+// float16 only.
 BENCHMARK(BM_Attention)
     ->ArgNames({"new_tokens", "context", "half", "copies"})
     ->ArgsProduct({{1, 6}, {1024}, {1}, {128}})
+    ->ArgsProduct({{1, 6}, {4096}, {1}, {32}})
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,

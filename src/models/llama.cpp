@@ -283,7 +283,7 @@ struct SequencePlan {
   std::int64_t start = 0;   // first row in the flattened batch
   std::int64_t n = 0;       // new tokens
   std::int64_t cached = 0;  // L: cache length before the call
-  at::Tensor mask;          // [n, L + n] additive (0 / -inf); only above kMaxRowsForStreamingKernel new tokens
+  at::Tensor mask;          // [n, L + n] additive (0 / -inf); only for a tree above kMaxRowsForStreamingKernel new tokens
   // Up to kMaxRowsForStreamingKernel new tokens: new token j sees new tokens visible[j * n + a], a < visible_count[j]
   // (its ancestors and itself, ascending).
   std::vector<std::int32_t> visible, visible_count;
@@ -367,6 +367,7 @@ struct LlamaModel::Impl {
   std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
   ForwardOutput forward(const ForwardBatch& b);
   void attention(std::int64_t layer, const SequencePlan& s);
+  void attention_blocks(std::int64_t layer, const SequencePlan& s);
 };
 
 std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
@@ -430,7 +431,7 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
           for (std::int64_t k = 0; k <= j; ++k) row[count++] = static_cast<std::int32_t>(k);
         }
       }
-    } else {
+    } else if (parents) {
       // Additive mask over [cached context | new nodes]: node j sees the context and its ancestors-or-self.
       const float neg_inf = -std::numeric_limits<float>::infinity();
       s.mask = at::zeros({s.n, s.cached + s.n}, at::TensorOptions().dtype(at::kFloat));
@@ -439,15 +440,63 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
       for (std::int64_t j = 0; j < s.n; ++j) {
         float* row = m + j * width + s.cached;
         for (std::int64_t k = 0; k < s.n; ++k) row[k] = neg_inf;
-        if (parents) {
-          for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)]) row[a] = 0.f;
-        } else {
-          for (std::int64_t k = 0; k <= j; ++k) row[k] = 0.f;
-        }
+        for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)]) row[a] = 0.f;
       }
     }
+    // A longer chain (a prompt) needs neither: its attention runs in blocks of chains (attention_blocks).
   }
   return plans;
+}
+
+// The attention of a long chain of new tokens (a prompt): blocks of kMaxRowsForStreamingKernel tokens, each through
+// detail::attention_rows as if its tokens were verified after the ones before them (their keys and values are in the
+// cache already), the (kv head, block) chunks over the pool's threads, the last blocks (the most keys) first. Every row
+// is computed alone by the streaming kernel, so a prompt token's attention has the bits it gets when decoded alone,
+// and no [n, L + n] score or mask tensor is made (a 4096-token prompt's took 600 MB a layer).
+void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& s) {
+  constexpr std::int64_t B = kMaxRowsForStreamingKernel;
+  const std::int64_t blocks = (s.n + B - 1) / B;
+  // Chain visibility of a block of B tokens, and of the last, shorter one: token i sees tokens 0 .. i of its block.
+  auto chain_of = [](std::int64_t n, std::vector<std::int32_t>& visible, std::vector<std::int32_t>& count) {
+    visible.assign(static_cast<std::size_t>(n * n), 0);
+    count.assign(static_cast<std::size_t>(n), 0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+      for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
+    }
+  };
+  std::vector<std::int32_t> visible, count, visible_last, count_last;
+  chain_of(B, visible, count);
+  const std::int64_t last_n = s.n - (blocks - 1) * B;
+  chain_of(last_n, visible_last, count_last);
+  const std::int64_t cap = cache.capacity();
+  const std::int64_t seq_offset = s.slot * nkv * cap * hd;
+  const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;
+  const float* q = qbuf.data_ptr<float>() + s.start * q_dim;  // [nkv, n, group, hd]
+  float* out = attn.data_ptr<float>() + s.start * q_dim;
+  auto run = [&](const auto* keys, const auto* values, const auto* key_blocks, std::int64_t c) {
+    const std::int64_t block = blocks - 1 - c / nkv, kh = c % nkv;
+    const std::int64_t t0 = block * B, nb = std::min(B, s.n - t0), cached = s.cached + t0, total = cached + nb;
+    const std::int64_t rows = nb * group, ld = (total + 15) / 16 * 16;
+    thread_local std::vector<float> scores;
+    if (static_cast<std::int64_t>(scores.size()) < rows * ld) scores.resize(static_cast<std::size_t>(rows * ld));
+    detail::AttentionPart part;
+    if (key_blocks != nullptr) part.key_blocks = key_blocks + (s.slot * nkv + kh) * head_blocks;
+    const std::int64_t kv = seq_offset + kh * cap * hd;
+    detail::attention_rows(q + (kh * s.n + t0) * group * hd, 0, rows, nb, group, hd, keys + kv, values + kv, total, cached,
+                           (nb == B ? visible : visible_last).data(), (nb == B ? count : count_last).data(), scores.data(), ld,
+                           out + t0 * q_dim + kh * group * hd, q_dim, hd, part);
+  };
+  auto chunk = [&](std::int64_t c) {
+    if (cache.half())
+      run(cache.key_data_half(layer), cache.value_data_half(layer), cache.key_block_data_half(layer), c);
+    else
+      run(cache.key_data(layer), cache.value_data(layer), cache.key_block_data(layer), c);
+  };
+  if (pool->size() > 1)
+    pool->run(nkv * blocks, chunk);
+  else
+    for (std::int64_t c = 0; c < nkv * blocks; ++c) chunk(c);
 }
 
 void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
@@ -532,6 +581,10 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
         });
       }
     }
+    return;
+  }
+  if (!s.mask.defined()) {  // a chain of more new tokens than the streaming kernel takes at once: a prompt
+    attention_blocks(layer, s);
     return;
   }
   at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, s.n * group, hd});

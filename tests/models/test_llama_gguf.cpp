@@ -115,6 +115,32 @@ TEST_F(SmolLM2, PackedForwardIsBatchInvariant) {
   for (auto s : {a, b, c}) model_->free_sequence(s);
 }
 
+TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
+  // A prompt longer than a verification (its attention in blocks of 16 tokens through the streaming kernel) gives every
+  // token the logits it gets when the prompt is decoded one token at a time, bit for bit, and so does a second long chunk
+  // after it (blocks over a cached prefix): prefill, verification and decoding compute each token the same way.
+  sm::EncodeOptions opts;
+  const std::vector<std::int32_t> ids = tokenizer_->encode(
+      "Speculative decoding drafts a few tokens ahead with a cheap proposer and lets the target model score all of them in "
+      "one forward pass; the rejection sampler then keeps exactly the tokens the target would have produced, so the "
+      "output distribution is the target's own. A prompt lookup proposer copies spans of the prompt, which pays off when "
+      "the answer quotes the question, as edits of code and summaries of documents often do.",
+      opts);
+  ASSERT_GE(ids.size(), 70u);
+  const std::vector<std::int64_t> first(ids.begin(), ids.begin() + 41), second(ids.begin() + 41, ids.end());
+  const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence();
+  const at::Tensor chunk1 = model_->forward(sm::make_chain_batch(a, first)).logits;
+  const at::Tensor chunk2 = model_->forward(sm::make_chain_batch(a, second)).logits;
+  std::int64_t row = 0;
+  for (const at::Tensor& chunk : {chunk1, chunk2})
+    for (std::int64_t i = 0; i < chunk.size(0); ++i, ++row) {
+      const at::Tensor single = model_->forward(sm::make_chain_batch(b, {ids[static_cast<std::size_t>(row)]})).logits[0];
+      EXPECT_TRUE(chunk[i].equal(single)) << model_->kernel_name() << ": token " << row << " of " << ids.size();
+    }
+  model_->free_sequence(a);
+  model_->free_sequence(b);
+}
+
 TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {
   // The speculative verify step: 6 tokens in one forward give the logits of 6 single-token forwards.
   sm::EncodeOptions opts;
