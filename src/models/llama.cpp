@@ -1,11 +1,10 @@
 // The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations) or
-// float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding (written
-// straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence (up to 16
-// new tokens: detail::attention_rows, each row over the keys it sees; longer prompts: two batched matrix products over the
-// sequence's cache with an additive mask) -> output product
-// accumulated into the residual -> RMSNorm -> fused gate/up product -> SiLU(gate) * up -> down product accumulated into the
-// residual. Element-wise steps are plain loops over raw float pointers; ATen holds the buffers and runs the float BLAS
-// products and the attention of long prompts.
+// float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding
+// (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence
+// (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a longer chain, a
+// prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused gate/up product ->
+// SiLU(gate) * up -> down product accumulated into the residual. Element-wise steps are plain loops over raw float
+// pointers; ATen holds the buffers and runs the float BLAS products.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 
@@ -17,7 +16,6 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
-#include <limits>
 #include <numbers>
 #include <random>
 #include <chrono>
@@ -283,9 +281,8 @@ struct SequencePlan {
   std::int64_t start = 0;   // first row in the flattened batch
   std::int64_t n = 0;       // new tokens
   std::int64_t cached = 0;  // L: cache length before the call
-  at::Tensor mask;          // [n, L + n] additive (0 / -inf); only for a tree above kMaxRowsForStreamingKernel new tokens
-  // Up to kMaxRowsForStreamingKernel new tokens: new token j sees new tokens visible[j * n + a], a < visible_count[j]
-  // (its ancestors and itself, ascending).
+  // A tree, or a chain of up to kMaxRowsForStreamingKernel new tokens: new token j sees new tokens visible[j * n + a],
+  // a < visible_count[j] (its ancestors and itself, ascending). Empty for a longer chain (attention_blocks).
   std::vector<std::int32_t> visible, visible_count;
 };
 
@@ -417,7 +414,7 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
     for (std::int64_t j = 1; j < s.n; ++j)
       depth[static_cast<std::size_t>(j)] = parents ? depth[static_cast<std::size_t>((*parents)[static_cast<std::size_t>(j)])] + 1 : j;
     for (std::int64_t j = 0; j < s.n; ++j) positions[static_cast<std::size_t>(s.start + j)] = s.cached + depth[static_cast<std::size_t>(j)];
-    if (s.n <= kMaxRowsForStreamingKernel) {
+    if (s.n <= kMaxRowsForStreamingKernel || parents) {
       s.visible.assign(static_cast<std::size_t>(s.n * s.n), 0);
       s.visible_count.assign(static_cast<std::size_t>(s.n), 0);
       for (std::int64_t j = 0; j < s.n; ++j) {
@@ -431,19 +428,8 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
           for (std::int64_t k = 0; k <= j; ++k) row[count++] = static_cast<std::int32_t>(k);
         }
       }
-    } else if (parents) {
-      // Additive mask over [cached context | new nodes]: node j sees the context and its ancestors-or-self.
-      const float neg_inf = -std::numeric_limits<float>::infinity();
-      s.mask = at::zeros({s.n, s.cached + s.n}, at::TensorOptions().dtype(at::kFloat));
-      float* m = s.mask.data_ptr<float>();
-      const std::int64_t width = s.cached + s.n;
-      for (std::int64_t j = 0; j < s.n; ++j) {
-        float* row = m + j * width + s.cached;
-        for (std::int64_t k = 0; k < s.n; ++k) row[k] = neg_inf;
-        for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)]) row[a] = 0.f;
-      }
     }
-    // A longer chain (a prompt) needs neither: its attention runs in blocks of chains (attention_blocks).
+    // A longer chain (a prompt) needs none: its attention runs in blocks of chains (attention_blocks).
   }
   return plans;
 }
@@ -501,10 +487,10 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
 
 void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
   const std::int64_t total = s.cached + s.n;
-  if (s.n <= kMaxRowsForStreamingKernel) {
-    // Few new tokens (decode, speculative verify): detail::attention_rows over the sequence's cache, the nh * n query rows
-    // (ordered kv head, token, group member) shared in chunks by the pool's threads when there is enough work. Every row
-    // is computed alone, so the split changes no result.
+  if (!s.visible.empty()) {
+    // Few new tokens (decode, speculative verify) or a tree of any size: detail::attention_rows over the sequence's
+    // cache, the nh * n query rows (ordered kv head, token, group member) shared in chunks by the pool's threads when
+    // there is enough work. Every row is computed alone, so the split changes no result.
     const std::int64_t rows = group * s.n;  // query rows of one kv head
     const std::int64_t all_rows = nkv * rows;
     const std::int64_t ld = (total + 15) / 16 * 16;
@@ -583,19 +569,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
     }
     return;
   }
-  if (!s.mask.defined()) {  // a chain of more new tokens than the streaming kernel takes at once: a prompt
-    attention_blocks(layer, s);
-    return;
-  }
-  at::Tensor q = qbuf.narrow(0, s.start * q_dim, s.n * q_dim).view({nkv, s.n * group, hd});
-  // [nkv, total, hd]; a float16 cache's keys and values converted (exactly) to float32 for the products.
-  at::Tensor k = cache.keys(layer).select(0, s.slot).narrow(1, 0, total).to(at::kFloat);
-  at::Tensor v = cache.values(layer).select(0, s.slot).narrow(1, 0, total).to(at::kFloat);
-  at::Tensor scores = at::bmm(q, k.transpose(1, 2));                          // [nkv, n * group, total]
-  if (s.mask.defined()) scores.view({nkv, s.n, group, total}).add_(s.mask.unsqueeze(1));
-  at::Tensor probs = at::_softmax(scores, -1, false);
-  at::Tensor o = at::bmm(probs, v);  // [nkv, n * group, hd], rows ordered (token, group member)
-  attn.narrow(0, s.start, s.n).view({s.n, nkv, group, hd}).copy_(o.view({nkv, s.n, group, hd}).permute({1, 0, 2, 3}));
+  attention_blocks(layer, s);  // a chain of more new tokens than the streaming kernel takes at once: a prompt
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {

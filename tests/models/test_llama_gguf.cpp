@@ -141,6 +141,42 @@ TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
   model_->free_sequence(b);
 }
 
+TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
+  // A tree larger than a verification chain (EAGLE-2's default keeps 24 drafts: 25 nodes) still computes every node
+  // alone: the nodes of a root-to-leaf path get the logits of that path decoded token by token, bit for bit.
+  sm::EncodeOptions opts;
+  const std::vector<std::int32_t> ids = tokenizer_->encode("def merge_sorted(left, right):\n    result = []\n    i = j = 0", opts);
+  ASSERT_GE(ids.size(), 10u);
+  const std::vector<std::int64_t> prefix(ids.begin(), ids.end() - 4), path(ids.end() - 4, ids.end());
+  const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence();
+  model_->forward(sm::make_chain_batch(a, prefix));
+  model_->forward(sm::make_chain_batch(b, prefix));
+  std::vector<at::Tensor> alone;
+  for (auto t : path) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
+  // Node 0 = path[0]; nodes 1-15 its other children; node 16 = path[1] (a child of 0), node 17 a sibling under it,
+  // node 18 = path[2] (a child of 16), node 19 = path[3] (a child of 18): 20 nodes.
+  sm::ForwardBatch tree = sm::make_chain_batch(a, {path[0]});
+  std::vector<std::int32_t> parents{-1};
+  for (std::int64_t j = 1; j <= 15; ++j) {
+    tree.token_ids.push_back((path[1] + 97 * j) % model_->vocab_size());
+    parents.push_back(0);
+  }
+  for (const auto& [token, parent] : std::vector<std::pair<std::int64_t, std::int32_t>>{
+           {path[1], 0}, {(path[2] + 5) % model_->vocab_size(), 16}, {path[2], 16}, {path[3], 18}}) {
+    tree.token_ids.push_back(token);
+    parents.push_back(parent);
+  }
+  tree.cu_num_tokens = {0, static_cast<std::int64_t>(tree.token_ids.size())};
+  tree.parents = {parents};
+  ASSERT_EQ(tree.token_ids.size(), 20u);
+  const at::Tensor logits = model_->forward(tree).logits;
+  const std::int64_t nodes[] = {0, 16, 18, 19};
+  for (std::size_t k = 0; k < 4; ++k)
+    EXPECT_TRUE(logits[nodes[k]].equal(alone[k])) << model_->kernel_name() << ": node " << nodes[k] << " (path token " << k << ")";
+  model_->free_sequence(a);
+  model_->free_sequence(b);
+}
+
 TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {
   // The speculative verify step: 6 tokens in one forward give the logits of 6 single-token forwards.
   sm::EncodeOptions opts;
