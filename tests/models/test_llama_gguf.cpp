@@ -39,6 +39,23 @@ class SmolLM2 : public ::testing::Test {
   void SetUp() override {
     if (!model_) GTEST_SKIP() << "model file " << model_path() << " is absent (run scripts/setup.sh to download it)";
   }
+  // `text`'s tokens split before its last `tail` tokens, and two fresh sequences that have both read the first part.
+  struct TwoAfterPrefix {
+    std::vector<std::int64_t> prefix, tail;
+    std::int64_t a = 0, b = 0;
+  };
+  static TwoAfterPrefix two_after_prefix(const std::string& text, std::size_t tail) {
+    const std::vector<std::int32_t> ids = tokenizer_->encode(text, sm::EncodeOptions{});
+    TwoAfterPrefix t;
+    if (ids.size() < tail + 4) return t;  // the caller checks tail.size()
+    t.prefix.assign(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(tail));
+    t.tail.assign(ids.end() - static_cast<std::ptrdiff_t>(tail), ids.end());
+    t.a = model_->allocate_sequence();
+    t.b = model_->allocate_sequence();
+    model_->forward(sm::make_chain_batch(t.a, t.prefix));
+    model_->forward(sm::make_chain_batch(t.b, t.prefix));
+    return t;
+  }
   static std::unique_ptr<sm::LlamaModel> model_;
   static std::unique_ptr<sm::Tokenizer> tokenizer_;
 };
@@ -144,13 +161,8 @@ TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
 TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
   // A tree larger than a verification chain (EAGLE-2's default keeps 24 drafts: 25 nodes) still computes every node
   // alone: the nodes of a root-to-leaf path get the logits of that path decoded token by token, bit for bit.
-  sm::EncodeOptions opts;
-  const std::vector<std::int32_t> ids = tokenizer_->encode("def merge_sorted(left, right):\n    result = []\n    i = j = 0", opts);
-  ASSERT_GE(ids.size(), 10u);
-  const std::vector<std::int64_t> prefix(ids.begin(), ids.end() - 4), path(ids.end() - 4, ids.end());
-  const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence();
-  model_->forward(sm::make_chain_batch(a, prefix));
-  model_->forward(sm::make_chain_batch(b, prefix));
+  const auto [prefix, path, a, b] = two_after_prefix("def merge_sorted(left, right):\n    result = []\n    i = j = 0", 4);
+  ASSERT_EQ(path.size(), 4u);
   std::vector<at::Tensor> alone;
   for (auto t : path) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
   // Node 0 = path[0]; nodes 1-15 its other children; node 16 = path[1] (a child of 0), node 17 a sibling under it,
@@ -179,13 +191,8 @@ TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
 
 TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {
   // The speculative verify step: 6 tokens in one forward give the logits of 6 single-token forwards.
-  sm::EncodeOptions opts;
-  const std::vector<std::int32_t> ids = tokenizer_->encode("The quick brown fox jumps over the lazy dog because it", opts);
-  ASSERT_GE(ids.size(), 8u);
-  const std::vector<std::int64_t> prefix(ids.begin(), ids.end() - 6), block(ids.end() - 6, ids.end());
-  const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence();
-  model_->forward(sm::make_chain_batch(a, prefix));
-  model_->forward(sm::make_chain_batch(b, prefix));
+  const auto [prefix, block, a, b] = two_after_prefix("The quick brown fox jumps over the lazy dog because it", 6);
+  ASSERT_EQ(block.size(), 6u);
   at::Tensor batched = model_->forward(sm::make_chain_batch(a, block)).logits;
   for (std::size_t i = 0; i < block.size(); ++i) {
     at::Tensor single = model_->forward(sm::make_chain_batch(b, {block[i]})).logits[0];
