@@ -211,7 +211,14 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
-BENCHMARK(BM_Prefill)->ArgName("tokens")->Arg(128)->Arg(512)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2.0);
+BENCHMARK(BM_Prefill)
+    ->ArgName("tokens")
+    ->Arg(128)
+    ->Arg(512)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
 
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
 // cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the

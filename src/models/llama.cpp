@@ -1,10 +1,10 @@
-// The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations) or
-// float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary embedding
-// (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention per sequence
-// (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a longer chain, a
-// prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused gate/up product ->
-// SiLU(gate) * up -> down product accumulated into the residual. Element-wise steps are plain loops over raw float
-// pointers; ATen holds the buffers and runs the float BLAS products.
+// The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations)
+// or float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary
+// embedding (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention
+// per sequence (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a
+// longer chain, a prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
+// gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. Element-wise steps are plain loops
+// over raw float pointers; ATen holds the buffers and runs the float BLAS products.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 
@@ -469,9 +469,11 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
     detail::AttentionPart part;
     if (key_blocks != nullptr) part.key_blocks = key_blocks + (s.slot * nkv + kh) * head_blocks;
     const std::int64_t kv = seq_offset + kh * cap * hd;
-    detail::attention_rows(q + (kh * s.n + t0) * group * hd, 0, rows, nb, group, hd, keys + kv, values + kv, total, cached,
-                           (nb == B ? visible : visible_last).data(), (nb == B ? count : count_last).data(), scores.data(), ld,
-                           out + t0 * q_dim + kh * group * hd, q_dim, hd, part);
+    const std::vector<std::int32_t>& vis = nb == B ? visible : visible_last;
+    const std::vector<std::int32_t>& seen = nb == B ? count : count_last;
+    detail::attention_rows(q + (kh * s.n + t0) * group * hd, 0, rows, nb, group, hd, keys + kv, values + kv, total,
+                           cached, vis.data(), seen.data(), scores.data(), ld, out + t0 * q_dim + kh * group * hd, q_dim,
+                           hd, part);
   };
   auto chunk = [&](std::int64_t c) {
     if (cache.half())

@@ -6,12 +6,15 @@ if(TARGET specdec::models)
             ${CMAKE_CURRENT_SOURCE_DIR}/test_attention_half.cpp
     LIBS specdec::models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
-  # The packed forward's batch invariance (and a prompt's bits against decoding it token by token) on the other instruction-set paths (each skips if the CPU lacks it: the model
-  # then runs on the best path it has, which the plain run covers already).
+  # The packed forward's batch invariance (a token alone, in a chain, a tree of any size, a prompt) on the other
+  # instruction-set paths (each skips if the CPU lacks it: the model then runs on the best path it has, which the plain
+  # run covers already).
+  set(_invariance SmolLM2.PackedForwardIsBatchInvariant SmolLM2.PromptForwardHasTheBitsOfDecodingTokenByToken
+                  SmolLM2.TreesOfMoreThanSixteenNodesKeepEachPathsBits)
+  string(JOIN ":" _invariance_filter ${_invariance})
   foreach(_isa avx2 avx-vnni portable avx512-vnni amx)
     add_test(NAME SmolLM2.PackedForwardIsBatchInvariant_${_isa}
-             COMMAND test_models_llama
-                     --gtest_filter=SmolLM2.PackedForwardIsBatchInvariant:SmolLM2.PromptForwardHasTheBitsOfDecodingTokenByToken:SmolLM2.TreesOfMoreThanSixteenNodesKeepEachPathsBits)
+             COMMAND test_models_llama --gtest_filter=${_invariance_filter})
     set_tests_properties(SmolLM2.PackedForwardIsBatchInvariant_${_isa} PROPERTIES ENVIRONMENT SPECDEC_CPU_ISA=${_isa} TIMEOUT 600)
   endforeach()
   # The float16 cache's attention on the 8-lane kernel too (the plain run takes AVX-512 where the CPU has it).

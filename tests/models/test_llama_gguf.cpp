@@ -133,15 +133,15 @@ TEST_F(SmolLM2, PackedForwardIsBatchInvariant) {
 }
 
 TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
-  // A prompt longer than a verification (its attention in blocks of 16 tokens through the streaming kernel) gives every
-  // token the logits it gets when the prompt is decoded one token at a time, bit for bit, and so does a second long chunk
-  // after it (blocks over a cached prefix): prefill, verification and decoding compute each token the same way.
+  // A prompt longer than a verification (its attention in blocks of 16 tokens through the streaming kernel) gives
+  // every token the logits it gets when the prompt is decoded one token at a time, bit for bit, and so does a second
+  // long chunk after it (blocks over a cached prefix): prefill, verification and decoding compute each token alike.
   sm::EncodeOptions opts;
   const std::vector<std::int32_t> ids = tokenizer_->encode(
-      "Speculative decoding drafts a few tokens ahead with a cheap proposer and lets the target model score all of them in "
-      "one forward pass; the rejection sampler then keeps exactly the tokens the target would have produced, so the "
-      "output distribution is the target's own. A prompt lookup proposer copies spans of the prompt, which pays off when "
-      "the answer quotes the question, as edits of code and summaries of documents often do.",
+      "Speculative decoding drafts a few tokens ahead with a cheap proposer and lets the target model score all of them "
+      "in one forward pass; the rejection sampler then keeps exactly the tokens the target would have produced, so the "
+      "output distribution is the target's own. A prompt lookup proposer copies spans of the prompt, which pays off "
+      "when the answer quotes the question, as edits of code and summaries of documents often do.",
       opts);
   ASSERT_GE(ids.size(), 70u);
   const std::vector<std::int64_t> first(ids.begin(), ids.begin() + 41), second(ids.begin() + 41, ids.end());
@@ -151,7 +151,8 @@ TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
   std::int64_t row = 0;
   for (const at::Tensor& chunk : {chunk1, chunk2})
     for (std::int64_t i = 0; i < chunk.size(0); ++i, ++row) {
-      const at::Tensor single = model_->forward(sm::make_chain_batch(b, {ids[static_cast<std::size_t>(row)]})).logits[0];
+      const std::int64_t token = ids[static_cast<std::size_t>(row)];
+      const at::Tensor single = model_->forward(sm::make_chain_batch(b, {token})).logits[0];
       EXPECT_TRUE(chunk[i].equal(single)) << model_->kernel_name() << ": token " << row << " of " << ids.size();
     }
   model_->free_sequence(a);
@@ -161,7 +162,8 @@ TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
 TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
   // A tree larger than a verification chain (EAGLE-2's default keeps 24 drafts: 25 nodes) still computes every node
   // alone: the nodes of a root-to-leaf path get the logits of that path decoded token by token, bit for bit.
-  const auto [prefix, path, a, b] = two_after_prefix("def merge_sorted(left, right):\n    result = []\n    i = j = 0", 4);
+  const auto [prefix, path, a, b] =
+      two_after_prefix("def merge_sorted(left, right):\n    result = []\n    i = j = 0", 4);
   ASSERT_EQ(path.size(), 4u);
   std::vector<at::Tensor> alone;
   for (auto t : path) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
@@ -184,7 +186,8 @@ TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
   const at::Tensor logits = model_->forward(tree).logits;
   const std::int64_t nodes[] = {0, 16, 18, 19};
   for (std::size_t k = 0; k < 4; ++k)
-    EXPECT_TRUE(logits[nodes[k]].equal(alone[k])) << model_->kernel_name() << ": node " << nodes[k] << " (path token " << k << ")";
+    EXPECT_TRUE(logits[nodes[k]].equal(alone[k]))
+        << model_->kernel_name() << ": node " << nodes[k] << " (path token " << k << ")";
   model_->free_sequence(a);
   model_->free_sequence(b);
 }
