@@ -287,6 +287,16 @@ struct SequencePlan {
   std::vector<std::int32_t> visible, visible_count;
 };
 
+// A chain of n new tokens in SequencePlan's layout: token i sees new tokens 0 .. i (visible [n, n], count [n]).
+void chain_visibility(std::int64_t n, std::vector<std::int32_t>& visible, std::vector<std::int32_t>& count) {
+  visible.assign(static_cast<std::size_t>(n * n), 0);
+  count.assign(static_cast<std::size_t>(n), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+    for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
+  }
+}
+
 }  // namespace
 
 struct LlamaModel::Impl {
@@ -415,20 +425,18 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
     for (std::int64_t j = 1; j < s.n; ++j)
       depth[static_cast<std::size_t>(j)] = parents ? depth[static_cast<std::size_t>((*parents)[static_cast<std::size_t>(j)])] + 1 : j;
     for (std::int64_t j = 0; j < s.n; ++j) positions[static_cast<std::size_t>(s.start + j)] = s.cached + depth[static_cast<std::size_t>(j)];
-    if (s.n <= kMaxRowsForStreamingKernel || parents) {
+    if (parents) {
       s.visible.assign(static_cast<std::size_t>(s.n * s.n), 0);
       s.visible_count.assign(static_cast<std::size_t>(s.n), 0);
       for (std::int64_t j = 0; j < s.n; ++j) {
         std::int32_t* row = s.visible.data() + j * s.n;
         std::int32_t& count = s.visible_count[static_cast<std::size_t>(j)];
-        if (parents) {
-          for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)])
-            row[count++] = static_cast<std::int32_t>(a);
-          std::reverse(row, row + count);
-        } else {
-          for (std::int64_t k = 0; k <= j; ++k) row[count++] = static_cast<std::int32_t>(k);
-        }
+        for (std::int64_t a = j; a >= 0; a = (*parents)[static_cast<std::size_t>(a)])
+          row[count++] = static_cast<std::int32_t>(a);
+        std::reverse(row, row + count);
       }
+    } else if (s.n <= kMaxRowsForStreamingKernel) {
+      chain_visibility(s.n, s.visible, s.visible_count);
     }
     // A longer chain (a prompt) needs none: its attention runs in blocks of chains (attention_blocks).
   }
@@ -443,19 +451,10 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
 void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& s) {
   constexpr std::int64_t B = kMaxRowsForStreamingKernel;
   const std::int64_t blocks = (s.n + B - 1) / B;
-  // Chain visibility of a block of B tokens, and of the last, shorter one: token i sees tokens 0 .. i of its block.
-  auto chain_of = [](std::int64_t n, std::vector<std::int32_t>& visible, std::vector<std::int32_t>& count) {
-    visible.assign(static_cast<std::size_t>(n * n), 0);
-    count.assign(static_cast<std::size_t>(n), 0);
-    for (std::int64_t i = 0; i < n; ++i) {
-      count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
-      for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
-    }
-  };
+  // The visibility of a block of B tokens, and of the last, shorter one.
   std::vector<std::int32_t> visible, count, visible_last, count_last;
-  chain_of(B, visible, count);
-  const std::int64_t last_n = s.n - (blocks - 1) * B;
-  chain_of(last_n, visible_last, count_last);
+  chain_visibility(B, visible, count);
+  chain_visibility(s.n - (blocks - 1) * B, visible_last, count_last);
   const std::int64_t cap = cache.capacity();
   const std::int64_t seq_offset = s.slot * nkv * cap * hd;
   const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;
