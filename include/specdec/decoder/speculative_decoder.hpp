@@ -519,12 +519,13 @@ class SpeculativeDecoder {
     if (d.num_requests() == static_cast<std::int64_t>(pr.size()))
       for (std::size_t i = 0; i < who.size(); ++i) {
         const auto b = static_cast<std::int64_t>(i);
-        if (d.num_drafts(b) >= 1 && !d.request_has_probs(b))
-          for (std::int64_t j = 0; j < d.num_drafts(b); ++j) {  // the first level: a chain's first draft, a tree's
-            const bool tree = i < d.parents.size() && !d.parents[i].empty();  // children of the root
+        if (d.num_drafts(b) >= 1 && !d.request_has_probs(b)) {
+          // the first level: a chain's first draft, a tree's children of the root
+          const bool tree = i < d.parents.size() && !d.parents[i].empty();
+          for (std::int64_t j = 0; j < d.num_drafts(b); ++j)
             if (j == 0 || (tree && d.parents[i][static_cast<std::size_t>(j)] == 0))
               who[i]->shadow_drafts.push_back(d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[i] + j)]);
-          }
+        }
       }
     return seconds_since(t);
   }
