@@ -7,7 +7,9 @@
 #   bench/compare-series.sh [--prompt chat] [--repeats 10] [--threads 2] [--out out/series]
 #                           NAME="FLAGS" [NAME="FLAGS" ...]      e.g. defaults="" control="--proposer none"
 #
-# Writes OUT/runs.jsonl and prints the table. The build's specdec-generate is taken from SPECDEC_BUILD_DIR (default build/).
+# Writes OUT/runs.jsonl and prints the table. The build's specdec-generate is taken from SPECDEC_BUILD_DIR (default build/);
+# a configuration named NAME@DIR runs DIR/bin/specdec-generate instead, so that two builds alternate in one series
+# (e.g. new="" old@/tmp/old-build="").
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${SPECDEC_BUILD_DIR:-$root/build}/bin/specdec-generate"
@@ -23,7 +25,13 @@ while (($#)); do
   esac
 done
 (($#)) || { echo "compare-series: name at least one configuration, NAME=\"FLAGS\"" >&2; exit 2; }
-[[ -x "$bin" ]] || { echo "compare-series: $bin not built (cmake --build <dir> --target specdec-generate)" >&2; exit 1; }
+bin_of() {  # the specdec-generate a configuration name selects
+  if [[ "$1" == *@* ]]; then echo "${1#*@}/bin/specdec-generate"; else echo "$bin"; fi
+}
+for cfg in "$@"; do
+  b="$(bin_of "${cfg%%=*}")"
+  [[ -x "$b" ]] || { echo "compare-series: $b not built (cmake --build <dir> --target specdec-generate)" >&2; exit 1; }
+done
 mkdir -p "$out"
 python3 - "$root/examples/prompts/demo.jsonl" "$prompt" "$out/prompt.jsonl" <<'PY'
 import json, sys
@@ -40,9 +48,11 @@ echo "compare-series: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadav
 for rep in $(seq 1 "$repeats"); do
   for cfg in "$@"; do
     name="${cfg%%=*}"
+    run_bin="$(bin_of "$name")"
+    name="${name%%@*}"
     read -r -a flags <<< "${cfg#*=}"
     if ((rep % 2 == 0)); then flags+=(--baseline-last); fi
-    "$bin" --chat --prompt-file "$out/prompt.jsonl" --compare --threads "$threads" "${flags[@]}" --json "$out/run.json" \
+    "$run_bin" --chat --prompt-file "$out/prompt.jsonl" --compare --threads "$threads" "${flags[@]}" --json "$out/run.json" \
       >/dev/null 2>&1
     python3 - "$out/run.json" "$name" "$rep" >> "$out/runs.jsonl" <<'PY'
 import json, sys

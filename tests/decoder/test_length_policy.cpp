@@ -1,6 +1,7 @@
 // The adaptive draft-length policy (decoder/length_policy.hpp): acceptance by position, the learned cost model, the
 // choice of g against the theory, and the decoder with the policy on (fixed cost models and synthetic acceptance, so
 // nothing here depends on timings).
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -635,20 +636,61 @@ struct RecordingModel {
 };
 static_assert(specdec::models::CausalLM<RecordingModel>);
 
-TEST(CostProfile, TimesEverySizeInInterleavedRoundsAndReleasesTheSlot) {
+TEST(CostProfile, TimesEverySizeBetweenOneRowForwardsAndReleasesTheSlot) {
   RecordingModel m;
   const auto p = sd::profile_forward_seconds(m, 5, 32, 3);
   ASSERT_EQ(p.size(), 5u);
   for (std::size_t i = 1; i < p.size(); ++i) EXPECT_GE(p[i], p[i - 1]) << i;  // non-decreasing
   EXPECT_GT(p[0], 0.0);
-  // the context once, then a warm-up round and 3 rounds of sizes 1..5 in turn, each rolled back to the context
-  ASSERT_EQ(m.rows.size(), 1u + 4u * 5u);
+  // the context once, a warm-up of sizes 1..5, then 3 rounds of (1, 1, t, 1) for t = 1..5, each rolled back
+  ASSERT_EQ(m.rows.size(), 1u + 5u + 3u * 5u * 4u);
   EXPECT_EQ(m.rows[0], 32);
-  for (std::size_t i = 1; i < m.rows.size(); ++i) EXPECT_EQ(m.rows[i], static_cast<std::int64_t>((i - 1) % 5 + 1)) << i;
-  ASSERT_EQ(m.truncated.size(), 20u);
+  for (std::size_t i = 1; i <= 5; ++i) EXPECT_EQ(m.rows[i], static_cast<std::int64_t>(i)) << i;
+  for (std::size_t i = 6; i < m.rows.size(); ++i) {
+    const std::size_t k = i - 6, t = k / 4 % 5 + 1;
+    EXPECT_EQ(m.rows[i], k % 4 == 2 ? static_cast<std::int64_t>(t) : 1) << i;
+  }
+  ASSERT_EQ(m.truncated.size(), 65u);
   for (const auto l : m.truncated) EXPECT_EQ(l, 32);
   EXPECT_EQ(m.allocated, 1);
   EXPECT_EQ(m.freed, 1);
+}
+
+// A clock that only moves when TimedModel says its forward took time.
+struct ModelClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<ModelClock>;
+  static constexpr bool is_steady = true;
+  static inline duration elapsed{0};
+  static time_point now() { return time_point(elapsed); }
+};
+
+// A model whose forwards take known times on ModelClock: 1 ms for a 1-row forward, 1 + 0.25 (t - 1) ms for t rows, and
+// 0.5 ms more for a 1-row forward right after a forward of several rows (what this project's host does after dense
+// work).
+struct TimedModel : RecordingModel {
+  std::int64_t last_rows = 1;
+  specdec::models::ForwardOutput forward(const specdec::models::ForwardBatch& b) {
+    const auto t = static_cast<std::int64_t>(b.token_ids.size());
+    const double ms = t == 1 ? (last_rows > 1 ? 1.5 : 1.0) : 1.0 + 0.25 * static_cast<double>(t - 1);
+    last_rows = t;
+    ModelClock::elapsed += std::chrono::nanoseconds(static_cast<std::int64_t>(ms * 1e6));
+    return RecordingModel::forward(b);
+  }
+};
+
+// The profile prices what a step costs a mostly plain decode: a 1-row forward among 1-row forwards, and a t-row
+// forward plus what it adds to the 1-row forward after it. (Timing sizes 1, 2, .. back to back priced the 1-row forward
+// after the largest one: 1.5 ms here, and every verification at or below it.)
+TEST(CostProfile, PricesOneRowForwardsAmongOneRowForwardsAndChargesAVerificationItsAfterEffect) {
+  TimedModel m;
+  const auto p = sd::profile_forward_seconds<ModelClock>(m, 4, 16, 5);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_NEAR(p[0], 1.0e-3, 1e-9);  // not the 1.5 ms a 1-row forward takes after a larger one
+  for (std::size_t i = 1; i < p.size(); ++i)  // the t-row forward and the next one's extra 0.5 ms
+    EXPECT_NEAR(p[i], (1.0 + 0.25 * static_cast<double>(i) + 0.5) * 1e-3, 1e-9) << i;
 }
 
 // The same with a context window (models::HasMaxSequenceLength): the profile fits inside it.

@@ -4,7 +4,7 @@
 // The policy learns F(B, T) from the run's own steps when no profile is given (ForwardCostModel), but a run's steps see
 // the sizes the policy already chose, a few times each, on a host whose other work moves single steps by 10-30%: sizes
 // tried rarely keep noisy means (a 4-row step costing 2x a 1-row one), and the policy then stays at the sizes it knows.
-// A profile times every size 1 .. max_rows in interleaved rounds and keeps each size's median.
+// A profile times every size 1 .. max_rows in rounds, each between 1-row forwards, and keeps medians.
 #pragma once
 
 #include <algorithm>
@@ -18,12 +18,20 @@
 
 namespace specdec::decoder {
 
-/// Seconds of one forward of t = 1 .. max_rows new token rows (a chain) of one sequence after `context` cached tokens,
-/// median over `rounds` rounds that each time every size once (sizes interleaved, so a slow stretch of the host spreads
-/// over all of them), then made non-decreasing in t. Index t - 1 holds t rows (fewer than max_rows only where the
-/// model's context window is shorter than max_rows + 1). Uses one fresh cache slot of `target`, released before
-/// returning (also when a forward throws).
-template <models::CausalLM M>
+/// Seconds a step of t = 1 .. max_rows new token rows (a chain) of one sequence costs a decode after `context` cached
+/// tokens, as the steps of a mostly plain decode see it: index 0 is a 1-row forward among 1-row forwards (what plain
+/// decoding pays a token), index t - 1 for t >= 2 is a t-row forward that follows 1-row forwards plus what it adds to the
+/// 1-row forward after it. On this project's host a forward of many rows slows the next 1-row forward by 10-20% (the
+/// time spreads over every product of that forward; the page-fault count does not change), and a 1-row forward timed
+/// right after one costs about 1.2 plain ones, so a profile that timed sizes 1, 2, .. back to back priced its
+/// 1-row forward high and every verification low (2 rows at 1.08 one-row forwards where a decode pays 1.17-1.22).
+/// Each of `rounds` rounds (after a warm-up round that times nothing) goes through every size t: a 1-row forward to
+/// settle, a timed 1-row forward (the plain cost), the timed t-row forward, and the timed 1-row forward after it, each
+/// rolled back. Each kind keeps its median; the result is made non-decreasing in t. Index t - 1 holds t rows (fewer than
+/// max_rows only where the model's context window is shorter than max_rows + 1). Uses one fresh cache slot of
+/// `target`, released before returning (also when a forward throws). Clock: where the times come from (tests pass a
+/// clock their model advances).
+template <class Clock = std::chrono::steady_clock, models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
                                             int rounds = 5) {
   max_rows = std::max<std::int64_t>(max_rows, 1);
@@ -48,27 +56,38 @@ std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, st
   prompt.cu_num_tokens = {0, context};
   prompt.last_logits_only = true;
   (void)target.forward(prompt);
-  std::vector<std::vector<double>> seconds(static_cast<std::size_t>(max_rows));
-  for (int round = 0; round <= rounds; ++round) {  // round 0 warms every size up and is not kept
+  auto timed = [&](std::int64_t t) {  // one t-row forward after the context, rolled back; returns its seconds
+    models::ForwardBatch step;
+    step.slots = {slot};
+    for (std::int64_t i = 0; i < t; ++i) step.token_ids.push_back(token(context + i));
+    step.cu_num_tokens = {0, t};
+    const auto start = Clock::now();
+    (void)target.forward(step);
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    target.truncate(slot, context);
+    return s;
+  };
+  const auto sizes = static_cast<std::size_t>(max_rows);
+  std::vector<double> plain;                                   // 1-row forwards after 1-row forwards
+  std::vector<std::vector<double>> rows(sizes), after(sizes);  // t-row forwards, and the 1-row forward after each
+  for (std::int64_t t = 1; t <= max_rows; ++t) (void)timed(t);  // warm-up: every size's buffers and code once
+  for (int round = 0; round < rounds; ++round) {
     for (std::int64_t t = 1; t <= max_rows; ++t) {
-      models::ForwardBatch step;
-      step.slots = {slot};
-      for (std::int64_t i = 0; i < t; ++i) step.token_ids.push_back(token(context + i));
-      step.cu_num_tokens = {0, t};
-      const auto start = std::chrono::steady_clock::now();
-      (void)target.forward(step);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      target.truncate(slot, context);
-      if (round > 0) seconds[static_cast<std::size_t>(t - 1)].push_back(s);
+      (void)timed(1);
+      plain.push_back(timed(1));
+      rows[static_cast<std::size_t>(t - 1)].push_back(timed(t));
+      after[static_cast<std::size_t>(t - 1)].push_back(timed(1));
     }
   }
-  std::vector<double> out(static_cast<std::size_t>(max_rows));
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    auto& v = seconds[i];
+  auto median = [](std::vector<double>& v) {
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    out[i] = v[v.size() / 2];
-    if (i > 0) out[i] = std::max(out[i], out[i - 1]);
-  }
+    return v[v.size() / 2];
+  };
+  const double one = median(plain);
+  std::vector<double> out(sizes);
+  out[0] = one;
+  for (std::size_t i = 1; i < sizes; ++i)
+    out[i] = std::max(median(rows[i]) + std::max(median(after[i]) - one, 0.0), out[i - 1]);
   return out;
 }
 
