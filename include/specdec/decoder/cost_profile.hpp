@@ -34,7 +34,7 @@ namespace specdec::decoder {
 /// clock their model advances).
 template <class Clock = std::chrono::steady_clock, models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
-                                            int rounds = 5) {
+                                            int rounds = 3) {
   max_rows = std::max<std::int64_t>(max_rows, 1);
   if constexpr (models::HasMaxSequenceLength<M>)  // a short context window: fewer cached tokens, and fewer rows if need be
     if (const std::int64_t room = static_cast<std::int64_t>(target.max_sequence_length()); room > 0) {
