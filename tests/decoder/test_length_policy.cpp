@@ -1,9 +1,9 @@
 // The adaptive draft-length policy (decoder/length_policy.hpp): acceptance by position, the learned cost model, the
 // choice of g against the theory, and the decoder with the policy on (fixed cost models and synthetic acceptance, so
 // nothing here depends on timings).
-#include <chrono>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>

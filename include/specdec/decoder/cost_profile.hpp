@@ -20,18 +20,18 @@ namespace specdec::decoder {
 
 /// Seconds a step of t = 1 .. max_rows new token rows (a chain) of one sequence costs a decode after `context` cached
 /// tokens, as the steps of a mostly plain decode see it: index 0 is a 1-row forward among 1-row forwards (what plain
-/// decoding pays a token), index t - 1 for t >= 2 is a t-row forward that follows 1-row forwards plus what it adds to the
-/// 1-row forward after it. On this project's host a forward of many rows slows the next 1-row forward by 10-20% (the
-/// time spreads over every product of that forward; neither the page-fault count nor the core's clock changes, and a
-/// 3 ms pause between two 1-row forwards slows the second as much: the weights' share of the shared L3 decays while a
-/// longer forward runs), and a 1-row forward timed right after one costs about 1.2 plain ones, so a profile that timed sizes 1, 2, .. back to back priced its
-/// 1-row forward high and every verification low (2 rows at 1.08 one-row forwards where a decode pays 1.17-1.22).
-/// Each of `rounds` rounds (after a warm-up round that times nothing) goes through every size t: a 1-row forward to
-/// settle, a timed 1-row forward (the plain cost), the timed t-row forward, and the timed 1-row forward after it, each
-/// rolled back. Each kind keeps its median; the result is made non-decreasing in t. Index t - 1 holds t rows (fewer than
-/// max_rows only where the model's context window is shorter than max_rows + 1). Uses one fresh cache slot of
-/// `target`, released before returning (also when a forward throws). Clock: where the times come from (tests pass a
-/// clock their model advances).
+/// decoding pays a token), index t - 1 for t >= 2 is a t-row forward that follows 1-row forwards plus what it adds to
+/// the 1-row forward after it. On this project's host a forward of many rows slows the next 1-row forward by 10-25%
+/// (the time spreads over every product of that forward; neither the page-fault count nor the core's clock changes, and
+/// a 3 ms pause between two 1-row forwards slows the second as much: the weights' share of the shared L3 decays while a
+/// longer forward runs), and a 1-row forward timed right after one costs about 1.2 plain ones, so a profile that timed
+/// sizes 1, 2, .. back to back priced its 1-row forward high and every verification low (2 rows at 1.08 one-row
+/// forwards where a decode pays 1.17-1.22). Each of `rounds` rounds (after a warm-up round that times nothing) goes
+/// through every size t: a 1-row forward to settle, a timed 1-row forward (the plain cost), the timed t-row forward,
+/// and the timed 1-row forward after it, each rolled back. Each kind keeps its median; the result is made
+/// non-decreasing in t. Index t - 1 holds t rows (fewer than max_rows only where the model's context window is shorter
+/// than max_rows + 1). Uses one fresh cache slot of `target`, released before returning (also when a forward throws).
+/// Clock: where the times come from (tests pass a clock their model advances).
 template <class Clock = std::chrono::steady_clock, models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
                                             int rounds = 3) {
