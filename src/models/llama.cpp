@@ -376,6 +376,15 @@ struct LlamaModel::Impl {
   ForwardOutput forward(const ForwardBatch& b);
   void attention(std::int64_t layer, const SequencePlan& s);
   void attention_blocks(std::int64_t layer, const SequencePlan& s);
+  // Calls fn(keys, values, key_blocks) with layer `layer`'s cache in its element type (float16 or float32); key_blocks
+  // is the transposed copy of the keys, or nullptr.
+  template <class Fn>
+  void with_layer_cache(std::int64_t layer, Fn&& fn) {
+    if (cache.half())
+      fn(cache.key_data_half(layer), cache.value_data_half(layer), cache.key_block_data_half(layer));
+    else
+      fn(cache.key_data(layer), cache.value_data(layer), cache.key_block_data(layer));
+  }
 };
 
 std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vector<std::int64_t>& positions) {
@@ -485,12 +494,10 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
   std::atomic<std::int64_t> next{0};
   auto work = [&](std::int64_t slot) {
     float* scores = scores_buf.data() + slot * share;
-    for (std::int64_t c = next.fetch_add(1); c < nkv * blocks; c = next.fetch_add(1)) {
-      if (cache.half())
-        run(cache.key_data_half(layer), cache.value_data_half(layer), cache.key_block_data_half(layer), c, scores);
-      else
-        run(cache.key_data(layer), cache.value_data(layer), cache.key_block_data(layer), c, scores);
-    }
+    with_layer_cache(layer, [&](const auto* keys, const auto* values, const auto* key_blocks) {
+      for (std::int64_t c = next.fetch_add(1); c < nkv * blocks; c = next.fetch_add(1))
+        run(keys, values, key_blocks, c, scores);
+    });
   };
   if (slots > 1)
     pool->run(slots, work);
@@ -528,11 +535,9 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       }
     };
     auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
-      if (cache.half())
-        run_head_rows(cache.key_data_half(layer), cache.value_data_half(layer), cache.key_block_data_half(layer), begin, end,
-                      part);
-      else
-        run_head_rows(cache.key_data(layer), cache.value_data(layer), cache.key_block_data(layer), begin, end, part);
+      with_layer_cache(layer, [&](const auto* keys, const auto* values, const auto* blocks) {
+        run_head_rows(keys, values, blocks, begin, end, part);
+      });
     };
     // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
     const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
