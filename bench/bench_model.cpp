@@ -220,6 +220,52 @@ BENCHMARK(BM_Prefill)
     ->UseRealTime()
     ->MinTime(2.0);
 
+// A 1-token forward right after something else, at context 128: after a forward of `before` new tokens (rolled back),
+// then a pause of `pause_us` microseconds on the calling thread (a busy wait: the pool's threads go to sleep past their
+// spin). ms_after_median is the 1-token forward's median; against BM_DecodeAfter/before:1/pause_us:0 (a 1-token forward
+// among 1-token forwards) it shows what a larger forward, or time without reads of the weights, costs the next one:
+// what the decoder's startup cost profile charges a verification (specdec/decoder/cost_profile.hpp).
+void BM_DecodeAfter(benchmark::State& state) {
+  sm::LlamaModel& m = model();
+  const std::int64_t before = state.range(0), pause_us = state.range(1), context = 128;
+  const std::int64_t slot = m.allocate_sequence();
+  std::vector<std::int64_t> prompt(static_cast<std::size_t>(context));
+  for (std::int64_t i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 7919 + 13) % m.vocab_size();
+  sm::ForwardBatch prefill = sm::make_chain_batch(slot, prompt);
+  prefill.last_logits_only = true;
+  m.forward(prefill);
+  std::vector<std::int64_t> block(static_cast<std::size_t>(before));
+  for (std::int64_t i = 0; i < before; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
+  const sm::ForwardBatch first = sm::make_chain_batch(slot, block), next = sm::make_chain_batch(slot, {11});
+  std::vector<double> each;
+  for (auto _ : state) {
+    m.forward(first);
+    m.truncate(slot, context);
+    for (const auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(pause_us);
+         std::chrono::steady_clock::now() < end;) {
+    }
+    const auto f0 = std::chrono::steady_clock::now();
+    sm::ForwardOutput out = m.forward(next);
+    benchmark::DoNotOptimize(out.logits.data_ptr());
+    each.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count());
+    m.truncate(slot, context);
+  }
+  m.free_sequence(slot);
+  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
+  state.counters["ms_after_median"] = each.empty() ? 0.0 : each[each.size() / 2] * 1e3;
+  state.SetLabel(g_model_label + ", " + m.kernel_name());
+}
+BENCHMARK(BM_DecodeAfter)
+    ->ArgNames({"before", "pause_us"})
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({4, 0})
+    ->Args({9, 0})
+    ->Args({1, 3000})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
 // The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
 // cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the
 // forward calls it (with the key blocks where the kernel reads them), over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
