@@ -1,0 +1,335 @@
+// bench_replay: draft-length policies and lookup proposers compared on a real model's real outputs without timing noise.
+//
+// 1. Records each prompt's plain greedy continuation on the model (SpeculativeDecoder with no proposer).
+// 2. Profiles the model's verification cost once (decoder/cost_profile.hpp; or takes --profile), in 1-row forwards.
+// 3. Replays every configuration against the recordings (decoder/replay.hpp): the real decoder, proposer and policy run
+//    their real steps, each target forward is charged its profiled cost, and each draft position c 1-row forwards
+//    (--draft-cost). A configuration's modelled speedup on a prompt is tokens / charged cost (plain decoding: 1 a token).
+//    Every replay must emit the recording (greedy output equals plain decoding); a mismatch is an error.
+// Configurations, per proposer (--proposers suffix,ngram): fixed g = 1 .. G; the adaptive policy (the CLI's default,
+// costs from the profile); and the ceiling: g = G, the proposer drafting as far as its lookup reaches (suffix: no node
+// budget, no path-probability floor), each step's drafts cut to the prefix the target accepts, known in advance (an
+// oracle no length policy can beat with that proposer's lookups and this cost profile).
+//
+//   bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] [--threads 0]
+//                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.02] [--proposers suffix,ngram] [--json OUT]
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "specdec/decoder/cost_profile.hpp"
+#include "specdec/decoder/replay.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/models/chat_template.hpp"
+#include "specdec/models/gguf.hpp"
+#include "specdec/models/llama.hpp"
+#include "specdec/models/prompt_file.hpp"
+#include "specdec/models/tokenizer.hpp"
+#include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/suffix.hpp"
+
+namespace {
+
+namespace sd = specdec::decoder;
+namespace sm = specdec::models;
+namespace sp = specdec::proposers;
+namespace fs = std::filesystem;
+using Tokens = std::vector<std::int64_t>;
+
+struct Args {
+  std::string model = std::string(SPECDEC_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string prompts = std::string(SPECDEC_SOURCE_DIR) + "/examples/prompts/demo.jsonl";
+  int g = 8;
+  int max_new_tokens = 128;
+  int threads = 0;
+  std::string profile;
+  double draft_cost = 0.02;  // the CLI's measured c of the lookups (examples/generate.cpp default_draft_cost)
+  std::string proposers = "suffix,ngram";
+  std::string json;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  fmt::print(stderr, "bench_replay: {}\nusage: bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] "
+                     "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.02] [--proposers suffix,ngram] [--json OUT]\n",
+             why);
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) usage("missing value after " + k);
+    const std::string v = argv[++i];
+    try {
+      if (k == "--model") a.model = v;
+      else if (k == "--prompts") a.prompts = v;
+      else if (k == "--g") a.g = std::stoi(v);
+      else if (k == "--max-new-tokens") a.max_new_tokens = std::stoi(v);
+      else if (k == "--threads") a.threads = std::stoi(v);
+      else if (k == "--profile") a.profile = v;
+      else if (k == "--draft-cost") a.draft_cost = std::stod(v);
+      else if (k == "--proposers") a.proposers = v;
+      else if (k == "--json") a.json = v;
+      else usage("unknown option " + k);
+    } catch (const std::logic_error&) {
+      usage("bad value '" + v + "' for " + k);
+    }
+  }
+  if (a.g < 1 || a.g > 32) usage("--g: expected in [1, 32]");
+  if (a.max_new_tokens < 1) usage("--max-new-tokens: expected >= 1");
+  if (!(a.draft_cost >= 0)) usage("--draft-cost: expected >= 0");
+  return a;
+}
+
+/// A proposer as the replay runs it: counts sequential draft positions (the drafting cost), and as the ceiling cuts each
+/// step's drafts to the prefix (a tree: the path) the recording continues with.
+template <class P>
+class Metered {
+ public:
+  static constexpr bool supports_trees = sp::supports_trees<P>;
+  Metered(P& p, const sd::ReplayTarget* oracle) : p_(&p), oracle_(oracle) {}
+  bool drafts_are_lookups() const {
+    if constexpr (sp::has_lookup_drafts<P>) return p_->drafts_are_lookups();
+    return false;
+  }
+  void begin_request(const sp::RequestContext& c) { p_->begin_request(c); }
+  void end_request(sp::RequestId id) { p_->end_request(id); }
+  void observe(std::span<const sp::StepFeedback> f) { p_->observe(f); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
+    sp::DraftBatch d = p_->propose(rs);
+    std::int64_t depth = 0;
+    for (std::int64_t b = 0; b < d.num_requests(); ++b) depth = std::max(depth, depth_of(d, b));
+    positions_ += static_cast<double>(depth);
+    if (!oracle_) return d;
+    sp::DraftBatch cut;
+    cut.cu_num_drafts.push_back(0);
+    for (std::int64_t b = 0; b < d.num_requests(); ++b) {
+      const auto next = oracle_->continuation(rs[static_cast<std::size_t>(b)].context);
+      const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+      Tokens path;
+      std::int64_t at = 0;  // node whose children are searched (0: the root)
+      for (std::int64_t j = 0; j < d.num_drafts(b) && path.size() < next.size(); ++j) {
+        const std::int64_t parent = tree ? d.parents[static_cast<std::size_t>(b)][static_cast<std::size_t>(j)] : j;
+        const std::int64_t tok = d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[static_cast<std::size_t>(b)] + j)];
+        if (parent == at && tok == next[path.size()]) {
+          path.push_back(tok);
+          at = j + 1;
+        } else if (!tree && parent == at) {
+          break;
+        }
+      }
+      if (path.empty()) ++empty_;
+      cut.append(path);
+    }
+    return cut;
+  }
+  double positions() const { return positions_; }
+  bool oracle() const { return oracle_ != nullptr; }
+  /// Ceiling: steps whose cut drafts were empty (the step emits one token).
+  std::int64_t empty_steps() const { return empty_; }
+
+ private:
+  static std::int64_t depth_of(const sp::DraftBatch& d, std::int64_t b) {
+    if (d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty()) return d.num_drafts(b);
+    const auto& par = d.parents[static_cast<std::size_t>(b)];
+    std::vector<std::int64_t> dep(par.size() + 1, 0);
+    std::int64_t m = 0;
+    for (std::size_t j = 0; j < par.size(); ++j) m = std::max(m, dep[j + 1] = dep[static_cast<std::size_t>(par[j])] + 1);
+    return m;
+  }
+  P* p_;
+  const sd::ReplayTarget* oracle_;
+  double positions_ = 0;
+  std::int64_t empty_ = 0;
+};
+
+struct Outcome {
+  double speedup = 0;  // tokens / (charged forwards + draft positions x c)
+  std::int64_t steps = 0;
+  std::int64_t one_token_steps = -1;  // the ceiling's steps without an accepted draft (-1: not known)
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  at::set_num_threads(1);
+  sm::LlamaOptions lo;
+  lo.num_threads = a.threads;
+  sm::LlamaModel model = sm::load_llama_gguf(a.model, lo);
+  const sm::GgufFile gguf(a.model);
+  const sm::Tokenizer tokenizer = sm::Tokenizer::from_gguf(gguf);
+  const auto chat = sm::ChatTemplate::from_gguf(gguf);
+  const std::vector<std::string> texts = sm::read_prompt_file(a.prompts);
+  std::vector<std::string> names;  // a JSONL line's "name", else p<i>
+  {
+    std::ifstream in(a.prompts);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      std::string name = fmt::format("p{}", names.size());
+      if (line.front() == '{') {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("name") && j["name"].is_string()) name = j["name"].get<std::string>();
+      }
+      names.push_back(name);
+    }
+    names.resize(texts.size(), "p");
+  }
+  std::vector<sd::GenerationRequest> requests;
+  for (const auto& text : texts) {
+    sd::GenerationRequest r;
+    const std::vector<sm::ChatMessage> msgs = {{"user", text}};
+    const auto ids = tokenizer.encode(chat.apply(msgs, /*add_generation_prompt=*/true), {.add_special = true, .parse_special = true});
+    r.prompt.assign(ids.begin(), ids.end());
+    r.params.temperature = 0.0f;
+    r.max_new_tokens = a.max_new_tokens;
+    for (std::int32_t id = 0; id < static_cast<std::int32_t>(model.vocab_size()); ++id)
+      if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
+    requests.push_back(std::move(r));
+  }
+
+  // 1. the recordings
+  std::vector<Tokens> outputs;
+  {
+    sp::NoProposer none;
+    sd::DecoderOptions o;
+    o.num_speculative_tokens = 0;
+    o.calibrate = false;
+    sd::SpeculativeDecoder dec(none, model, o);
+    for (const auto& r : requests) outputs.push_back(dec.generate(std::span<const sd::GenerationRequest>(&r, 1))[0].tokens);
+  }
+  // 2. the cost profile, in 1-row forwards
+  std::vector<double> profile;
+  if (!a.profile.empty()) {
+    std::istringstream in(a.profile);
+    for (double x; in >> x;) profile.push_back(x);
+    if (profile.empty() || !(profile[0] > 0)) usage("--profile: expected positive numbers, 1 row first");
+  } else {
+    profile = sd::profile_forward_seconds(model, a.g + 1);
+  }
+  const double one_row = profile.front();
+  for (double& x : profile) x /= one_row;
+  const sd::ForwardCostFn cost = sd::forward_cost_from_profile(profile);
+  std::string ratios;
+  for (double x : profile) ratios += fmt::format(" {:.2f}", x);
+  fmt::print("bench_replay: {} prompt(s), g <= {}, verification cost (1..{} rows, in 1-row forwards):{}, draft position "
+             "{:.3f}\n",
+             requests.size(), a.g, profile.size(), ratios, a.draft_cost);
+
+  // 3. the replays
+  sd::ReplayTarget replay(model.vocab_size(), cost);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    Tokens s = requests[i].prompt;
+    s.insert(s.end(), outputs[i].begin(), outputs[i].end());
+    replay.add_script(s);
+  }
+  auto replay_one = [&](auto& proposer, const sd::DecoderOptions& o, std::size_t i) {
+    replay.reset_counters();
+    sd::DecoderOptions opt = o;
+    opt.calibrate = false;
+    sd::SpeculativeDecoder dec(proposer, replay, opt);
+    const auto res = dec.generate(std::span<const sd::GenerationRequest>(&requests[i], 1));
+    if (res[0].tokens != outputs[i])
+      throw std::runtime_error(fmt::format("prompt {}: the replay emitted other tokens than the recording", names[i]));
+    const double charged = replay.modelled_seconds() + a.draft_cost * proposer.positions();
+    return Outcome{static_cast<double>(outputs[i].size()) / charged, replay.forwards(),
+                   proposer.oracle() ? proposer.empty_steps() : -1};
+  };
+  std::vector<std::string> config_names;
+  std::vector<std::vector<Outcome>> table;  // [config][prompt]
+  auto run_config = [&](const std::string& name, const std::function<Outcome(std::size_t)>& one) {
+    config_names.push_back(name);
+    table.emplace_back();
+    for (std::size_t i = 0; i < requests.size(); ++i) table.back().push_back(one(i));
+  };
+  std::stringstream ps(a.proposers);
+  for (std::string pname; std::getline(ps, pname, ',');) {
+    auto make_and_run = [&](const sd::DecoderOptions& o, bool oracle, std::size_t i) -> Outcome {
+      if (pname == "suffix") {
+        sp::SuffixOptions so;
+        so.min_match = 2;  // the CLI's default (--suffix-min-match)
+        if (oracle) {  // the tries' whole reach: no node budget or probability floor, the oracle cuts instead
+          so.tokens_per_match_token = 1e6;
+          so.min_path_probability = 0.0;
+        }
+        sp::SuffixProposer p(so);
+        Metered<sp::SuffixProposer> m(p, oracle ? &replay : nullptr);
+        return replay_one(m, o, i);
+      }
+      if (pname == "ngram") {
+        sp::NgramProposer p;
+        Metered<sp::NgramProposer> m(p, oracle ? &replay : nullptr);
+        return replay_one(m, o, i);
+      }
+      usage("--proposers: unknown proposer " + pname);
+    };
+    for (int g = 1; g <= a.g; ++g) {
+      sd::DecoderOptions o;
+      o.num_speculative_tokens = g;
+      run_config(fmt::format("{} g={}", pname, g), [&](std::size_t i) { return make_and_run(o, false, i); });
+    }
+    sd::DecoderOptions ad;
+    ad.num_speculative_tokens = a.g;
+    ad.adaptive.enabled = true;
+    ad.adaptive.forward_seconds = cost;
+    ad.adaptive.draft_seconds_per_position = a.draft_cost;
+    run_config(fmt::format("{} adaptive", pname), [&](std::size_t i) { return make_and_run(ad, false, i); });
+    sd::DecoderOptions orc;
+    orc.num_speculative_tokens = a.g;
+    run_config(fmt::format("{} ceiling", pname), [&](std::size_t i) { return make_and_run(orc, true, i); });
+  }
+
+  // 4. the table: modelled speedup over plain decoding per prompt, and the geometric mean
+  std::string head = fmt::format("| configuration |");
+  std::string rule = "|---|";
+  for (const auto& n : names) head += fmt::format(" {} |", n), rule += "---|";
+  head += " geometric mean |";
+  rule += "---|";
+  fmt::print("{}\n{}\n", head, rule);
+  std::ostringstream js;
+  js << "{\"profile\": [";
+  for (std::size_t i = 0; i < profile.size(); ++i) js << (i ? ", " : "") << profile[i];
+  js << "], \"draft_cost\": " << a.draft_cost << ", \"tokens\": [";
+  for (std::size_t i = 0; i < outputs.size(); ++i) js << (i ? ", " : "") << outputs[i].size();
+  js << "], \"prompts\": [";
+  for (std::size_t i = 0; i < names.size(); ++i) js << (i ? ", " : "") << '"' << names[i] << '"';
+  js << "], \"configurations\": {";
+  for (std::size_t c = 0; c < table.size(); ++c) {
+    std::string row = fmt::format("| {} |", config_names[c]);
+    double logsum = 0;
+    js << (c ? ", " : "") << '"' << config_names[c] << "\": [";
+    for (std::size_t i = 0; i < table[c].size(); ++i) {
+      const Outcome& t = table[c][i];
+      row += t.one_token_steps >= 0 ? fmt::format(" {:.3f}x ({} steps, {} of one token) |", t.speedup, t.steps, t.one_token_steps)
+                                    : fmt::format(" {:.3f}x ({} steps) |", t.speedup, t.steps);
+      logsum += std::log(table[c][i].speedup);
+      js << (i ? ", " : "") << table[c][i].speedup;
+    }
+    js << "]";
+    row += fmt::format(" {:.3f}x |", std::exp(logsum / static_cast<double>(table[c].size())));
+    fmt::print("{}\n", row);
+  }
+  js << "}}\n";
+  if (!a.json.empty()) {
+    std::ofstream out(a.json);
+    out << js.str();
+    if (!out) throw std::runtime_error("cannot write " + a.json);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "bench_replay: {}\n", e.what());
+  return 1;
+}

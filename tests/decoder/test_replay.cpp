@@ -1,0 +1,195 @@
+// ReplayTarget: recorded greedy outputs replayed as one-hot logits. The decoder must emit exactly the recording for every
+// proposer, draft length, policy, tree or chain and batch; each non-prefill forward is charged cost(B, rows) once; bad
+// scripts, unknown prompts and bad slots are errors that change nothing.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "specdec/decoder/replay.hpp"
+#include "specdec/decoder/speculative_decoder.hpp"
+#include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/suffix.hpp"
+#include "specdec/sampling/status.hpp"
+
+namespace {
+
+namespace sd = specdec::decoder;
+namespace sp = specdec::proposers;
+using Tokens = std::vector<std::int64_t>;
+
+constexpr std::int64_t kVocab = 50;
+
+// A prompt and an output that copies stretches of it (so lookups draft and are partly accepted), seeded.
+std::pair<Tokens, Tokens> script(std::uint32_t seed, std::int64_t prompt_len = 40, std::int64_t out_len = 60) {
+  std::mt19937 rng(seed);
+  Tokens prompt, out;
+  for (std::int64_t i = 0; i < prompt_len; ++i) prompt.push_back(static_cast<std::int64_t>(rng() % kVocab));
+  while (static_cast<std::int64_t>(out.size()) < out_len) {
+    if (rng() % 3 == 0) {
+      out.push_back(static_cast<std::int64_t>(rng() % kVocab));  // a novel token
+    } else {
+      const auto from = rng() % static_cast<std::uint32_t>(prompt_len - 8);
+      const auto len = 2 + rng() % 6;
+      for (std::uint32_t i = 0; i < len; ++i) out.push_back(prompt[from + i]);
+    }
+  }
+  out.resize(static_cast<std::size_t>(out_len));
+  return {prompt, out};
+}
+
+struct Recording {
+  std::vector<Tokens> prompts, outputs;
+};
+
+Recording recording(int n, std::uint32_t seed) {
+  Recording r;
+  for (int i = 0; i < n; ++i) {
+    auto [p, o] = script(seed + static_cast<std::uint32_t>(i));
+    r.prompts.push_back(p);
+    r.outputs.push_back(o);
+  }
+  return r;
+}
+
+sd::ReplayTarget replay_of(const Recording& rec, sd::ForwardCostFn cost) {
+  sd::ReplayTarget t(kVocab, std::move(cost));
+  for (std::size_t i = 0; i < rec.prompts.size(); ++i) {
+    Tokens s = rec.prompts[i];
+    s.insert(s.end(), rec.outputs[i].begin(), rec.outputs[i].end());
+    t.add_script(s);
+  }
+  return t;
+}
+
+std::vector<sd::GenerationRequest> requests_of(const Recording& rec) {
+  std::vector<sd::GenerationRequest> rs;
+  for (const auto& p : rec.prompts) {
+    sd::GenerationRequest r;
+    r.prompt = p;
+    r.max_new_tokens = 60;
+    r.params.temperature = 0.0f;  // greedy: the replay's one-hot rows are the argmax
+    rs.push_back(r);
+  }
+  return rs;
+}
+
+double linear_cost(std::int64_t /*requests*/, std::int64_t rows) { return 1.0 + 0.25 * static_cast<double>(rows - 1); }
+
+template <class P>
+std::vector<Tokens> run(P& proposer, sd::ReplayTarget& target, const Recording& rec, sd::DecoderOptions o, bool batched) {
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(proposer, target, o);
+  std::vector<Tokens> out;
+  const auto rs = requests_of(rec);
+  if (batched) {
+    for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+  } else {
+    for (const auto& r : rs) out.push_back(dec.generate(std::span<const sd::GenerationRequest>(&r, 1))[0].tokens);
+  }
+  return out;
+}
+
+TEST(ReplayTarget, PlainDecodingEmitsTheRecordingAndIsChargedOneRowPerToken) {
+  const Recording rec = recording(3, 11);
+  auto target = replay_of(rec, linear_cost);
+  sp::NoProposer none;
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 0;
+  EXPECT_EQ(run(none, target, rec, o, false), rec.outputs);
+  // 60 tokens a prompt: the prefill is not charged, each of the 60 steps is one 1-row forward at cost 1.
+  EXPECT_EQ(target.forwards(), 180);
+  EXPECT_DOUBLE_EQ(target.modelled_seconds(), 180.0);
+}
+
+TEST(ReplayTarget, EveryProposerAndPolicyEmitsTheRecordingAndEachForwardIsChargedItsRows) {
+  const Recording rec = recording(3, 23);
+  for (const bool batched : {false, true})
+    for (const bool adaptive : {false, true})
+      for (const int width : {1, 4})
+        for (const int g : {1, 3, 8}) {
+          std::vector<std::pair<std::int64_t, std::int64_t>> calls;
+          auto target = replay_of(rec, [&calls](std::int64_t b, std::int64_t t) {
+            calls.emplace_back(b, t);
+            return linear_cost(b, t);
+          });
+          sd::DecoderOptions o;
+          o.num_speculative_tokens = g;
+          o.adaptive.enabled = adaptive;
+          o.adaptive.forward_seconds = linear_cost;
+          o.adaptive.draft_seconds_per_position = 0.0;
+          sp::SuffixOptions so;
+          so.max_width = width;
+          sp::SuffixProposer suffix(so);
+          SCOPED_TRACE(::testing::Message() << "batched " << batched << " adaptive " << adaptive << " width " << width << " g " << g);
+          ASSERT_EQ(run(suffix, target, rec, o, batched), rec.outputs);
+          // Each charged forward is one call of the target's cost function, and the charged total is their sum.
+          double sum = 0;
+          for (auto [b, t] : calls) sum += linear_cost(b, t);
+          EXPECT_EQ(static_cast<std::int64_t>(calls.size()), target.forwards());
+          EXPECT_DOUBLE_EQ(sum, target.modelled_seconds());
+          if (!batched) {
+            EXPECT_LT(target.forwards(), 180) << "the copies should have been drafted";
+          }
+        }
+  auto target = replay_of(rec, linear_cost);
+  sp::NgramProposer ngram;
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 5;
+  EXPECT_EQ(run(ngram, target, rec, o, true), rec.outputs);
+}
+
+TEST(ReplayTarget, ContinuationIsWhatTheScriptHasAfterAPrefix) {
+  const Recording rec = recording(2, 5);
+  auto target = replay_of(rec, linear_cost);
+  Tokens ctx = rec.prompts[1];
+  ctx.insert(ctx.end(), rec.outputs[1].begin(), rec.outputs[1].begin() + 10);
+  const auto c = target.continuation(ctx);
+  ASSERT_EQ(c.size(), 50u);
+  EXPECT_TRUE(std::equal(c.begin(), c.end(), rec.outputs[1].begin() + 10));
+  ctx.back() = (ctx.back() + 1) % kVocab;
+  EXPECT_TRUE(target.continuation(ctx).empty());
+}
+
+TEST(ReplayTarget, BadInputIsAnErrorThatChangesNothing) {
+  const Recording rec = recording(1, 3);
+  auto target = replay_of(rec, linear_cost);
+  EXPECT_THROW(target.add_script({}), specdec::error);
+  EXPECT_THROW(target.add_script({1, kVocab}), specdec::error);
+  EXPECT_THROW(sd::ReplayTarget(0, linear_cost), specdec::error);
+  EXPECT_THROW(sd::ReplayTarget(kVocab, {}), specdec::error);
+
+  const auto a = target.allocate_sequence();
+  const auto b = target.allocate_sequence();
+  // b's tokens start no script: nothing is written to a either.
+  specdec::models::ForwardBatch fb;
+  fb.slots = {a, b};
+  fb.token_ids = {rec.prompts[0][0], rec.prompts[0][1], (rec.prompts[0][0] + 1) % kVocab};
+  fb.cu_num_tokens = {0, 2, 3};
+  EXPECT_THROW(target.forward(fb), specdec::error);
+  EXPECT_THROW(target.truncate(a, 1), specdec::error) << "slot a must still be empty";
+  EXPECT_EQ(target.forwards(), 0);
+  fb.token_ids = {rec.prompts[0][0], rec.prompts[0][1], kVocab};  // a token outside the vocabulary
+  EXPECT_THROW(target.forward(fb), specdec::error);
+  fb.slots = {a, 99};
+  EXPECT_THROW(target.forward(fb), specdec::error);
+  fb.slots = {a};
+  fb.token_ids = {rec.prompts[0][0], rec.prompts[0][1], rec.prompts[0][2]};
+  fb.cu_num_tokens = {0, 3};
+  fb.parents = {{-1, 0, 2}};  // node 2's parent is itself
+  EXPECT_THROW(target.forward(fb), specdec::error);
+  fb.parents.clear();
+  fb.return_final_hidden = true;
+  EXPECT_THROW(target.forward(fb), specdec::error);
+  fb.return_final_hidden = false;
+  const auto out = target.forward(fb);
+  ASSERT_EQ(out.logits.size(0), 3);
+  EXPECT_EQ(out.logits[1].argmax().item<std::int64_t>(), rec.prompts[0][2]);
+  EXPECT_EQ(target.forwards(), 1);
+  EXPECT_DOUBLE_EQ(target.modelled_seconds(), linear_cost(1, 3));
+}
+
+}  // namespace
