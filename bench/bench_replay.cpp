@@ -13,6 +13,7 @@
 //
 //   bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] [--threads 0]
 //                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.02] [--proposers suffix,ngram] [--json OUT]
+//                [--suffix-alpha 1] [--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,12 @@ struct Args {
   double draft_cost = 0.02;  // the CLI's measured c of the lookups (examples/generate.cpp default_draft_cost)
   std::string proposers = "suffix,ngram";
   std::string json;
+  sp::SuffixOptions suffix = [] {  // the CLI's defaults (--suffix-min-match 2, chains without --tree)
+    sp::SuffixOptions so;
+    so.min_match = 2;
+    so.max_width = 1;
+    return so;
+  }();
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -83,6 +90,10 @@ Args parse(int argc, char** argv) {
       else if (k == "--draft-cost") a.draft_cost = std::stod(v);
       else if (k == "--proposers") a.proposers = v;
       else if (k == "--json") a.json = v;
+      else if (k == "--suffix-alpha") a.suffix.tokens_per_match_token = std::stod(v);
+      else if (k == "--suffix-min-match") a.suffix.min_match = std::stoi(v);
+      else if (k == "--suffix-min-prob") a.suffix.min_path_probability = std::stod(v);
+      else if (k == "--suffix-width") a.suffix.max_width = std::stoi(v);
       else usage("unknown option " + k);
     } catch (const std::logic_error&) {
       usage("bad value '" + v + "' for " + k);
@@ -155,6 +166,7 @@ class Metered {
   double positions_ = 0;
   std::int64_t empty_ = 0;
 };
+
 
 struct Outcome {
   double speedup = 0;  // tokens / (charged forwards + draft positions x c)
@@ -259,8 +271,7 @@ int main(int argc, char** argv) try {
   for (std::string pname; std::getline(ps, pname, ',');) {
     auto make_and_run = [&](const sd::DecoderOptions& o, bool oracle, std::size_t i) -> Outcome {
       if (pname == "suffix") {
-        sp::SuffixOptions so;
-        so.min_match = 2;  // the CLI's default (--suffix-min-match)
+        sp::SuffixOptions so = a.suffix;
         if (oracle) {  // the tries' whole reach: no node budget or probability floor, the oracle cuts instead
           so.tokens_per_match_token = 1e6;
           so.min_path_probability = 0.0;
