@@ -6,19 +6,25 @@
 //    their real steps, each target forward is charged its profiled cost, and each draft position c 1-row forwards
 //    (--draft-cost). A configuration's modelled speedup on a prompt is tokens / charged cost (plain decoding: 1 a token).
 //    Every replay must emit the recording (greedy output equals plain decoding); a mismatch is an error.
-// Configurations, per proposer (--proposers suffix,ngram): fixed g = 1 .. G; the adaptive policy (the CLI's default,
-// costs from the profile); and the ceiling: g = G, the proposer drafting as far as its lookup reaches (suffix: no node
-// budget, no path-probability floor), each step's drafts cut to the prefix the target accepts, known in advance (an
-// oracle no length policy can beat with that proposer's lookups and this cost profile).
+// Configurations, per proposer or chain (--proposers suffix,ngram,suffix+draft: members of a chain joined by +; draft =
+// the bundled draft model, charged --draft-model-cost a position, lookups --draft-cost): fixed g = 1 .. G; the adaptive
+// policy (the CLI's default, costs from the profile); and the ceiling: g = G, the lookups drafting as far as they reach
+// (suffix: no node budget, no path-probability floor), each step's drafts cut to the prefix the target accepts, known
+// in advance (an oracle no length policy can beat with those drafts and this cost profile; a draft model is still
+// charged every position it drafted before the cut).
 //
 //   bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] [--threads 0]
-//                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.02] [--proposers suffix,ngram] [--json OUT]
+//                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15]
+//                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9]
 //                [--suffix-alpha 1] [--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
+// REPLAY_TIMING=1 prints each replay's proposer time a call.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -38,7 +44,9 @@
 #include "specdec/models/llama.hpp"
 #include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"
+#include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 
 namespace {
@@ -56,7 +64,12 @@ struct Args {
   int max_new_tokens = 128;
   int threads = 0;
   std::string profile;
-  double draft_cost = 0.02;  // the CLI's measured c of the lookups (examples/generate.cpp default_draft_cost)
+  // c of the lookups: a suffix or n-gram lookup takes 1-7 us a call here (REPLAY_TIMING=1 prints it) against a 2.6 ms
+  // 1-row forward, so 0.002 of a forward a draft position is an upper bound
+  double draft_cost = 0.002;
+  double draft_model_cost = 0.15;  // c of the bundled draft model (specdec-generate's measured default)
+  double acceptance_decay = sd::AdaptiveSpeculation{}.acceptance_decay;
+  std::string draft_model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-draft";
   std::string proposers = "suffix,ngram";
   std::string json;
   sp::SuffixOptions suffix = [] {  // the CLI's defaults (--suffix-min-match 2, chains without --tree)
@@ -69,7 +82,9 @@ struct Args {
 
 [[noreturn]] void usage(const std::string& why) {
   fmt::print(stderr, "bench_replay: {}\nusage: bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] "
-                     "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.02] [--proposers suffix,ngram] [--json OUT]\n",
+                     "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15] "
+                     "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--suffix-alpha 1] "
+                     "[--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1]\n",
              why);
   std::exit(2);
 }
@@ -88,6 +103,9 @@ Args parse(int argc, char** argv) {
       else if (k == "--threads") a.threads = std::stoi(v);
       else if (k == "--profile") a.profile = v;
       else if (k == "--draft-cost") a.draft_cost = std::stod(v);
+      else if (k == "--draft-model-cost") a.draft_model_cost = std::stod(v);
+      else if (k == "--draft-model") a.draft_model = v;
+      else if (k == "--acceptance-decay") a.acceptance_decay = std::stod(v);
       else if (k == "--proposers") a.proposers = v;
       else if (k == "--json") a.json = v;
       else if (k == "--suffix-alpha") a.suffix.tokens_per_match_token = std::stod(v);
@@ -118,9 +136,19 @@ class Metered {
   }
   void begin_request(const sp::RequestContext& c) { p_->begin_request(c); }
   void end_request(sp::RequestId id) { p_->end_request(id); }
-  void observe(std::span<const sp::StepFeedback> f) { p_->observe(f); }
+  void observe(std::span<const sp::StepFeedback> f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    p_->observe(f);
+    obs_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++obs_calls_;
+  }
+  double obs_seconds_ = 0;
+  std::int64_t obs_calls_ = 0;
   sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
+    const auto t0 = std::chrono::steady_clock::now();
     sp::DraftBatch d = p_->propose(rs);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++calls_;
     std::int64_t depth = 0;
     for (std::int64_t b = 0; b < d.num_requests(); ++b) depth = std::max(depth, depth_of(d, b));
     positions_ += static_cast<double>(depth);
@@ -165,6 +193,9 @@ class Metered {
   const sd::ReplayTarget* oracle_;
   double positions_ = 0;
   std::int64_t empty_ = 0;
+ public:
+  double seconds_ = 0;
+  std::int64_t calls_ = 0;
 };
 
 
@@ -256,9 +287,7 @@ int main(int argc, char** argv) try {
     const auto res = dec.generate(std::span<const sd::GenerationRequest>(&requests[i], 1));
     if (res[0].tokens != outputs[i])
       throw std::runtime_error(fmt::format("prompt {}: the replay emitted other tokens than the recording", names[i]));
-    const double charged = replay.modelled_seconds() + a.draft_cost * proposer.positions();
-    return Outcome{static_cast<double>(outputs[i].size()) / charged, replay.forwards(),
-                   proposer.oracle() ? proposer.empty_steps() : -1};
+    return Outcome{0.0, replay.forwards(), proposer.oracle() ? proposer.empty_steps() : -1};
   };
   std::vector<std::string> config_names;
   std::vector<std::vector<Outcome>> table;  // [config][prompt]
@@ -267,25 +296,57 @@ int main(int argc, char** argv) try {
     table.emplace_back();
     for (std::size_t i = 0; i < requests.size(); ++i) table.back().push_back(one(i));
   };
+  std::optional<sm::LlamaModel> draft_model;  // loaded when a configuration names `draft`
   std::stringstream ps(a.proposers);
   for (std::string pname; std::getline(ps, pname, ',');) {
+    std::vector<std::string> members;  // a chain's members in priority order (`suffix+draft`)
+    for (std::size_t begin = 0; begin <= pname.size();) {
+      const std::size_t end = std::min(pname.find('+', begin), pname.size());
+      members.push_back(pname.substr(begin, end - begin));
+      begin = end + 1;
+    }
+    double max_c = 0;
+    for (const auto& m : members) {
+      if (m != "suffix" && m != "ngram" && m != "draft") usage("--proposers: unknown proposer " + m);
+      max_c = std::max(max_c, m == "draft" ? a.draft_model_cost : a.draft_cost);
+      if (m == "draft" && !draft_model) {
+        sm::LlamaOptions dlo = lo;
+        dlo.quantize_float_weights = true;  // the CLI's default --draft-weights q8_0
+        draft_model.emplace(sm::load_llama_safetensors(a.draft_model, dlo));
+      }
+    }
+    // The members, each metered at its own cost per draft position, in a chain (one member: the chain passes its drafts
+    // through); the ceiling cuts the chain's drafts.
     auto make_and_run = [&](const sd::DecoderOptions& o, bool oracle, std::size_t i) -> Outcome {
-      if (pname == "suffix") {
-        sp::SuffixOptions so = a.suffix;
-        if (oracle) {  // the tries' whole reach: no node budget or probability floor, the oracle cuts instead
-          so.tokens_per_match_token = 1e6;
-          so.min_path_probability = 0.0;
+      std::optional<sp::SuffixProposer> suffix;
+      std::optional<sp::NgramProposer> ngram;
+      std::optional<sp::DraftModelProposer<sm::LlamaModel>> dp;
+      std::optional<Metered<sp::SuffixProposer>> m_suffix;
+      std::optional<Metered<sp::NgramProposer>> m_ngram;
+      std::optional<Metered<sp::DraftModelProposer<sm::LlamaModel>>> m_dp;
+      sp::ProposerChain chain;
+      for (const auto& m : members) {
+        if (m == "suffix") {
+          sp::SuffixOptions so = a.suffix;
+          if (oracle) {  // the tries' whole reach: no node budget or probability floor, the oracle cuts instead
+            so.tokens_per_match_token = 1e6;
+            so.min_path_probability = 0.0;
+          }
+          chain.add(m_suffix.emplace(suffix.emplace(so), nullptr), m);
+        } else if (m == "ngram") {
+          chain.add(m_ngram.emplace(ngram.emplace(), nullptr), m);
+        } else {
+          chain.add(m_dp.emplace(dp.emplace(*draft_model, model.vocab_size()), nullptr), m);
         }
-        sp::SuffixProposer p(so);
-        Metered<sp::SuffixProposer> m(p, oracle ? &replay : nullptr);
-        return replay_one(m, o, i);
       }
-      if (pname == "ngram") {
-        sp::NgramProposer p;
-        Metered<sp::NgramProposer> m(p, oracle ? &replay : nullptr);
-        return replay_one(m, o, i);
-      }
-      usage("--proposers: unknown proposer " + pname);
+      Metered<sp::ProposerChain> top(chain, oracle ? &replay : nullptr);
+      Outcome out = replay_one(top, o, i);
+      if (std::getenv("REPLAY_TIMING")) fmt::print(stderr, "{}: propose {:.1f} us/call over {} calls, observe {:.1f} us/call\n", pname, 1e6 * top.seconds_ / std::max<std::int64_t>(top.calls_, 1), top.calls_, 1e6 * top.obs_seconds_ / std::max<std::int64_t>(top.obs_calls_, 1));
+      const double positions = (m_suffix ? m_suffix->positions() : 0.0) + (m_ngram ? m_ngram->positions() : 0.0);
+      const double charged = replay.modelled_seconds() + a.draft_cost * positions +
+                             a.draft_model_cost * (m_dp ? m_dp->positions() : 0.0);
+      out.speedup = static_cast<double>(outputs[i].size()) / charged;
+      return out;
     };
     for (int g = 1; g <= a.g; ++g) {
       sd::DecoderOptions o;
@@ -296,7 +357,8 @@ int main(int argc, char** argv) try {
     ad.num_speculative_tokens = a.g;
     ad.adaptive.enabled = true;
     ad.adaptive.forward_seconds = cost;
-    ad.adaptive.draft_seconds_per_position = a.draft_cost;
+    ad.adaptive.draft_seconds_per_position = max_c;  // the CLI's d: a chain's costliest member
+    ad.adaptive.acceptance_decay = a.acceptance_decay;
     run_config(fmt::format("{} adaptive", pname), [&](std::size_t i) { return make_and_run(ad, false, i); });
     sd::DecoderOptions orc;
     orc.num_speculative_tokens = a.g;
