@@ -15,7 +15,7 @@
 //
 //   bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] [--threads 0]
 //                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15]
-//                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9]
+//                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL]
 //                [--suffix-alpha 1] [--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
 // REPLAY_TIMING=1 prints each replay's proposer time a call.
 #include <ATen/Parallel.h>
@@ -69,6 +69,7 @@ struct Args {
   double draft_cost = 0.002;
   double draft_model_cost = 0.15;  // c of the bundled draft model (specdec-generate's measured default)
   double acceptance_decay = sd::AdaptiveSpeculation{}.acceptance_decay;
+  std::string save_recordings;  // JSONL: name, prompt token ids, output token ids (tests/decoder/data/ keeps one)
   std::string draft_model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-draft";
   std::string proposers = "suffix,ngram";
   std::string json;
@@ -83,7 +84,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   fmt::print(stderr, "bench_replay: {}\nusage: bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] "
                      "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15] "
-                     "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--suffix-alpha 1] "
+                     "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] [--suffix-alpha 1] "
                      "[--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1]\n",
              why);
   std::exit(2);
@@ -106,6 +107,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--draft-model-cost") a.draft_model_cost = std::stod(v);
       else if (k == "--draft-model") a.draft_model = v;
       else if (k == "--acceptance-decay") a.acceptance_decay = std::stod(v);
+      else if (k == "--save-recordings") a.save_recordings = v;
       else if (k == "--proposers") a.proposers = v;
       else if (k == "--json") a.json = v;
       else if (k == "--suffix-alpha") a.suffix.tokens_per_match_token = std::stod(v);
@@ -253,6 +255,12 @@ int main(int argc, char** argv) try {
     o.calibrate = false;
     sd::SpeculativeDecoder dec(none, model, o);
     for (const auto& r : requests) outputs.push_back(dec.generate(std::span<const sd::GenerationRequest>(&r, 1))[0].tokens);
+  }
+  if (!a.save_recordings.empty()) {
+    std::ofstream out(a.save_recordings);
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      out << nlohmann::json{{"name", names[i]}, {"prompt", requests[i].prompt}, {"output", outputs[i]}}.dump() << "\n";
+    if (!out) throw std::runtime_error("cannot write " + a.save_recordings);
   }
   // 2. the cost profile, in 1-row forwards
   std::vector<double> profile;
