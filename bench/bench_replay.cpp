@@ -15,8 +15,9 @@
 //
 //   bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] [--threads 0]
 //                [--profile "1 1.1 1.3 ..."] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15]
-//                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL]
-//                [--suffix-alpha 1] [--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
+//                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] [--cut-lookups 1|0]
+//                [--charged-profile "..." (forwards charged this, the policy told --profile: its error's cost)]
+//                [--suffix-alpha 1] [--suffix-min-match 1] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
 // REPLAY_TIMING=1 prints each replay's proposer time a call.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -69,13 +70,14 @@ struct Args {
   double draft_cost = 0.002;
   double draft_model_cost = 0.15;  // c of the bundled draft model (specdec-generate's measured default)
   double acceptance_decay = sd::AdaptiveSpeculation{}.acceptance_decay;
-  std::string save_recordings;  // JSONL: name, prompt token ids, output token ids (tests/decoder/data/ keeps one)
+  std::string save_recordings;
+  bool cut_lookups = sd::AdaptiveSpeculation{}.cut_lookups;
+  std::string charged_profile;  // what forwards are charged, when it differs from what the policy was told (--profile)  // JSONL: name, prompt token ids, output token ids (tests/decoder/data/ keeps one)
   std::string draft_model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-draft";
   std::string proposers = "suffix,ngram";
   std::string json;
-  sp::SuffixOptions suffix = [] {  // the CLI's defaults (--suffix-min-match 2, chains without --tree)
+  sp::SuffixOptions suffix = [] {  // the CLI's defaults (chains without --tree)
     sp::SuffixOptions so;
-    so.min_match = 2;
     so.max_width = 1;
     return so;
   }();
@@ -84,8 +86,8 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   fmt::print(stderr, "bench_replay: {}\nusage: bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] "
                      "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15] "
-                     "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] [--suffix-alpha 1] "
-                     "[--suffix-min-match 2] [--suffix-min-prob 0.1] [--suffix-width 1]\n",
+                     "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] "
+                     "[--cut-lookups 1|0] [--charged-profile \"...\"] [--suffix-alpha 1] [--suffix-min-match 1] [--suffix-min-prob 0.1] [--suffix-width 1]\n",
              why);
   std::exit(2);
 }
@@ -108,6 +110,8 @@ Args parse(int argc, char** argv) {
       else if (k == "--draft-model") a.draft_model = v;
       else if (k == "--acceptance-decay") a.acceptance_decay = std::stod(v);
       else if (k == "--save-recordings") a.save_recordings = v;
+      else if (k == "--cut-lookups") a.cut_lookups = v != "0";
+      else if (k == "--charged-profile") a.charged_profile = v;
       else if (k == "--proposers") a.proposers = v;
       else if (k == "--json") a.json = v;
       else if (k == "--suffix-alpha") a.suffix.tokens_per_match_token = std::stod(v);
@@ -281,7 +285,17 @@ int main(int argc, char** argv) try {
              requests.size(), a.g, profile.size(), ratios, a.draft_cost);
 
   // 3. the replays
-  sd::ReplayTarget replay(model.vocab_size(), cost);
+  sd::ForwardCostFn charged = cost;
+  if (!a.charged_profile.empty()) {
+    std::vector<double> cp;
+    std::istringstream in(a.charged_profile);
+    for (double x; in >> x;) cp.push_back(x);
+    if (cp.empty() || !(cp[0] > 0)) usage("--charged-profile: expected positive numbers, 1 row first");
+    const double c0 = cp.front();
+    for (double& x : cp) x /= c0;
+    charged = sd::forward_cost_from_profile(cp);
+  }
+  sd::ReplayTarget replay(model.vocab_size(), charged);
   for (std::size_t i = 0; i < requests.size(); ++i) {
     Tokens s = requests[i].prompt;
     s.insert(s.end(), outputs[i].begin(), outputs[i].end());
@@ -367,6 +381,7 @@ int main(int argc, char** argv) try {
     ad.adaptive.forward_seconds = cost;
     ad.adaptive.draft_seconds_per_position = max_c;  // the CLI's d: a chain's costliest member
     ad.adaptive.acceptance_decay = a.acceptance_decay;
+    ad.adaptive.cut_lookups = a.cut_lookups;
     run_config(fmt::format("{} adaptive", pname), [&](std::size_t i) { return make_and_run(ad, false, i); });
     sd::DecoderOptions orc;
     orc.num_speculative_tokens = a.g;

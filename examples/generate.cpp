@@ -68,6 +68,7 @@ struct Options {
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
   bool no_shadow_probes = false;  // probes that verify a draft instead of shadow probes (lookup proposers)
+  bool no_cut_lookups = false;    // choose g before proposing (lookup proposers), as before AdaptiveSpeculation::cut_lookups
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
   // seed's tokens stay reproducible): a step with x draft rows costs 1 + slope * x plain steps (this CPU forward's
@@ -101,9 +102,9 @@ struct Options {
   std::string verify = "token";  // token | block
   bool expected_acceptance = false;
   double suffix_alpha = specdec::proposers::SuffixOptions{}.tokens_per_match_token;
-  // 2, not the library's 1: a draft from a one-token match is accepted 21-25% of the time, about what a 2-row
-  // verification costs on this CPU forward, and such drafts made shadow probes draft at a loss (README, "Draft length").
-  std::int32_t suffix_min_match = 2;
+  // 1, the library's: one-token matches draft too, and the policy, which cuts each lookup proposal after seeing it and
+  // learns from every proposed position the step emitted, verifies them only while they pay (README, "Draft length").
+  std::int32_t suffix_min_match = specdec::proposers::SuffixOptions{}.min_match;
   std::string device = "cpu";     // cpu: LlamaModel's packed kernels; otherwise AtenLlamaModel on that ATen device
   std::string dtype = "float32";  // AtenLlamaModel's weights and activations
 };
@@ -451,6 +452,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   spec_options.adaptive.enabled = o.adaptive;
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.shadow_probes = !o.no_shadow_probes;
+  spec_options.adaptive.cut_lookups = !o.no_cut_lookups;
   spec_options.adaptive.sampled = o.adaptive_all;
   if (o.adaptive && !o.adaptive_all) {
     const double slope = o.sampled_cost_slope;
@@ -636,6 +638,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-shadow-probes", o.no_shadow_probes,
                "adaptive policy with a lookup proposer (ngram, suffix): probe by verifying one draft after plain steps "
                "(--probe-backoff) instead of comparing each plain step's token with an unverified lookup draft");
+  app.add_flag("--no-cut-lookups", o.no_cut_lookups,
+               "adaptive policy with a lookup proposer: choose g before proposing (plain steps ask for one draft to compare) "
+               "instead of proposing g, choosing how many to verify from the proposal and learning from every proposed "
+               "position the step emitted");
   app.add_option("--probe-backoff", o.probe_backoff,
                  "adaptive policy: a request at g = 0 drafts one token after 4 plain steps, and each rejected probe "
                  "doubles the wait, up to this many probe intervals (16 steps each); 1 = after 4, 8, then every 16")
@@ -679,8 +685,7 @@ int main(int argc, char** argv) {
   app.add_option("--suffix-alpha", o.suffix_alpha, "suffix proposer: draft nodes per matched token (the paper's alpha)")
       ->capture_default_str();
   app.add_option("--suffix-min-match", o.suffix_min_match,
-                 "suffix proposer: shortest suffix match drafted from (default 2: drafts from one-token matches were "
-                 "accepted 21-25% of the time here, about what a draft costs on the CPU forward)")
+                 "suffix proposer: shortest suffix match drafted from (default 1; the adaptive policy cuts what does not pay)")
       ->check(CLI::Range(1, 23))
       ->capture_default_str();
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();

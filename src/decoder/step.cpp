@@ -214,6 +214,54 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int6
   return depth;
 }
 
+proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const std::int32_t> limit) {
+  proposers::DraftBatch out;
+  out.cu_num_drafts.push_back(0);
+  std::vector<std::int64_t> tokens, parents, renumber;
+  for (std::int64_t b = 0; b < d.num_requests(); ++b) {
+    const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
+    const auto depth = draft_depths(d, b);
+    const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+    const bool cuts = std::any_of(depth.begin(), depth.end(), [&](std::int32_t x) { return x > limit[static_cast<std::size_t>(b)]; });
+    if (cuts && d.probs.defined())  // rows of probs follow the drafts: only deterministic batches are cut
+      throw error(Status::kInvalidArgument, "cut_drafts: request " + std::to_string(b) + ": a batch with draft probabilities");
+    tokens.clear();
+    parents.clear();
+    renumber.assign(depth.size() + 1, 0);  // old node index -> new (node 0, the root, stays 0)
+    for (std::size_t j = 0; j < depth.size(); ++j) {
+      if (depth[j] > limit[static_cast<std::size_t>(b)]) continue;
+      tokens.push_back(d.token_ids[static_cast<std::size_t>(s) + j]);
+      if (tree) parents.push_back(renumber[static_cast<std::size_t>(d.parents[static_cast<std::size_t>(b)][j])]);
+      renumber[j + 1] = static_cast<std::int64_t>(tokens.size());
+    }
+    out.append(tokens, parents);
+  }
+  out.probs = d.probs;  // defined only when nothing was cut (above)
+  out.has_probs = d.has_probs;
+  return out;
+}
+
+std::int64_t matched_depth(const proposers::DraftBatch& d, std::int64_t b, std::span<const std::int64_t> emitted) {
+  const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
+  const std::int64_t k = d.num_drafts(b);
+  const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+  std::int64_t node = 0, depth = 0;  // the matched path ends at `node` (0: the root)
+  for (std::int64_t j = 0; j < k && depth < static_cast<std::int64_t>(emitted.size()); ++j) {
+    const std::int64_t parent = tree ? d.parents[static_cast<std::size_t>(b)][static_cast<std::size_t>(j)] : j;
+    if (parent != node) {
+      if (!tree) break;  // a chain's next draft follows a rejected one
+      continue;
+    }
+    if (d.token_ids[static_cast<std::size_t>(s + j)] == emitted[static_cast<std::size_t>(depth)]) {
+      node = j + 1;
+      ++depth;
+    } else if (!tree) {
+      break;
+    }
+  }
+  return depth;
+}
+
 namespace {
 
 /// A chain batch with some block-verified requests, on the CPU core: block[b] picks verify_block_one or

@@ -306,7 +306,7 @@ TEST(DecoderAdaptive, BackToDraftingSoonAfterAProbeIsAccepted) {
 }
 
 TEST(DecoderAdaptive, ShadowProbesReplaceProbesForLookupDrafts) {
-  // Lookup drafts (has_lookup_drafts): a plain step compares one unverified draft with the token it emits instead of
+  // Lookup drafts (has_lookup_drafts): a plain step compares its unverified proposal with the token it emits instead of
   // verifying a probe. Drafts that are never right: after the first drafting steps bring the estimate below break-even
   // no step drafts again, yet every plain step is observed; the tokens are plain decoding's.
   Fixture f(1, 80);
@@ -351,8 +351,8 @@ TEST(DecoderAdaptive, ShadowProbesFindTheSwitchBackAtOnce) {
 
 TEST(DecoderAdaptive, ShadowProbesBesideDraftingRequests) {
   // One batch: two requests whose lookup drafts are always right draft every step while the third, whose drafts are
-  // never right, goes plain with a shadow probe each step (a second propose call in the same steps); every request's
-  // tokens are plain decoding's.
+  // never right, goes plain with a shadow probe each step (its proposal in the same call, cut to nothing); every
+  // request's tokens are plain decoding's.
   Fixture f(3, 48);
   sp::SyntheticProposer p(64, 1.0, 5);
   for (std::size_t b = 0; b < 2; ++b) p.set_reference(f.requests[b].prompt, f.reference[b]);  // the third has none
@@ -418,6 +418,132 @@ TEST(DecoderAdaptive, ShadowProbesCompareATreesFirstLevel) {
   EXPECT_EQ(m.steps_with_drafts, 0);
   EXPECT_EQ(m.shadow_probes, m.target_forwards - 1);  // every step but the last (no room left to draft)
   EXPECT_EQ(m.shadow_accepted, m.shadow_probes);
+}
+
+TEST(DecoderDetail, CutDraftsKeepsEachRequestsDraftsDownToItsDepth) {
+  sp::DraftBatch d;
+  d.append(std::vector<std::int64_t>{10, 11, 12, 13});                                         // a chain
+  d.append(std::vector<std::int64_t>{20, 21, 22, 23, 24}, std::vector<std::int64_t>{0, 0, 1, 3, 2});  // a tree
+  d.append(std::vector<std::int64_t>{});                                                       // nothing
+  const std::vector<std::int32_t> limit = {2, 2, 5};
+  const sp::DraftBatch c = sd::detail::cut_drafts(d, limit);
+  EXPECT_EQ(c.cu_num_drafts, (std::vector<std::int64_t>{0, 2, 6, 6}));
+  EXPECT_EQ(c.token_ids, (std::vector<std::int64_t>{10, 11, 20, 21, 22, 24}));
+  ASSERT_EQ(c.parents.size(), 3u);
+  EXPECT_TRUE(c.parents[0].empty());
+  // nodes 1 (20, depth 1), 2 (21, depth 1), 3 (22, under 1), 5 (24, under 2); node 4 (23, under 3: depth 3) goes
+  EXPECT_EQ(c.parents[1], (std::vector<std::int64_t>{0, 0, 1, 2}));
+  const sp::DraftBatch none = sd::detail::cut_drafts(d, std::vector<std::int32_t>{0, 0, 0});
+  EXPECT_EQ(none.cu_num_drafts, (std::vector<std::int64_t>{0, 0, 0, 0}));
+  const sp::DraftBatch all = sd::detail::cut_drafts(d, std::vector<std::int32_t>{8, 8, 8});
+  EXPECT_EQ(all.token_ids, d.token_ids);
+  EXPECT_EQ(all.parents[1], d.parents[1]);
+  // a batch with draft probabilities is never cut (its rows follow the drafts)
+  sp::DraftBatch q = d;
+  q.probs = at::zeros({9, 64});
+  EXPECT_THROW(sd::detail::cut_drafts(q, limit), specdec::error);
+  EXPECT_EQ(sd::detail::cut_drafts(q, std::vector<std::int32_t>{8, 8, 8}).probs.size(0), 9);
+}
+
+TEST(DecoderDetail, MatchedDepthFollowsTheEmittedTokensDownOnePath) {
+  sp::DraftBatch d;
+  d.append(std::vector<std::int64_t>{10, 11, 12, 13});
+  d.append(std::vector<std::int64_t>{20, 21, 22, 23, 24}, std::vector<std::int64_t>{0, 0, 1, 3, 2});
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(sd::detail::matched_depth(d, 0, V{10, 11, 99}), 2);
+  EXPECT_EQ(sd::detail::matched_depth(d, 0, V{10, 11}), 2);  // the emitted tokens end first
+  EXPECT_EQ(sd::detail::matched_depth(d, 0, V{10, 11, 12, 13, 14}), 4);
+  EXPECT_EQ(sd::detail::matched_depth(d, 0, V{99}), 0);
+  EXPECT_EQ(sd::detail::matched_depth(d, 1, V{20, 22, 23, 7}), 3);  // 20 -> 22 -> 23
+  EXPECT_EQ(sd::detail::matched_depth(d, 1, V{21, 24, 5}), 2);      // the second sibling's branch
+  EXPECT_EQ(sd::detail::matched_depth(d, 1, V{21, 22}), 1);         // 22 is under 20, not 21
+  EXPECT_EQ(sd::detail::matched_depth(d, 1, V{}), 0);
+}
+
+// A lookup proposer that records every ProposeRequest's max_drafts and drafts the reference's next g tokens, right
+// while the position is below `right_until` and wrong (token + 1) from there.
+struct RecordingLookup {
+  std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references;
+  std::map<sp::RequestId, const std::vector<std::int64_t>*> live;
+  std::vector<std::int32_t> asked;  // max_drafts of every request of every call
+  std::int64_t calls = 0, right_until = 1 << 30;
+  bool drafts_are_lookups() const { return true; }
+  void begin_request(const sp::RequestContext& c) {
+    live[c.id] = &references.at(std::vector<std::int64_t>(c.context.begin(), c.context.end()));
+  }
+  void end_request(sp::RequestId id) { live.erase(id); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> requests) {
+    ++calls;
+    sp::DraftBatch d;
+    d.cu_num_drafts.push_back(0);
+    for (const auto& r : requests) {
+      asked.push_back(r.max_drafts);
+      const auto& ref = *live.at(r.id);
+      std::vector<std::int64_t> tokens;
+      for (std::int64_t p = r.position; p < r.position + r.max_drafts && p < static_cast<std::int64_t>(ref.size()); ++p)
+        tokens.push_back(p < right_until ? ref[static_cast<std::size_t>(p)] : (ref[static_cast<std::size_t>(p)] + 1) % 64);
+      d.append(tokens);
+    }
+    return d;
+  }
+  void observe(std::span<const sp::StepFeedback>) {}
+};
+
+TEST(DecoderAdaptive, CutLookupsProposeAtTheBoundOnceAStepAndLearnFromEveryEmittedPosition) {
+  Fixture f(1, 60);
+  auto reference_of = [&](std::size_t b) {
+    std::vector<std::int64_t> r = f.requests[b].prompt;
+    r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
+    return r;
+  };
+  // Right drafts, verification priced so that few drafts pay at the prior: each step still proposes its bound, 6
+  // (fewer at the end), in one call, and learns from every proposed position the step emitted, the bonus token against
+  // the first draft cut included; so its drafts grow faster than when only verified drafts teach the estimate
+  // (deterministic: a fixed cost model; 12 steps against 14).
+  auto run_right = [&](bool cut) {
+    RecordingLookup p;
+    p.references[f.requests[0].prompt] = reference_of(0);
+    auto o = Fixture::options(6, 0.8);
+    o.adaptive.cut_lookups = cut;
+    sd::SpeculativeDecoder dec(p, f.target, o);
+    auto res = dec.generate(f.requests);
+    EXPECT_EQ(res[0].tokens, f.reference[0]);
+    EXPECT_EQ(res[0].metrics.accepted, res[0].metrics.drafted);
+    return std::make_pair(p, res[0].metrics);
+  };
+  const auto [p, m] = run_right(true);
+  const auto [p_old, m_old] = run_right(false);
+  // one call a step (none when no room is left to draft)
+  EXPECT_LE(p.calls, m.target_forwards);
+  EXPECT_GE(p.calls, m.target_forwards - 1);
+  for (std::size_t i = 0; i + 6 < p.asked.size(); ++i) EXPECT_EQ(p.asked[i], 6) << i;
+  EXPECT_LT(m.target_forwards, m_old.target_forwards);
+
+  // The old way (cut_lookups off): g is chosen before proposing, and a plain step asks for one draft to compare.
+  RecordingLookup q;
+  q.references[f.requests[0].prompt] = reference_of(0);
+  q.right_until = static_cast<std::int64_t>(f.requests[0].prompt.size());  // never right: every step plain after two
+  auto o2 = Fixture::options(6, 0.2);
+  o2.adaptive.cut_lookups = false;
+  sd::SpeculativeDecoder dec2(q, f.target, o2);
+  const auto res2 = dec2.generate(f.requests);
+  EXPECT_EQ(res2[0].tokens, f.reference[0]);
+  EXPECT_GE(std::count(q.asked.begin(), q.asked.end(), 1), res2[0].metrics.shadow_probes);
+  // ... and cut: never right, so no step verifies a draft after the first ones, yet each proposes its bound and
+  // counts as a shadow probe.
+  RecordingLookup w;
+  w.references[f.requests[0].prompt] = reference_of(0);
+  w.right_until = q.right_until;
+  sd::SpeculativeDecoder dec3(w, f.target, Fixture::options(6, 0.2));
+  const auto res3 = dec3.generate(f.requests);
+  EXPECT_EQ(res3[0].tokens, f.reference[0]);
+  EXPECT_LE(w.calls, res3[0].metrics.target_forwards);
+  EXPECT_GE(w.calls, res3[0].metrics.target_forwards - 1);
+  for (const auto asked : w.asked) EXPECT_GE(asked, 1);
+  EXPECT_EQ(res3[0].metrics.accepted, 0);
+  EXPECT_LE(res3[0].metrics.steps_with_drafts, 2);
+  EXPECT_EQ(res3[0].metrics.shadow_probes, res3[0].metrics.target_forwards - res3[0].metrics.steps_with_drafts - 1);
+  EXPECT_EQ(res3[0].metrics.shadow_accepted, 0);
 }
 
 TEST(ProposerChain, DraftsAreLookupsWhenEveryMemberSaysSo) {

@@ -20,7 +20,9 @@
 // to repeat (the first probe comes sooner, after first_probe_interval steps); each rejected probe doubles the wait (up
 // to probe_backoff intervals), an accepted draft resets it, and an accepted probe is followed by another on the next
 // plain step, so the estimate climbs back in a few steps. Where the proposer's drafts are lookups, shadow probes replace
-// those probes: every plain step compares one unverified lookup draft with the token it emits (shadow_probes).
+// those probes: every plain step compares one unverified lookup draft with the token it emits (shadow_probes); and by
+// default each step proposes at the bound, the policy chooses g over the depths proposed and cuts the rest, and the
+// whole proposal is compared with the emitted tokens (cut_lookups).
 #pragma once
 
 #include <cstdint>
@@ -85,6 +87,12 @@ struct AdaptiveSpeculation {
   /// observation for the price of a lookup, and the request needs no drafting step to learn that drafting pays again.
   /// Only steps where the proposer finds a draft count, as only those would draft.
   bool shadow_probes = true;
+  /// With shadow probes: every step of such a request proposes at its bound (g drafts, or as many as the lookup finds),
+  /// the policy then chooses g for the depths proposed and the drafts below it are cut, and the whole proposal is
+  /// compared with the tokens the step emits: a proposal's first min(depth, emitted) positions are observed whether or
+  /// not they were verified (what was verified, plus the emitted token against the first draft cut; a plain step's
+  /// comparison is the shadow probe). Off: g is chosen before proposing and plain steps ask for one draft to compare.
+  bool cut_lookups = true;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
   /// Fixed seconds per sequential draft position; < 0: measured from Proposer::propose.

@@ -158,13 +158,17 @@ class SpeculativeDecoder {
     for (auto& [id, r] : running_) reqs.push_back(&r);
     const auto B = static_cast<std::int64_t>(reqs.size());
 
-    const std::vector<std::int32_t> g = draft_lengths(reqs);
+    // Lookup proposals cut after proposing (cut_after_proposing()): joint-policy requests propose at their bound, and the
+    // policy chooses their g from what was proposed; `proposed` keeps the whole proposal, compared with what the step
+    // emits.
+    const bool cut = cut_after_proposing();
+    std::vector<std::int32_t> g = draft_lengths(reqs, cut);
     const std::int32_t max_g = g.empty() ? 0 : *std::max_element(g.begin(), g.end());
-    draft_s += shadow_propose(reqs, g);
+    if (!cut) draft_s += shadow_propose(reqs, g);
     if (max_g > 0 && options_.calibrate && metrics_.one_token_forwards == 0) excluded_s += calibrate(reqs);
 
     // 1. drafts
-    proposers::DraftBatch drafts;
+    proposers::DraftBatch drafts, proposed;
     if (max_g > 0) {
       std::vector<proposers::ProposeRequest> pr(static_cast<std::size_t>(B));
       for (std::int64_t b = 0; b < B; ++b) {
@@ -185,6 +189,11 @@ class SpeculativeDecoder {
                                                             : 0.9 * draft_position_seconds_ + 0.1 * per_position;
       detail::check_draft_batch(drafts, g, vocab_size_, proposers::supports_trees<Draft> && models::TreeCausalLM<Target>,
                                 kMaxTreeNodes);
+      if (cut) {
+        proposed = std::move(drafts);
+        g = lengths_after_proposing(reqs, proposed);
+        drafts = detail::cut_drafts(proposed, g);
+      }
     } else {
       drafts = proposers::DraftBatch::empty(B);
     }
@@ -249,14 +258,18 @@ class SpeculativeDecoder {
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
-      if (!r.shadow_drafts.empty() && k == 0 && !toks.empty()) {  // the shadow probe's observation
-        const bool hit = std::find(r.shadow_drafts.begin(), r.shadow_drafts.end(), toks[0]) != r.shadow_drafts.end();
-        r.acceptance.observe(1, hit ? 1 : 0);
-        ++r.metrics.shadow_probes;
-        r.metrics.shadow_accepted += hit ? 1 : 0;
+      if (cut && lengths_of(r.req) == Lengths::kJoint && proposed.num_requests() == B) {
+        observe_proposal(r, proposed, b, k, toks);  // the whole proposal against what the step emitted
+      } else {
+        if (!r.shadow_drafts.empty() && k == 0 && !toks.empty()) {  // the shadow probe's observation
+          const bool hit = std::find(r.shadow_drafts.begin(), r.shadow_drafts.end(), toks[0]) != r.shadow_drafts.end();
+          r.acceptance.observe(1, hit ? 1 : 0);
+          ++r.metrics.shadow_probes;
+          r.metrics.shadow_accepted += hit ? 1 : 0;
+        }
+        update_estimate(r, drafts, b, k, n_acc);
       }
       r.shadow_drafts.clear();
-      update_estimate(r, drafts, b, k, n_acc);
       if (callback_)
         callback_(r.id, std::span<const std::int64_t>(r.context).subspan(before), r.finish != FinishReason::kNone);
       if (r.finish != FinishReason::kNone) {
@@ -398,6 +411,53 @@ class SpeculativeDecoder {
     }
   }
 
+  /// Whether joint-policy requests propose at their bound and have their drafts cut after proposing
+  /// (AdaptiveSpeculation::cut_lookups): shadow probes asked for, the proposer's drafts are lookups, and cutting asked for.
+  bool cut_after_proposing() const { return shadow_probes() && options_.adaptive.cut_lookups; }
+
+  /// After a proposal at the bound (cut_after_proposing()): each joint-policy request's g, chosen by the policy over the
+  /// depths it was proposed (its estimate's expected tokens for g = 0 .. its proposal's depth, the verification cost of
+  /// each; the drafting is paid already, so it costs nothing more); other requests keep what they were proposed.
+  std::vector<std::int32_t> lengths_after_proposing(const std::vector<Request*>& reqs, const proposers::DraftBatch& d) {
+    const std::size_t B = reqs.size();
+    std::vector<std::vector<double>> tokens(B);
+    std::vector<LengthChoice> choices(B);
+    for (std::size_t b = 0; b < B; ++b) {
+      const Request& r = *reqs[b];
+      const auto depths = detail::draft_depths(d, static_cast<std::int64_t>(b));
+      const std::int32_t depth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
+      tokens[b].resize(static_cast<std::size_t>(depth) + 1);
+      r.acceptance.expected_tokens(tokens[b]);
+      choices[b].max_g = depth;
+      choices[b].fixed = depth == 0 || lengths_of(r.req) != Lengths::kJoint;
+      choices[b].rows_per_depth = depth > 0 ? static_cast<double>(depths.size()) / depth : 1.0;
+      choices[b].tokens = tokens[b];
+    }
+    const AdaptiveSpeculation& a = options_.adaptive;
+    return a.forward_seconds
+               ? choose_draft_lengths(choices, a.forward_seconds, 0.0)
+               : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, 0.0);
+  }
+
+  /// A cut request's estimate after its step: how far its whole proposal (request b of `proposed`) matched the tokens
+  /// the step emitted (`emitted`: accepted drafts, then the recovered or bonus token). Drafts are deterministic lookups,
+  /// accepted exactly when the target's token equals them (greedy: its argmax; sampled: in law), so a proposal's first
+  /// min(depth, emitted) positions are observed whether or not they were verified: what was verified, and one position
+  /// past it (the emitted token against the first draft cut). A plain step that had a proposal counts as a shadow probe.
+  void observe_proposal(Request& r, const proposers::DraftBatch& proposed, std::int64_t b, std::int64_t k,
+                        std::span<const std::int64_t> emitted) {
+    const auto depths = detail::draft_depths(proposed, b);
+    if (depths.empty() || emitted.empty()) return;
+    const std::int64_t depth = *std::max_element(depths.begin(), depths.end());
+    const std::int64_t matched = detail::matched_depth(proposed, b, emitted);
+    r.acceptance.observe(std::min<std::int64_t>(depth, static_cast<std::int64_t>(emitted.size())), matched);
+    r.rows_per_depth = static_cast<double>(depths.size()) / static_cast<double>(depth);
+    if (k == 0) {
+      ++r.metrics.shadow_probes;
+      r.metrics.shadow_accepted += matched > 0 ? 1 : 0;
+    }
+  }
+
   std::int64_t generated(const Request& r) const {
     return static_cast<std::int64_t>(r.context.size() - r.req.prompt.size());
   }
@@ -454,7 +514,7 @@ class SpeculativeDecoder {
   /// Every request's g for this step: its bound, or under the adaptive policy the batch's best choice (length_policy.hpp),
   /// or for a sampled request under the fixed sampled cost its own all-or-nothing choice, each with the probe rule
   /// (after_probes).
-  std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs) {
+  std::vector<std::int32_t> draft_lengths(const std::vector<Request*>& reqs, bool cut_after = false) {
     const std::size_t B = reqs.size();
     const AdaptiveSpeculation& a = options_.adaptive;
     std::vector<std::int32_t> g(B);
@@ -469,7 +529,7 @@ class SpeculativeDecoder {
       // function of its own tokens.
       if (mode[b] == Lengths::kAlone) g[b] = after_probes(r, r.yield.pays(a.sampled_cost, a.sampled_draft_cost) ? g[b] : 0);
     }
-    if (!any_joint) return g;
+    if (!any_joint || cut_after) return g;  // cut after proposing: joint requests propose at their bound
     std::vector<std::vector<double>> tokens(B);
     std::vector<LengthChoice> choices(B);
     for (std::size_t b = 0; b < B; ++b) {
