@@ -122,19 +122,37 @@ double current_rss_mib() {
   return pages_resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
 }
 
-// Args: new tokens per forward, context length (cached tokens before the forward).
-void BM_Decode(benchmark::State& state) {
-  sm::LlamaModel& m = model();
-  const std::int64_t n = state.range(0), context = state.range(1);
+// A fresh slot of `m` holding `context` synthetic tokens (prefilled, last logits only).
+std::int64_t prefilled_slot(sm::LlamaModel& m, std::int64_t context) {
   const std::int64_t slot = m.allocate_sequence();
   std::vector<std::int64_t> prompt(static_cast<std::size_t>(context));
   for (std::int64_t i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 7919 + 13) % m.vocab_size();
   sm::ForwardBatch prefill = sm::make_chain_batch(slot, prompt);
   prefill.last_logits_only = true;
   m.forward(prefill);
+  return slot;
+}
+
+// A chain of `n` synthetic new tokens for `slot`.
+sm::ForwardBatch synthetic_step(const sm::LlamaModel& m, std::int64_t slot, std::int64_t n) {
   std::vector<std::int64_t> block(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
-  const sm::ForwardBatch step = sm::make_chain_batch(slot, block);
+  return sm::make_chain_batch(slot, block);
+}
+
+// The median of `v` (reordered), 0 when empty.
+double median_of(std::vector<double>& v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Args: new tokens per forward, context length (cached tokens before the forward).
+void BM_Decode(benchmark::State& state) {
+  sm::LlamaModel& m = model();
+  const std::int64_t n = state.range(0), context = state.range(1);
+  const std::int64_t slot = prefilled_slot(m, context);
+  const sm::ForwardBatch step = synthetic_step(m, slot, n);
   m.reset_phase_times();
   std::int64_t forwards = 0;
   std::vector<double> each;  // seconds of every forward, for the median
@@ -148,8 +166,7 @@ void BM_Decode(benchmark::State& state) {
     ++forwards;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
-  const double median = each.empty() ? 0.0 : each[each.size() / 2];
+  const double median = median_of(each);
   m.free_sequence(slot);
   const double per_forward = seconds / static_cast<double>(std::max<std::int64_t>(forwards, 1));
   const double bytes = static_cast<double>(m.weight_bytes_per_forward());
@@ -228,15 +245,8 @@ BENCHMARK(BM_Prefill)
 void BM_DecodeAfter(benchmark::State& state) {
   sm::LlamaModel& m = model();
   const std::int64_t before = state.range(0), pause_us = state.range(1), context = 128;
-  const std::int64_t slot = m.allocate_sequence();
-  std::vector<std::int64_t> prompt(static_cast<std::size_t>(context));
-  for (std::int64_t i = 0; i < context; ++i) prompt[static_cast<std::size_t>(i)] = (i * 7919 + 13) % m.vocab_size();
-  sm::ForwardBatch prefill = sm::make_chain_batch(slot, prompt);
-  prefill.last_logits_only = true;
-  m.forward(prefill);
-  std::vector<std::int64_t> block(static_cast<std::size_t>(before));
-  for (std::int64_t i = 0; i < before; ++i) block[static_cast<std::size_t>(i)] = (i * 104729 + 7) % m.vocab_size();
-  const sm::ForwardBatch first = sm::make_chain_batch(slot, block), next = sm::make_chain_batch(slot, {11});
+  const std::int64_t slot = prefilled_slot(m, context);
+  const sm::ForwardBatch first = synthetic_step(m, slot, before), next = sm::make_chain_batch(slot, {11});
   std::vector<double> each;
   for (auto _ : state) {
     m.forward(first);
@@ -251,8 +261,7 @@ void BM_DecodeAfter(benchmark::State& state) {
     m.truncate(slot, context);
   }
   m.free_sequence(slot);
-  std::nth_element(each.begin(), each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2), each.end());
-  state.counters["ms_after_median"] = each.empty() ? 0.0 : each[each.size() / 2] * 1e3;
+  state.counters["ms_after_median"] = median_of(each) * 1e3;
   state.SetLabel(g_model_label + ", " + m.kernel_name());
 }
 BENCHMARK(BM_DecodeAfter)
