@@ -245,8 +245,8 @@ int main(int argc, char** argv) try {
     r.prompt.assign(ids.begin(), ids.end());
     r.params.temperature = 0.0f;
     r.max_new_tokens = a.max_new_tokens;
-    for (std::int32_t id = 0; id < static_cast<std::int32_t>(model.vocab_size()); ++id)
-      if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
+    for (const std::int32_t id : tokenizer.end_of_generation_ids())
+      if (id < model.vocab_size()) r.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
   }
 

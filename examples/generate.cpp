@@ -441,8 +441,8 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
     r.params.seed = params.seed + i;
     r.max_new_tokens = o.max_new_tokens;
     r.verify_method = o.verify == "block" ? specdec::VerifyMethod::kBlock : specdec::VerifyMethod::kToken;
-    for (std::int32_t id = 0; id < static_cast<std::int32_t>(target.vocab_size()); ++id)
-      if (tokenizer.is_end_of_generation(id)) r.stop_token_ids.push_back(id);
+    for (const std::int32_t id : tokenizer.end_of_generation_ids())
+      if (id < target.vocab_size()) r.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
   }
   const RunSettings how{prompts.size() == 1, o.rounds};

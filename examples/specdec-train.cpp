@@ -176,9 +176,7 @@ int main(int argc, char** argv) {
         const std::vector<specdec::models::ChatMessage> msgs = {{"user", t}};
         prompts.push_back(tok.encode(tmpl.apply(msgs, true), {.add_special = true, .parse_special = true}));
       }
-      std::vector<std::int32_t> stops;
-      for (std::int32_t id = 0; id < tok.vocab_size(); ++id)
-        if (tok.is_end_of_generation(id)) stops.push_back(id);
+      const std::vector<std::int32_t> stops = tok.end_of_generation_ids();
       RecordWriter w(data_out, target.hidden_size(), dopt.top_k, append);
       fmt::print("data: {} prompts (e.g. \"{}\"), batch {}, up to {} answer tokens, {} min\n", prompts.size(),
                  texts.empty() ? "" : texts.front().substr(0, 60), dopt.batch, dopt.max_new_tokens, dopt.minutes);

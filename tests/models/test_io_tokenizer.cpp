@@ -201,6 +201,11 @@ TEST(TokenizerSynthetic, SpecialTokensOnlyWhenAsked) {
   EXPECT_EQ(tok.token_type(start), sm::TokenType::kControl);
   EXPECT_TRUE(tok.is_end_of_generation(end));
   EXPECT_FALSE(tok.is_end_of_generation(start));
+  std::vector<std::int32_t> ends;  // every id the predicate accepts, ascending
+  for (std::int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (tok.is_end_of_generation(id)) ends.push_back(id);
+  EXPECT_EQ(tok.end_of_generation_ids(), ends);
+  EXPECT_FALSE(ends.empty());
   const std::vector<std::int32_t> bad{0, tok.vocab_size()};
   EXPECT_ERROR_HAS(error_of_call([&] { (void)tok.decode(bad); }), "token id 258");
   EXPECT_ERROR_HAS(error_of_call([&] { (void)tok.decode(bad); }), "is outside [0, 258)");

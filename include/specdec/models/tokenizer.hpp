@@ -89,6 +89,8 @@ class Tokenizer {
   bool add_bos() const noexcept;
   /// End of generation: eos or eot.
   bool is_end_of_generation(std::int32_t id) const noexcept;
+  /// Every id that is_end_of_generation accepts, ascending (a request's stop tokens).
+  std::vector<std::int32_t> end_of_generation_ids() const;
 
  private:
   struct Impl;

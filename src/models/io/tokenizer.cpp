@@ -516,6 +516,14 @@ bool Tokenizer::is_end_of_generation(std::int32_t id) const noexcept {
   return (impl_->spec.eos_id && id == *impl_->spec.eos_id) || (impl_->spec.eot_id && id == *impl_->spec.eot_id);
 }
 
+std::vector<std::int32_t> Tokenizer::end_of_generation_ids() const {
+  std::vector<std::int32_t> ids;
+  for (const auto& id : {impl_->spec.eos_id, impl_->spec.eot_id})
+    if (id && std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 // ------------------------------------------------------------------------------------------------------------------------------
 // StreamingDecoder
 
