@@ -433,10 +433,16 @@ class SpeculativeDecoder {
       choices[b].rows_per_depth = depth > 0 ? static_cast<double>(depths.size()) / depth : 1.0;
       choices[b].tokens = tokens[b];
     }
+    return choose_lengths(choices, 0.0);
+  }
+
+  /// choose_draft_lengths with the policy's cost model: the fixed one (AdaptiveSpeculation::forward_seconds) or the one
+  /// learned from this run's steps.
+  std::vector<std::int32_t> choose_lengths(std::span<const LengthChoice> choices, double draft_seconds) const {
     const AdaptiveSpeculation& a = options_.adaptive;
-    return a.forward_seconds
-               ? choose_draft_lengths(choices, a.forward_seconds, 0.0)
-               : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, 0.0);
+    if (a.forward_seconds) return choose_draft_lengths(choices, a.forward_seconds, draft_seconds);
+    return choose_draft_lengths(
+        choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, draft_seconds);
   }
 
   /// A cut request's estimate after its step: how far its whole proposal (request b of `proposed`) matched the tokens
@@ -544,10 +550,7 @@ class SpeculativeDecoder {
     const double d = a.draft_seconds_per_position >= 0 ? a.draft_seconds_per_position
                                                        : std::max(draft_position_seconds_, 0.0);
     const bool shadow = shadow_probes();
-    std::vector<std::int32_t> chosen =
-        a.forward_seconds
-            ? choose_draft_lengths(choices, a.forward_seconds, d)
-            : choose_draft_lengths(choices, [this](std::int64_t rq, std::int64_t t) { return cost_model_.predict(rq, t); }, d);
+    std::vector<std::int32_t> chosen = choose_lengths(choices, d);
     for (std::size_t b = 0; b < B; ++b)
       if (mode[b] == Lengths::kJoint) chosen[b] = after_probes(*reqs[b], chosen[b], shadow);
     return chosen;
