@@ -145,39 +145,25 @@ class Metered {
   void observe(std::span<const sp::StepFeedback> f) {
     const auto t0 = std::chrono::steady_clock::now();
     p_->observe(f);
-    obs_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++obs_calls_;
+    observe_.add(t0);
   }
-  double obs_seconds_ = 0;
-  std::int64_t obs_calls_ = 0;
   sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
     const auto t0 = std::chrono::steady_clock::now();
     sp::DraftBatch d = p_->propose(rs);
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++calls_;
-    std::int64_t depth = 0;
-    for (std::int64_t b = 0; b < d.num_requests(); ++b) depth = std::max(depth, depth_of(d, b));
+    propose_.add(t0);
+    std::int32_t depth = 0;
+    for (std::int64_t b = 0; b < d.num_requests(); ++b)
+      for (const std::int32_t x : sd::detail::draft_depths(d, b)) depth = std::max(depth, x);
     positions_ += static_cast<double>(depth);
     if (!oracle_) return d;
+    // The ceiling: what the target accepts of each request's drafts, known in advance (a tree: its one right path).
     sp::DraftBatch cut;
     cut.cu_num_drafts.push_back(0);
     for (std::int64_t b = 0; b < d.num_requests(); ++b) {
       const auto next = oracle_->continuation(rs[static_cast<std::size_t>(b)].context);
-      const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
-      Tokens path;
-      std::int64_t at = 0;  // node whose children are searched (0: the root)
-      for (std::int64_t j = 0; j < d.num_drafts(b) && path.size() < next.size(); ++j) {
-        const std::int64_t parent = tree ? d.parents[static_cast<std::size_t>(b)][static_cast<std::size_t>(j)] : j;
-        const std::int64_t tok = d.token_ids[static_cast<std::size_t>(d.cu_num_drafts[static_cast<std::size_t>(b)] + j)];
-        if (parent == at && tok == next[path.size()]) {
-          path.push_back(tok);
-          at = j + 1;
-        } else if (!tree && parent == at) {
-          break;
-        }
-      }
-      if (path.empty()) ++empty_;
-      cut.append(path);
+      const auto m = static_cast<std::size_t>(sd::detail::matched_depth(d, b, next));
+      if (m == 0) ++empty_;
+      cut.append(next.first(m));
     }
     return cut;
   }
@@ -185,23 +171,25 @@ class Metered {
   bool oracle() const { return oracle_ != nullptr; }
   /// Ceiling: steps whose cut drafts were empty (the step emits one token).
   std::int64_t empty_steps() const { return empty_; }
+  /// Wall time in the proposer's propose and observe (REPLAY_TIMING=1 prints it a call).
+  struct Timing {
+    double seconds = 0;
+    std::int64_t calls = 0;
+    void add(std::chrono::steady_clock::time_point t0) {
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++calls;
+    }
+    double us_per_call() const { return 1e6 * seconds / static_cast<double>(std::max<std::int64_t>(calls, 1)); }
+  };
+  const Timing& propose_timing() const { return propose_; }
+  const Timing& observe_timing() const { return observe_; }
 
  private:
-  static std::int64_t depth_of(const sp::DraftBatch& d, std::int64_t b) {
-    if (d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty()) return d.num_drafts(b);
-    const auto& par = d.parents[static_cast<std::size_t>(b)];
-    std::vector<std::int64_t> dep(par.size() + 1, 0);
-    std::int64_t m = 0;
-    for (std::size_t j = 0; j < par.size(); ++j) m = std::max(m, dep[j + 1] = dep[static_cast<std::size_t>(par[j])] + 1);
-    return m;
-  }
   P* p_;
   const sd::ReplayTarget* oracle_;
   double positions_ = 0;
   std::int64_t empty_ = 0;
- public:
-  double seconds_ = 0;
-  std::int64_t calls_ = 0;
+  Timing propose_, observe_;
 };
 
 
@@ -363,7 +351,9 @@ int main(int argc, char** argv) try {
       }
       Metered<sp::ProposerChain> top(chain, oracle ? &replay : nullptr);
       Outcome out = replay_one(top, o, i);
-      if (std::getenv("REPLAY_TIMING")) fmt::print(stderr, "{}: propose {:.1f} us/call over {} calls, observe {:.1f} us/call\n", pname, 1e6 * top.seconds_ / std::max<std::int64_t>(top.calls_, 1), top.calls_, 1e6 * top.obs_seconds_ / std::max<std::int64_t>(top.obs_calls_, 1));
+      if (std::getenv("REPLAY_TIMING"))
+        fmt::print(stderr, "{}: propose {:.1f} us/call over {} calls, observe {:.1f} us/call\n", pname,
+                   top.propose_timing().us_per_call(), top.propose_timing().calls, top.observe_timing().us_per_call());
       const double positions = (m_suffix ? m_suffix->positions() : 0.0) + (m_ngram ? m_ngram->positions() : 0.0);
       const double charged = replay.modelled_seconds() + a.draft_cost * positions +
                              a.draft_model_cost * (m_dp ? m_dp->positions() : 0.0);
