@@ -18,7 +18,11 @@
 //                [--proposers suffix,ngram] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] [--cut-lookups 1|0]
 //                [--charged-profile "..." (forwards charged this, the policy told --profile: its error's cost)]
 //                [--suffix-alpha 1] [--suffix-min-match 1] [--suffix-min-prob 0.1] [--suffix-width 1 (4: trees)]
-// REPLAY_TIMING=1 prints each replay's proposer time a call.
+//                [--trace JSONL]
+// REPLAY_TIMING=1 prints each replay's proposer time a call. --trace writes the adaptive policy's steps, one JSON line
+// each (configuration, prompt, drafts proposed, how far the recording matched them, drafts verified, accepted), and
+// prints per configuration the draft rows it verified past the accepted ones and the matched drafts it left unverified:
+// where a policy loses against the ceiling.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -76,6 +80,7 @@ struct Args {
   std::string draft_model = std::string(SPECDEC_SOURCE_DIR) + "/models/smollm2-135m-draft";
   std::string proposers = "suffix,ngram";
   std::string json;
+  std::string trace;
   sp::SuffixOptions suffix = [] {  // the CLI's defaults (chains without --tree)
     sp::SuffixOptions so;
     so.max_width = 1;
@@ -87,7 +92,7 @@ struct Args {
   fmt::print(stderr, "bench_replay: {}\nusage: bench_replay [--model GGUF] [--prompts JSONL] [--g 8] [--max-new-tokens 128] "
                      "[--threads 0] [--profile \"1 1.1 ...\"] [--draft-cost 0.002] [--draft-model DIR] [--draft-model-cost 0.15] "
                      "[--proposers suffix,ngram,suffix+draft] [--json OUT] [--acceptance-decay 0.9] [--save-recordings JSONL] "
-                     "[--cut-lookups 1|0] [--charged-profile \"...\"] [--suffix-alpha 1] [--suffix-min-match 1] [--suffix-min-prob 0.1] [--suffix-width 1]\n",
+                     "[--cut-lookups 1|0] [--charged-profile \"...\"] [--suffix-alpha 1] [--suffix-min-match 1] [--suffix-min-prob 0.1] [--suffix-width 1] [--trace JSONL]\n",
              why);
   std::exit(2);
 }
@@ -114,6 +119,7 @@ Args parse(int argc, char** argv) {
       else if (k == "--charged-profile") a.charged_profile = v;
       else if (k == "--proposers") a.proposers = v;
       else if (k == "--json") a.json = v;
+      else if (k == "--trace") a.trace = v;
       else if (k == "--suffix-alpha") a.suffix.tokens_per_match_token = std::stod(v);
       else if (k == "--suffix-min-match") a.suffix.min_match = std::stoi(v);
       else if (k == "--suffix-min-prob") a.suffix.min_path_probability = std::stod(v);
@@ -129,8 +135,15 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+/// One step of a traced replay (one request per replay): its proposal's depth, how far the recording continued it, and
+/// the drafts the step verified and accepted.
+struct TracedStep {
+  std::int64_t proposed = 0, matched = 0, verified = 0, accepted = 0;
+};
+
 /// A proposer as the replay runs it: counts sequential draft positions (the drafting cost), and as the ceiling cuts each
-/// step's drafts to the prefix (a tree: the path) the recording continues with.
+/// step's drafts to the prefix (a tree: the path) the recording continues with. With a recording to trace against, it
+/// keeps each step's TracedStep.
 template <class P>
 class Metered {
  public:
@@ -146,7 +159,16 @@ class Metered {
     const auto t0 = std::chrono::steady_clock::now();
     p_->observe(f);
     observe_.add(t0);
+    if (traced_ != nullptr && !f.empty()) {  // a step without a proposal proposed nothing
+      pending_.verified = f[0].num_drafts;
+      pending_.accepted = f[0].num_accepted;
+      steps_.push_back(pending_);
+      pending_ = {};
+    }
   }
+  /// Keep a TracedStep a step against `recording` (the replay target, whose continuation of a context is the recording's).
+  void trace(const sd::ReplayTarget* recording) { traced_ = recording; }
+  const std::vector<TracedStep>& traced_steps() const { return steps_; }
   sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
     const auto t0 = std::chrono::steady_clock::now();
     sp::DraftBatch d = p_->propose(rs);
@@ -155,6 +177,11 @@ class Metered {
     for (std::int64_t b = 0; b < d.num_requests(); ++b)
       for (const std::int32_t x : sd::detail::draft_depths(d, b)) depth = std::max(depth, x);
     positions_ += static_cast<double>(depth);
+    if (traced_ != nullptr && d.num_requests() > 0) {
+      const auto depths = sd::detail::draft_depths(d, 0);
+      pending_.proposed = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
+      pending_.matched = sd::detail::matched_depth(d, 0, traced_->continuation(rs[0].context));
+    }
     if (!oracle_) return d;
     // The ceiling: what the target accepts of each request's drafts, known in advance (a tree: its one right path).
     sp::DraftBatch cut;
@@ -190,6 +217,9 @@ class Metered {
   double positions_ = 0;
   std::int64_t empty_ = 0;
   Timing propose_, observe_;
+  const sd::ReplayTarget* traced_ = nullptr;
+  TracedStep pending_;
+  std::vector<TracedStep> steps_;
 };
 
 
@@ -306,6 +336,11 @@ int main(int argc, char** argv) try {
     table.emplace_back();
     for (std::size_t i = 0; i < requests.size(); ++i) table.back().push_back(one(i));
   };
+  struct Trace {
+    std::string config, prompt;
+    std::vector<TracedStep> steps;
+  };
+  std::vector<Trace> traces;  // --trace: the adaptive configurations' steps, per prompt
   std::optional<sm::LlamaModel> draft_model;  // loaded when a configuration names `draft`
   std::stringstream ps(a.proposers);
   for (std::string pname; std::getline(ps, pname, ',');) {
@@ -350,7 +385,10 @@ int main(int argc, char** argv) try {
         }
       }
       Metered<sp::ProposerChain> top(chain, oracle ? &replay : nullptr);
+      const bool traced = !a.trace.empty() && o.adaptive.enabled && !oracle;
+      if (traced) top.trace(&replay);
       Outcome out = replay_one(top, o, i);
+      if (traced) traces.push_back({fmt::format("{} adaptive", pname), names[i], top.traced_steps()});
       if (std::getenv("REPLAY_TIMING"))
         fmt::print(stderr, "{}: propose {:.1f} us/call over {} calls, observe {:.1f} us/call\n", pname,
                    top.propose_timing().us_per_call(), top.propose_timing().calls, top.observe_timing().us_per_call());
@@ -409,6 +447,24 @@ int main(int argc, char** argv) try {
     fmt::print("{}\n", row);
   }
   js << "}}\n";
+  if (!a.trace.empty()) {
+    std::ofstream out(a.trace);
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> lost;  // config: rows verified past acceptance, left
+    std::map<std::string, std::int64_t> steps;
+    for (const Trace& t : traces)
+      for (const TracedStep& x : t.steps) {
+        out << nlohmann::json{{"config", t.config}, {"prompt", t.prompt}, {"proposed", x.proposed}, {"matched", x.matched},
+                              {"verified", x.verified}, {"accepted", x.accepted}}.dump()
+            << "\n";
+        lost[t.config].first += x.verified - x.accepted;
+        lost[t.config].second += std::max<std::int64_t>(x.matched - x.verified, 0);
+        ++steps[t.config];
+      }
+    if (!out) throw std::runtime_error("cannot write " + a.trace);
+    for (const auto& [config, l] : lost)
+      fmt::print("trace: {}: {} steps, {} draft rows verified past the accepted ones, {} matched drafts left unverified\n",
+                 config, steps[config], l.first, l.second);
+  }
   if (!a.json.empty()) {
     std::ofstream out(a.json);
     out << js.str();
