@@ -22,7 +22,9 @@
 // REPLAY_TIMING=1 prints each replay's proposer time a call. --trace writes the adaptive policy's steps, one JSON line
 // each (configuration, prompt, drafts proposed, how far the recording matched them, drafts verified, accepted), and
 // prints per configuration the draft rows it verified past the accepted ones and the matched drafts it left unverified:
-// where a policy loses against the ceiling.
+// where a policy loses against the ceiling. With the suffix proposer each line also has the length of the suffix match
+// behind the proposal ("match"), and a table per configuration gives P(the recording continues a proposal >= i drafts |
+// its match length): how much the match length tells a policy about a proposal.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -136,10 +138,45 @@ Args parse(int argc, char** argv) {
 }
 
 /// One step of a traced replay (one request per replay): its proposal's depth, how far the recording continued it, and
-/// the drafts the step verified and accepted.
+/// the drafts the step verified and accepted; with the suffix proposer, the length of the suffix match behind the
+/// proposal (-1: none reported).
 struct TracedStep {
-  std::int64_t proposed = 0, matched = 0, verified = 0, accepted = 0;
+  std::int64_t proposed = 0, matched = 0, verified = 0, accepted = 0, match = -1;
 };
+
+/// The traced steps' proposals by the length of the suffix match behind them (classes 1, 2, 3-4, 5-8, 9+): per draft
+/// position i, the fraction of the proposals at least i deep that the recording continued at least i drafts (n: how
+/// many were that deep), over every prompt of a configuration. Nothing when no step has a match length.
+template <class Traces>
+void print_match_table(const Traces& traces, std::int32_t g) {
+  constexpr std::int64_t kClasses = 5;
+  static constexpr const char* kNames[kClasses] = {"1", "2", "3-4", "5-8", "9+"};
+  auto class_of = [](std::int64_t m) -> std::int64_t { return m <= 1 ? 0 : m == 2 ? 1 : m <= 4 ? 2 : m <= 8 ? 3 : 4; };
+  std::map<std::string, std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>>> by;  // config: [class][i-1]
+  for (const auto& t : traces)
+    for (const TracedStep& x : t.steps) {
+      if (x.match <= 0 || x.proposed <= 0) continue;
+      auto& c = by[t.config];
+      if (c.empty()) c.assign(kClasses, std::vector<std::pair<std::int64_t, std::int64_t>>(static_cast<std::size_t>(g)));
+      auto& row = c[static_cast<std::size_t>(class_of(x.match))];
+      for (std::int64_t i = 1; i <= std::min<std::int64_t>(x.proposed, g); ++i) {
+        ++row[static_cast<std::size_t>(i - 1)].second;
+        if (x.matched >= i) ++row[static_cast<std::size_t>(i - 1)].first;
+      }
+    }
+  for (const auto& [config, c] : by) {
+    fmt::print("\n{}: P(the recording continues the proposal >= i drafts | suffix match length), proposals >= i deep\n", config);
+    std::string head = "| match |", rule = "|---|";
+    for (std::int32_t i = 1; i <= g; ++i) head += fmt::format(" i = {} |", i), rule += "---|";
+    fmt::print("{}\n{}\n", head, rule);
+    for (std::int64_t k = 0; k < kClasses; ++k) {
+      std::string row = fmt::format("| {} |", kNames[k]);
+      for (const auto& [hit, n] : c[static_cast<std::size_t>(k)])
+        row += n == 0 ? std::string(" - |") : fmt::format(" {:.2f} ({}) |", static_cast<double>(hit) / static_cast<double>(n), n);
+      fmt::print("{}\n", row);
+    }
+  }
+}
 
 /// A proposer as the replay runs it: counts sequential draft positions (the drafting cost), and as the ceiling cuts each
 /// step's drafts to the prefix (a tree: the path) the recording continues with. With a recording to trace against, it
@@ -168,6 +205,8 @@ class Metered {
   }
   /// Keep a TracedStep a step against `recording` (the replay target, whose continuation of a context is the recording's).
   void trace(const sd::ReplayTarget* recording) { traced_ = recording; }
+  /// Where a traced step's match length comes from (request id -> length; empty: none).
+  void trace_match(std::function<std::int64_t(sp::RequestId)> fn) { match_of_ = std::move(fn); }
   const std::vector<TracedStep>& traced_steps() const { return steps_; }
   sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -181,6 +220,7 @@ class Metered {
       const auto depths = sd::detail::draft_depths(d, 0);
       pending_.proposed = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
       pending_.matched = sd::detail::matched_depth(d, 0, traced_->continuation(rs[0].context));
+      if (match_of_) pending_.match = match_of_(rs[0].id);
     }
     if (!oracle_) return d;
     // The ceiling: what the target accepts of each request's drafts, known in advance (a tree: its one right path).
@@ -220,6 +260,7 @@ class Metered {
   const sd::ReplayTarget* traced_ = nullptr;
   TracedStep pending_;
   std::vector<TracedStep> steps_;
+  std::function<std::int64_t(sp::RequestId)> match_of_;
 };
 
 
@@ -387,6 +428,7 @@ int main(int argc, char** argv) try {
       Metered<sp::ProposerChain> top(chain, oracle ? &replay : nullptr);
       const bool traced = !a.trace.empty() && o.adaptive.enabled && !oracle;
       if (traced) top.trace(&replay);
+      if (traced && suffix) top.trace_match([&](sp::RequestId id) { return std::int64_t{suffix->last_match_length(id)}; });
       Outcome out = replay_one(top, o, i);
       if (traced) traces.push_back({fmt::format("{} adaptive", pname), names[i], top.traced_steps()});
       if (std::getenv("REPLAY_TIMING"))
@@ -453,9 +495,10 @@ int main(int argc, char** argv) try {
     std::map<std::string, std::int64_t> steps;
     for (const Trace& t : traces)
       for (const TracedStep& x : t.steps) {
-        out << nlohmann::json{{"config", t.config}, {"prompt", t.prompt}, {"proposed", x.proposed}, {"matched", x.matched},
-                              {"verified", x.verified}, {"accepted", x.accepted}}.dump()
-            << "\n";
+        nlohmann::json line{{"config", t.config}, {"prompt", t.prompt}, {"proposed", x.proposed}, {"matched", x.matched},
+                            {"verified", x.verified}, {"accepted", x.accepted}};
+        if (x.match >= 0) line["match"] = x.match;
+        out << line.dump() << "\n";
         lost[t.config].first += x.verified - x.accepted;
         lost[t.config].second += std::max<std::int64_t>(x.matched - x.verified, 0);
         ++steps[t.config];
@@ -464,6 +507,7 @@ int main(int argc, char** argv) try {
     for (const auto& [config, l] : lost)
       fmt::print("trace: {}: {} steps, {} draft rows verified past the accepted ones, {} matched drafts left unverified\n",
                  config, steps[config], l.first, l.second);
+    print_match_table(traces, a.g);
   }
   if (!a.json.empty()) {
     std::ofstream out(a.json);

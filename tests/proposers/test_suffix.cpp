@@ -94,6 +94,7 @@ TEST(Suffix, DraftsTheMostLikelyContinuationOfTheLongestMatch) {
   const auto d = propose(p, 1, ctx, 3);  // "5 6 7" continues "8 9" twice, then 1 or 2
   EXPECT_EQ(d.tokens, (Tokens{8, 9, 1}));
   EXPECT_TRUE(d.parents.empty());  // a chain
+  EXPECT_EQ(p.last_match_length(1), 3);  // "5 6 7" ("3 5 6 7" has no continuation)
   // Depth is capped by the decoder's g.
   EXPECT_EQ(propose(p, 1, ctx, 1).tokens, (Tokens{8}));
 }
@@ -111,6 +112,7 @@ TEST(Suffix, LongRepeatsDraftTheWholeDepth) {
   ctx.insert(ctx.end(), passage.begin(), passage.begin() + 30);
   begin(p, 1, ctx);
   EXPECT_EQ(propose(p, 1, ctx, 5).tokens, (Tokens{130, 131, 132, 133, 134}));
+  EXPECT_EQ(p.last_match_length(1), 19);  // room for 5 levels below the match in the depth-24 trie
   EXPECT_EQ(propose(p, 1, ctx, 8).tokens, (Tokens{130, 131, 132, 133, 134, 135, 136, 137}));
   // A finished output (the passage as generated text) drafts in full for a new request that repeats it.
   Tokens prompt = {7};
@@ -247,6 +249,9 @@ TEST(Suffix, BadOptionsAndProtocolErrors) {
   begin(p, 1, {1, 2});
   EXPECT_THROW(begin(p, 1, {1, 2}), specdec::error);
   EXPECT_THROW(propose(p, 2, {1, 2}, 2), specdec::error);
+  EXPECT_THROW((void)p.last_match_length(2), specdec::error);
+  EXPECT_TRUE(propose(p, 1, {1, 2}, 2).tokens.empty());  // nothing repeats: no match behind the (empty) proposal
+  EXPECT_EQ(p.last_match_length(1), 0);
 }
 
 std::vector<Tokens> generate_all(auto& proposer, sm::LlamaModel& target, const std::vector<sd::GenerationRequest>& rs, int g) {

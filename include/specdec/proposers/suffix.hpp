@@ -205,7 +205,7 @@ class SuffixProposer {
   }
 
   void begin_request(const RequestContext& ctx) {
-    auto [it, inserted] = live_.try_emplace(ctx.id, Live{SuffixTrie(options_.max_depth), {}, {}, 0});
+    auto [it, inserted] = live_.try_emplace(ctx.id, Live{SuffixTrie(options_.max_depth), {}, {}, 0, 0});
     if (!inserted)
       throw error(Status::kInvalidArgument, "SuffixProposer::begin_request: request " + std::to_string(ctx.id) + " is already live");
     it->second.prompt_length = static_cast<std::int64_t>(ctx.context.size());
@@ -247,6 +247,7 @@ class SuffixProposer {
         throw error(Status::kInvalidArgument, "SuffixProposer: request " + std::to_string(r.id) + ": the context shrank");
       extend(live, r.context);
       double best = 0;
+      live.last_match = 0;
       best_tokens.clear();
       best_parents.clear();
       for (const SuffixTrie* trie : {&live.trie, &global_}) {
@@ -265,6 +266,7 @@ class SuffixProposer {
                                            tokens, parents);
         if (expected > best) {
           best = expected;
+          live.last_match = matched;
           best_tokens.swap(tokens);
           best_parents.swap(parents);
         }
@@ -277,6 +279,15 @@ class SuffixProposer {
     return batch;
   }
   void observe(std::span<const StepFeedback>) {}
+
+  /// The length of the suffix match behind request `id`'s last proposal (the trie whose tree was proposed; 0: it drafted
+  /// nothing). What the node budget grows with; bench_replay --trace tabulates acceptance by it.
+  std::int32_t last_match_length(RequestId id) const {
+    auto it = live_.find(id);
+    if (it == live_.end())
+      throw error(Status::kInvalidArgument, "SuffixProposer::last_match_length: request " + std::to_string(id) + " is not live");
+    return it->second.last_match;
+  }
 
   /// Finished outputs in the global trie.
   std::int64_t cached_outputs() const { return static_cast<std::int64_t>(outputs_.size()); }
@@ -291,6 +302,7 @@ class SuffixProposer {
     SuffixTrie::Cursor cursor;
     std::vector<std::int64_t> tokens;
     std::int64_t prompt_length = 0;
+    std::int32_t last_match = 0;  // see last_match_length
   };
   static void extend(Live& r, std::span<const std::int64_t> context) {
     for (std::size_t i = r.tokens.size(); i < context.size(); ++i) {
