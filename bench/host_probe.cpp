@@ -1,7 +1,10 @@
 // bench_host_probe: what the host's cores do, for reading the kernels' figures (README, Results). Stand-alone loops:
 //   - the clock, from a chain of dependent integer adds (one a cycle);
 //   - 512-bit vpdpbusd (AVX-512 VNNI) throughput a cycle, alone and beside 4 float multiplies, 4 conversions or 4
-//     integer shifts / adds, or with memory-broadcast operands (which of them share the multiply pipes the packed products' float stage uses);
+//     integer shifts / adds, with memory-broadcast operands folded or as separate vpbroadcastd loads, or beside register
+//     copies (which of them share the multiply pipes the packed products' float stage uses, and whether the compiler's
+//     separate broadcasts and zero copies cost anything); and 12 dependent vpdpbusd (its latency: 4 cycles needs 8
+//     independent sums in flight to keep 2 a cycle);
 //   - the same vpdpbusd loop on two threads at once against one thread: per-thread rate 1.0 when the two threads run
 //     on two cores' pipes, about 0.5 when they share one core's.
 // x86-64 with AVX-512 VNNI only (it says so and exits 0 elsewhere). No libtorch; bench_torch_rss is the memory probe.
@@ -37,7 +40,7 @@ double ghz() {
 }
 
 // Seconds for kIters iterations of one loop body (each a fixed instruction group).
-enum class Body { kDp, kDpFma, kDpMul, kDpCvt, kDpInt, kDpBroadcast };
+enum class Body { kDp, kDpFma, kDpMul, kDpCvt, kDpInt, kDpBroadcast, kDpLoadBroadcast, kDpMove, kDpChain };
 double run(Body body) {
   alignas(64) static const std::int32_t x[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   const auto t0 = Clock::now();
@@ -69,6 +72,29 @@ double run(Body body) {
             "vpdpbusd 40(%0)%{1to16%}, %%zmm31, %%zmm10\n vpdpbusd 44(%0)%{1to16%}, %%zmm31, %%zmm11\n" ::"r"(x)
             : CLOBBERS);
         break;
+      case Body::kDpLoadBroadcast:  // each activation broadcast by its own vpbroadcastd from memory, then vpdpbusd
+        asm volatile(
+            "vpbroadcastd 0(%0), %%zmm12\n vpdpbusd %%zmm12, %%zmm31, %%zmm0\n vpbroadcastd 4(%0), %%zmm13\n vpdpbusd %%zmm13, %%zmm31, %%zmm1\n"
+            "vpbroadcastd 8(%0), %%zmm14\n vpdpbusd %%zmm14, %%zmm31, %%zmm2\n vpbroadcastd 12(%0), %%zmm15\n vpdpbusd %%zmm15, %%zmm31, %%zmm3\n"
+            "vpbroadcastd 16(%0), %%zmm12\n vpdpbusd %%zmm12, %%zmm31, %%zmm4\n vpbroadcastd 20(%0), %%zmm13\n vpdpbusd %%zmm13, %%zmm31, %%zmm5\n"
+            "vpbroadcastd 24(%0), %%zmm14\n vpdpbusd %%zmm14, %%zmm31, %%zmm6\n vpbroadcastd 28(%0), %%zmm15\n vpdpbusd %%zmm15, %%zmm31, %%zmm7\n"
+            "vpbroadcastd 32(%0), %%zmm12\n vpdpbusd %%zmm12, %%zmm31, %%zmm8\n vpbroadcastd 36(%0), %%zmm13\n vpdpbusd %%zmm13, %%zmm31, %%zmm9\n"
+            "vpbroadcastd 40(%0), %%zmm14\n vpdpbusd %%zmm14, %%zmm31, %%zmm10\n vpbroadcastd 44(%0), %%zmm15\n vpdpbusd %%zmm15, %%zmm31, %%zmm11\n" ::"r"(x)
+            : CLOBBERS);
+        break;
+      case Body::kDpChain:  // 12 dependent vpdpbusd (one accumulator): the instruction's latency
+        asm volatile(
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n"
+            "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n vpdpbusd %%zmm30, %%zmm31, %%zmm0\n" ::
+                : CLOBBERS);
+        break;
+      case Body::kDpMove:  // + 12 register copies (an accumulator started as a copy of a zero register)
+        asm volatile(DP12 "vmovdqa32 %%zmm28, %%zmm12\n vmovdqa32 %%zmm28, %%zmm13\n vmovdqa32 %%zmm28, %%zmm14\n vmovdqa32 %%zmm28, %%zmm15\n"
+                          "vmovdqa32 %%zmm28, %%zmm12\n vmovdqa32 %%zmm28, %%zmm13\n vmovdqa32 %%zmm28, %%zmm14\n vmovdqa32 %%zmm28, %%zmm15\n"
+                          "vmovdqa32 %%zmm28, %%zmm12\n vmovdqa32 %%zmm28, %%zmm13\n vmovdqa32 %%zmm28, %%zmm14\n vmovdqa32 %%zmm28, %%zmm15\n" ::: CLOBBERS);
+        break;
     }
   return seconds_since(t0);
 }
@@ -92,7 +118,10 @@ int main() {
                {Body::kDpMul, "12 vpdpbusd + 4 vmulps"},
                {Body::kDpCvt, "12 vpdpbusd + 4 vcvtdq2ps"},
                {Body::kDpInt, "12 vpdpbusd + 2 vpslld + 2 vpaddd"},
-               {Body::kDpBroadcast, "12 vpdpbusd, memory-broadcast operands"}};
+               {Body::kDpBroadcast, "12 vpdpbusd, memory-broadcast operands"},
+               {Body::kDpLoadBroadcast, "12 vpdpbusd + 12 vpbroadcastd (memory)"},
+               {Body::kDpMove, "12 vpdpbusd + 12 vmovdqa32 (register)"},
+               {Body::kDpChain, "12 vpdpbusd, one dependent chain"}};
   for (const auto& l : loops) std::printf("%-36s %.2f cycles\n", l.name, run(l.body) * f * 1e9 / kIters);
   run(Body::kDp);
   const double one = run(Body::kDp);
