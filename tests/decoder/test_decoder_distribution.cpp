@@ -1,11 +1,13 @@
 // The joint distribution of the first two generated tokens under speculation (draft model proposer, token-level and block
 // verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound
 // per category; a proposer chain's mixed batch (n-gram drafts for one prompt, draft-model drafts for another, verified in the
-// same steps) matches each prompt's reference.
+// same steps) matches each prompt's reference, and so does a batch whose requests name their own members and order.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "common.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
@@ -213,6 +215,54 @@ TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
           << "prompt " << k << " category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V)
           << "): count " << count[k][c] << ", expected " << e;
     }
+  }
+}
+
+// Requests of one batch naming their own members and order (GenerationRequest::proposers) on one prompt whose "1 5"
+// the n-gram continues: the chain's order (n-gram drafts), the draft model alone (its sampled drafts, though the lookup
+// would draft), the draft model then the n-gram, and the n-gram alone. Every order keeps the target's joint law of the
+// first two tokens.
+TEST(DecoderDistribution, ProposerChainPerRequestOrdersFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(29, kVocab);
+  auto draft_model = tiny_model(30, kVocab);
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(draft, "draft");
+  const std::vector<std::int64_t> prompt = {1, 5, 2, 7, 3, 1, 5};
+  const std::vector<std::vector<std::string>> orders = {{}, {"draft"}, {"draft", "ngram"}, {"ngram"}};
+  const auto params1 = params(1.0f);
+  const std::int64_t V = kVocab;
+  const std::vector<double> pi = joint_reference(target, prompt, params1);
+  std::vector<std::int64_t> count(pi.size());
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 3;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(chain, target, o);
+  constexpr std::int64_t kPerCall = 500;
+  for (std::int64_t start = 0; start < kDraws; start += kPerCall) {
+    std::vector<sd::GenerationRequest> rs;
+    for (std::int64_t i = start; i < std::min(kDraws, start + kPerCall); ++i) {
+      auto r = make_request(prompt, 2);
+      r.params = params1;
+      r.params.seed = 0x0DE50000ull + static_cast<std::uint64_t>(i);
+      r.proposers = orders[static_cast<std::size_t>(i) % orders.size()];
+      rs.push_back(r);
+    }
+    for (const auto& res : dec.generate(rs)) {
+      ASSERT_EQ(res.tokens.size(), 2u);
+      ++count[static_cast<std::size_t>(res.tokens[0] * V + res.tokens[1])];
+    }
+  }
+  EXPECT_GT(chain.drafted_by(0), 0);
+  EXPECT_GT(chain.drafted_by(1), 0);
+  EXPECT_GT(dec.metrics().total.accepted, 0);
+  for (std::size_t c = 0; c < pi.size(); ++c) {
+    const double e = static_cast<double>(kDraws) * pi[c];
+    const double bound = 6.0 * std::sqrt(e * (1.0 - pi[c])) + (pi[c] > 0 ? 5.0 : 0.0);
+    EXPECT_LE(std::abs(static_cast<double>(count[c]) - e), bound)
+        << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
+        << count[c] << ", expected " << e;
   }
 }
 

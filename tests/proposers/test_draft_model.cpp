@@ -19,7 +19,7 @@ TEST(DraftModel, DraftsAreDeterministicAndProbsAreProcessedRows) {
     sp::RequestContext c{7, ctx, &params, nullptr};
     p.begin_request(c);
     EXPECT_EQ(m.sequence_length(p.slot(7)), 3);
-    sp::ProposeRequest r{7, ctx, &params, 3, 4};
+    sp::ProposeRequest r{7, ctx, &params, 3, 4, {}};
     const auto d = p.propose(std::span(&r, 1));
     ASSERT_EQ(d.token_ids.size(), 3u);
     ASSERT_TRUE(d.probs.defined());
@@ -60,7 +60,7 @@ TEST(DraftModel, GreedyDraftsAreArgmax) {
   params.temperature = 0;
   sp::RequestContext c{1, ctx, &params, nullptr};
   p.begin_request(c);
-  sp::ProposeRequest r{1, ctx, &params, 4, 2};
+  sp::ProposeRequest r{1, ctx, &params, 4, 2, {}};
   const auto d = p.propose(std::span(&r, 1));
   EXPECT_EQ(d.token_ids, reference_greedy(m, ctx, 4));
 }
@@ -75,7 +75,7 @@ TEST(DraftModel, ErrorsAreClear) {
   }
   sp::DraftModelProposer<sm::LlamaModel> p(m);
   specdec::SamplingParams params;
-  sp::ProposeRequest r{3, {}, &params, 2, 0};
+  sp::ProposeRequest r{3, {}, &params, 2, 0, {}};
   EXPECT_THROW(p.propose(std::span(&r, 1)), specdec::error);
   const std::vector<std::int64_t> ctx{1};
   sp::RequestContext c{3, ctx, &params, nullptr};

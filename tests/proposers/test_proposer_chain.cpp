@@ -1,7 +1,8 @@
 // ProposerChain: priority order (the first member that drafts for a request wins; the rest are asked only for the requests
-// left without drafts), the merged DraftBatch with per-request draft kinds, every member kept in step with the context,
-// protocol errors, and through the decoder: greedy output equal to plain decoding for lookup-then-draft-model and
-// suffix-then-n-gram chains, and a request's sampled tokens independent of its batch. The joint distribution of a mixed
+// left without drafts), requests naming their own members and order, the merged DraftBatch with per-request draft kinds,
+// every member kept in step with the context, protocol errors, and through the decoder: greedy output equal to plain
+// decoding for lookup-then-draft-model and suffix-then-n-gram chains and for a batch whose requests order the members
+// differently (bad names refused with nothing left behind), and a request's sampled tokens independent of its batch. The joint distribution of a mixed
 // batch is in tests/decoder/test_decoder_distribution.cpp.
 #include <gtest/gtest.h>
 
@@ -98,6 +99,51 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
   EXPECT_FALSE(only.probs.defined());
   EXPECT_TRUE(only.has_probs.empty());
   chain.end_request(3);
+}
+
+TEST(ProposerChain, RequestsNameTheirOwnMembersAndOrder) {
+  auto draft_model = tiny_model(32);
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(draft, "draft");
+  EXPECT_EQ(chain.member_index("ngram"), 0);
+  EXPECT_EQ(chain.member_index("draft"), 1);
+  EXPECT_THROW((void)chain.member_index("suffix"), specdec::error);
+  specdec::SamplingParams greedy;
+  const Tokens lookup = {1, 5, 2, 7, 3, 1, 5};  // the n-gram drafts "2 7 3"
+  const Tokens fresh = {9, 4, 11, 6};           // the n-gram finds nothing
+  for (sp::RequestId id = 0; id < 5; ++id) begin(chain, id, id == 4 ? fresh : lookup, &greedy);
+  const std::int32_t just_draft[] = {1}, reversed[] = {1, 0}, just_ngram[] = {0};
+  sp::ProposeRequest rs[] = {request(0, lookup, &greedy, 3), request(1, lookup, &greedy, 3), request(2, lookup, &greedy, 3),
+                             request(3, lookup, &greedy, 3), request(4, fresh, &greedy, 3)};
+  rs[1].members = just_draft;  // the draft model, though the lookup would draft
+  rs[2].members = reversed;    // the draft model first
+  rs[3].members = just_ngram;
+  rs[4].members = just_ngram;  // the lookup finds nothing and nobody else is asked
+  const sp::DraftBatch d = chain.propose(rs);
+  ASSERT_EQ(d.num_requests(), 5);
+  EXPECT_EQ(Tokens(d.token_ids.begin(), d.token_ids.begin() + 3), (Tokens{2, 7, 3}));  // the chain's order
+  EXPECT_EQ(d.num_drafts(1), 3);
+  EXPECT_EQ(d.num_drafts(2), 3);
+  EXPECT_EQ(Tokens(d.token_ids.begin() + 9, d.token_ids.begin() + 12), (Tokens{2, 7, 3}));
+  EXPECT_EQ(d.num_drafts(4), 0);
+  EXPECT_EQ(d.has_probs, (std::vector<std::uint8_t>{0, 1, 1, 0, 0}));
+  EXPECT_EQ(chain.drafted_by(0), 2);
+  EXPECT_EQ(chain.drafted_by(1), 2);
+  // A member out of range or named twice is refused before any member is asked.
+  const std::int32_t out_of_range[] = {2}, twice[] = {0, 0};
+  rs[1].members = out_of_range;
+  EXPECT_THROW((void)chain.propose(rs), specdec::error);
+  rs[1].members = twice;
+  EXPECT_THROW((void)chain.propose(rs), specdec::error);
+  EXPECT_EQ(chain.drafted_by(0), 2);
+  for (sp::RequestId id = 0; id < 5; ++id) chain.end_request(id);
+  // Two members under one name cannot be told apart.
+  sp::NgramProposer other;
+  sp::ProposerChain same_names;
+  same_names.add(ngram, "lookup").add(other, "lookup");
+  EXPECT_THROW((void)same_names.member_index("lookup"), specdec::error);
 }
 
 /// A proposer that records its calls and fails on demand.
@@ -212,6 +258,44 @@ TEST(ProposerChain, GreedyOutputEqualsPlainDecoding) {
     trees_then_chains.add(suffix, "suffix").add(ngram2, "ngram");
     EXPECT_EQ(generate_all(trees_then_chains, target, rs, g), expected) << "suffix,ngram g " << g;
   }
+}
+
+// Requests of one batch naming their own members and orders (GenerationRequest::proposers): greedy output still equals
+// plain decoding, each member drafts, and a bad name leaves the decoder as it was.
+TEST(ProposerChain, PerRequestOrdersKeepGreedyOutputAndRefuseBadNames) {
+  auto target = tiny_model(3);
+  auto draft_model = tiny_model(8);
+  std::vector<sd::GenerationRequest> rs;
+  const std::vector<std::vector<std::string>> orders = {{}, {"draft"}, {"draft", "ngram"}, {"ngram"}, {"suffix", "draft"}};
+  for (std::size_t b = 0; b < orders.size(); ++b) {
+    rs.push_back(make_request(make_prompt(14 + 4 * static_cast<std::int64_t>(b), 64, static_cast<std::uint64_t>(b)), 24));
+    rs.back().proposers = orders[b];
+  }
+  std::vector<sd::GenerationRequest> unnamed = rs;
+  for (auto& r : unnamed) r.proposers.clear();
+  const auto expected = plain(target, unnamed);
+  sp::NgramProposer ngram;
+  sp::SuffixProposer suffix;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(suffix, "suffix").add(draft, "draft");
+  EXPECT_EQ(generate_all(chain, target, rs, 4), expected);
+  for (std::size_t m = 0; m < chain.size(); ++m) EXPECT_GT(chain.drafted_by(m), 0) << chain.name(m);
+
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 4;
+  sd::SpeculativeDecoder dec(chain, target, o);
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{{"eagle"}, {"draft", "draft"}}) {
+    auto r = rs[0];
+    r.proposers = bad;
+    EXPECT_THROW(dec.add_request(r), specdec::error);
+    EXPECT_EQ(dec.num_running(), 0u);
+  }
+  sd::SpeculativeDecoder alone(ngram, target, o);  // no named members
+  auto r = rs[0];
+  r.proposers = {"ngram"};
+  EXPECT_THROW(alone.add_request(r), specdec::error);
+  EXPECT_EQ(alone.num_running(), 0u);
 }
 
 TEST(ProposerChain, SampledTokensDoNotDependOnTheBatch) {

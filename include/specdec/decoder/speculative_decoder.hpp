@@ -88,9 +88,11 @@ class SpeculativeDecoder {
                   "add_request: prompt: expected fewer tokens than the target's context length " +
                       std::to_string(max_sequence_length_) + " (room for at least one new token), got " +
                       std::to_string(request.prompt.size()));
+    std::vector<std::int32_t> members = member_order(request);
     const auto t0 = Clock::now();
     Request r;
     r.id = next_id_;
+    r.members = std::move(members);
     r.acceptance = AcceptanceEstimate(options_.adaptive.acceptance_decay);
     r.yield = DraftingYield(options_.adaptive.acceptance_decay);
     r.probe_wait = options_.adaptive.first_probe_interval;
@@ -179,6 +181,7 @@ class SpeculativeDecoder {
         p.params = &r.req.params;
         p.max_drafts = g[static_cast<std::size_t>(b)];
         p.position = static_cast<std::int64_t>(r.context.size());
+        p.members = r.members;
       }
       const auto t = Clock::now();
       drafts = proposer_->propose(std::span<const proposers::ProposeRequest>(pr));
@@ -389,6 +392,7 @@ class SpeculativeDecoder {
     RequestMetrics metrics;
     FinishReason finish = FinishReason::kNone;
     std::string stop_string;
+    std::vector<std::int32_t> members;  // GenerationRequest::proposers as the proposer's member indices (empty: all)
     AcceptanceEstimate acceptance;  // by draft position, decayed (the adaptive policy's E[tokens])
     DraftingYield yield;            // what its drafting steps emitted and verified (sampled requests choosing alone)
     double rows_per_depth = 1.0;    // token rows per draft depth of the request's last drafts (trees > 1)
@@ -461,6 +465,26 @@ class SpeculativeDecoder {
     if (k == 0) {
       ++r.metrics.shadow_probes;
       r.metrics.shadow_accepted += matched > 0 ? 1 : 0;
+    }
+  }
+
+  /// GenerationRequest::proposers as member indices of the proposer (has_member_names), in the request's order. Throws
+  /// specdec::error for an unknown or repeated name, or for any name when the proposer has no named members.
+  std::vector<std::int32_t> member_order(const GenerationRequest& q) const {
+    std::vector<std::int32_t> out;
+    if (q.proposers.empty()) return out;
+    if constexpr (proposers::has_member_names<Draft>) {
+      for (const std::string& name : q.proposers) {
+        const std::int32_t m = proposer_->member_index(name);
+        if (std::find(out.begin(), out.end(), m) != out.end())
+          throw error(Status::kInvalidArgument, "add_request: proposers: '" + name + "' named twice");
+        out.push_back(m);
+      }
+      return out;
+    } else {
+      throw error(Status::kInvalidArgument,
+                  "add_request: proposers: the decoder's proposer has no named members (a ProposerChain has); got '" +
+                      q.proposers.front() + "'");
     }
   }
 
@@ -573,6 +597,7 @@ class SpeculativeDecoder {
       p.params = &r->req.params;
       p.max_drafts = 1;
       p.position = static_cast<std::int64_t>(r->context.size());
+      p.members = r->members;
       pr.push_back(p);
       who.push_back(r);
     }

@@ -37,6 +37,11 @@ struct GenerationRequest {
   /// lossless, never fewer accepted drafts in expectation). Applies to chains; a step whose batch holds a draft tree is
   /// verified token by token (tree verification).
   VerifyMethod verify_method = VerifyMethod::kToken;
+  /// With a proposer of named members (a ProposerChain): the members this request drafts with, by the names they were
+  /// added under, in the request's own priority order (e.g. {"suffix"} to leave a draft model out, or {"draft",
+  /// "suffix"} to reverse the chain). Empty: every member in the chain's order. add_request refuses an unknown or
+  /// repeated name, and any name when the decoder's proposer has no named members.
+  std::vector<std::string> proposers;
 };
 
 enum class FinishReason : std::uint8_t {

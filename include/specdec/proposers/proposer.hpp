@@ -29,6 +29,8 @@
 //   - trees (supports_trees<P>): `static constexpr bool supports_trees = true;`. Without it a DraftBatch with parents is an error.
 //   - vocabulary (has_vocab_size<P>): `std::int64_t vocab_size() const`; the decoder refuses a proposer whose vocabulary differs
 //     from the target's.
+//   - named members (has_member_names<P>): `std::int32_t member_index(std::string_view) const`; a request may then name the
+//     members it drafts with, in its own order (GenerationRequest::proposers -> ProposeRequest::members).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +38,7 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "specdec/sampling/params.hpp"
@@ -75,6 +78,9 @@ struct ProposeRequest {
   const SamplingParams* params = nullptr;
   std::int32_t max_drafts = 0;             ///< g for this step (>= 0): chain length, or tree depth, at most this
   std::int64_t position = 0;               ///< context.size(): sequence index of the first draft token
+  /// For a proposer with named members (has_member_names: a ProposerChain): the members this request drafts with, in its
+  /// own priority order (indices from member_index); empty = every member in the proposer's order. Others ignore it.
+  std::span<const std::int32_t> members;
 };
 
 /// Drafts of a whole propose() call, in the verifier's ragged layout, requests in the order they were given.
@@ -165,6 +171,14 @@ concept has_lookup_drafts = requires(const P& p) {
 template <class P>
 concept has_vocab_size = requires(const P& p) {
   { p.vocab_size() } -> std::convertible_to<std::int64_t>;
+};
+
+/// Capability: the proposer is made of named members a request can choose and order (GenerationRequest::proposers):
+/// member_index(name) is the member's index for ProposeRequest::members, or throws specdec::error for a name it does not
+/// have (or has twice).
+template <class P>
+concept has_member_names = requires(const P& p, std::string_view name) {
+  { p.member_index(name) } -> std::convertible_to<std::int32_t>;
 };
 
 /// No drafts at all: the decoder then runs plain autoregressive decoding through the same loop and the same RNG contract

@@ -1,7 +1,9 @@
 // ProposerChain: several proposers in priority order (llama.cpp's --spec-type lists; suffix decoding then a draft model).
 //
 // Each step, the first member drafts for every request that may draft (max_drafts > 0); the requests it leaves without a
-// draft go to the next member, and so on. A request's drafts therefore come from exactly one member per step, chosen from
+// draft go to the next member, and so on. A request may name its own members and order (ProposeRequest::members, from
+// GenerationRequest::proposers by member_index): then each turn asks every member once, for the requests whose turn
+// it is, so a batch whose requests order the members differently still asks each member at most once a turn. A request's drafts therefore come from exactly one member per step, chosen from
 // that request's own context by the members before it, so verification stays lossless: given the context, the drafts are
 // either a lookup's deterministic tokens (accepted with probability p(x)) or a sampling member's draws with their
 // distributions, and the DraftBatch says which per request (DraftBatch::has_probs when the batch mixes them).
@@ -19,10 +21,12 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/proposers/proposer.hpp"
@@ -93,42 +97,86 @@ class ProposerChain {
     for (auto& m : members_) m->observe(feedback);
   }
 
+  /// The index of the member added under `name` (for ProposeRequest::members). Throws specdec::error when no member or
+  /// more than one has that name.
+  std::int32_t member_index(std::string_view name) const {
+    std::int32_t found = -1, count = 0;
+    std::string names;
+    for (std::size_t i = 0; i < members_.size(); ++i) {
+      names += (i == 0 ? "" : ", ") + members_[i]->name;
+      if (members_[i]->name == name) found = static_cast<std::int32_t>(i), ++count;
+    }
+    if (count == 1) return found;
+    throw error(Status::kInvalidArgument, "ProposerChain: " +
+                                              (count == 0 ? "no member is named '" + std::string(name) + "'"
+                                                          : std::to_string(count) + " members are named '" + std::string(name) + "'") +
+                                              " (members: " + names + ")");
+  }
+
   DraftBatch propose(std::span<const ProposeRequest> requests) {
     const auto B = static_cast<std::int64_t>(requests.size());
+    const auto M = static_cast<std::int32_t>(members_.size());
+    for (const ProposeRequest& r : requests) {  // a request's own member order: valid and without repeats
+      std::vector<bool> seen(static_cast<std::size_t>(M));
+      for (const std::int32_t m : r.members) {
+        if (m < 0 || m >= M || seen[static_cast<std::size_t>(m)])
+          throw error(Status::kInvalidArgument, "ProposerChain::propose: request " + std::to_string(r.id) + ": member " +
+                                                    std::to_string(m) + (m < 0 || m >= M ? " out of range [0, " + std::to_string(M) + ")"
+                                                                                         : " named twice"));
+        seen[static_cast<std::size_t>(m)] = true;
+      }
+    }
+    // The member request r asks at its rank-th turn: its own list's, or the chain's order; -1 past its list.
+    auto member_at = [M](const ProposeRequest& r, std::int32_t rank) -> std::int32_t {
+      if (r.members.empty()) return rank < M ? rank : -1;
+      return rank < static_cast<std::int32_t>(r.members.size()) ? r.members[static_cast<std::size_t>(rank)] : -1;
+    };
     struct Owned {
       std::int64_t member = -1;
       std::vector<std::int64_t> drafts, parents;
       at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
     };
     std::vector<Owned> owned(static_cast<std::size_t>(B));
-    std::vector<std::int64_t> waiting;  // indices of requests still without drafts
+    std::vector<std::int64_t> waiting;  // indices of requests still without drafts, in order
     for (std::int64_t b = 0; b < B; ++b)
       if (requests[static_cast<std::size_t>(b)].max_drafts > 0) waiting.push_back(b);
     std::vector<ProposeRequest> sub;
-    for (std::size_t m = 0; m < members_.size() && !waiting.empty(); ++m) {
-      sub.clear();
-      for (auto b : waiting) sub.push_back(requests[static_cast<std::size_t>(b)]);
-      const DraftBatch d = members_[m]->propose(sub);
-      if (d.num_requests() != static_cast<std::int64_t>(sub.size()))
-        throw error(Status::kInvalidArgument, "ProposerChain::propose: " + members_[m]->name + " returned " +
-                                                  std::to_string(d.num_requests()) + " requests; expected " +
-                                                  std::to_string(sub.size()));
-      std::vector<std::int64_t> still;
-      for (std::int64_t j = 0; j < d.num_requests(); ++j) {
-        const std::int64_t b = waiting[static_cast<std::size_t>(j)], k = d.num_drafts(j);
-        if (k == 0) {
-          still.push_back(b);
-          continue;
+    std::vector<std::int64_t> asked, still;
+    // Turn by turn: at each rank every member is asked once, for the waiting requests whose rank-th member it is (all of
+    // them at rank m for member m when no request has its own list: the chain's order).
+    for (std::int32_t rank = 0; rank < M && !waiting.empty(); ++rank) {
+      still.clear();
+      for (std::int32_t m = 0; m < M; ++m) {
+        sub.clear();
+        asked.clear();
+        for (auto b : waiting)
+          if (member_at(requests[static_cast<std::size_t>(b)], rank) == m) {
+            sub.push_back(requests[static_cast<std::size_t>(b)]);
+            asked.push_back(b);
+          }
+        if (sub.empty()) continue;
+        const DraftBatch d = members_[static_cast<std::size_t>(m)]->propose(sub);
+        if (d.num_requests() != static_cast<std::int64_t>(sub.size()))
+          throw error(Status::kInvalidArgument, "ProposerChain::propose: " + members_[static_cast<std::size_t>(m)]->name +
+                                                    " returned " + std::to_string(d.num_requests()) + " requests; expected " +
+                                                    std::to_string(sub.size()));
+        for (std::int64_t j = 0; j < d.num_requests(); ++j) {
+          const std::int64_t b = asked[static_cast<std::size_t>(j)], k = d.num_drafts(j);
+          if (k == 0) {
+            still.push_back(b);
+            continue;
+          }
+          Owned& o = owned[static_cast<std::size_t>(b)];
+          o.member = m;
+          const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(j)];
+          o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
+          if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
+          if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
+          ++drafted_by_[static_cast<std::size_t>(m)];
         }
-        Owned& o = owned[static_cast<std::size_t>(b)];
-        o.member = static_cast<std::int64_t>(m);
-        const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(j)];
-        o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
-        if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
-        if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
-        ++drafted_by_[m];
       }
-      waiting = std::move(still);
+      std::sort(still.begin(), still.end());
+      waiting.swap(still);
     }
     DraftBatch out;
     out.cu_num_drafts.push_back(0);
