@@ -415,16 +415,29 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
 
   // Prompts.
   std::vector<std::string> prompts;
+  std::vector<std::vector<std::string>> named;  // the proposers each prompt names ("proposers" in a prompt file)
   bool chat = o.chat;
   if (!o.prompt.empty()) prompts.push_back(o.prompt);
-  if (!o.prompt_file.empty()) {
-    auto more = read_prompt_file(o.prompt_file);
-    prompts.insert(prompts.end(), more.begin(), more.end());
-  }
+  if (!o.prompt_file.empty())
+    for (auto& e : specdec::models::read_prompt_entries(o.prompt_file)) {
+      prompts.push_back(std::move(e.prompt));
+      named.resize(prompts.size());
+      named.back() = std::move(e.proposers);
+    }
   if (prompts.empty()) {
     prompts = demo_prompts();
     chat = true;
   }
+  named.resize(prompts.size());
+  // A prompt that names its proposers drafts with those members of the --proposer chain, in its order.
+  const std::vector<std::string> members = proposer.find(',') != std::string::npos ? proposer_names(proposer)
+                                                                                   : std::vector<std::string>{};
+  for (std::size_t i = 0; i < named.size(); ++i)
+    for (const std::string& name : named[i])
+      if (std::find(members.begin(), members.end(), name) == members.end())
+        fail(fmt::format("prompt {} names the proposer '{}', which {}", i, name,
+                         members.empty() ? "needs a chain: --proposer lists the members, e.g. --proposer suffix,draft"
+                                         : "is not in --proposer " + proposer));
   const auto chat_template = specdec::models::ChatTemplate::from_gguf(tokenizer_file);
   std::vector<GenerationRequest> requests;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
@@ -511,7 +524,9 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
                          "got '{}' in '{}'", name, proposer));
       }
     }
-    spec = run(chain, target, requests, spec_options, tokenizer, "speculative (" + proposer + ")", how);
+    std::vector<GenerationRequest> chain_requests = requests;
+    for (std::size_t i = 0; i < chain_requests.size(); ++i) chain_requests[i].proposers = named[i];
+    spec = run(chain, target, chain_requests, spec_options, tokenizer, "speculative (" + proposer + ")", how);
     for (std::size_t i = 0; i < chain.size(); ++i)
       fmt::print(stderr, "specdec-generate: chain member {} drafted {} request-steps\n", chain.name(i), chain.drafted_by(i));
   } else if (proposer == "ngram") {
@@ -675,7 +690,9 @@ int main(int argc, char** argv) {
                  "decoding's global cache sees the earlier rounds' outputs); figures cover every round")
       ->capture_default_str();
   app.add_option("--prompt", o.prompt, "prompt text");
-  app.add_option("--prompt-file", o.prompt_file, "one prompt per line, or JSONL objects with a \"prompt\" field; run as one batch");
+  app.add_option("--prompt-file", o.prompt_file,
+                 "one prompt per line, or JSONL objects with a \"prompt\" field (and optionally \"proposers\": the members of "
+                 "the --proposer chain that prompt drafts with, in its order, e.g. [\"suffix\"] or \"draft,suffix\"); run as one batch");
   app.add_flag("--chat", o.chat, "apply the model's chat template");
   app.add_flag("--compare", o.compare, "also run the autoregressive baseline and report the speedup");
   app.add_flag("--baseline-last", o.baseline_last,

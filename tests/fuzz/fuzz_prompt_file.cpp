@@ -1,10 +1,13 @@
-// libFuzzer target: the prompt-file parser of specdec-generate --prompt-file (parse_prompt_file: one prompt per line or JSONL
-// objects with a "prompt" field). Any specdec::error is an expected outcome; a crash, a sanitizer report, another exception,
-// no prompt returned without an error, or prompts that are not the input's non-blank lines in order is a bug.
+// libFuzzer target: the prompt-file parser of specdec-generate --prompt-file (parse_prompt_entries: one prompt per line or
+// JSONL objects with a "prompt" field and optional "proposers"). Any specdec::error is an expected outcome; a crash, a
+// sanitizer report, another exception, no prompt returned without an error, prompts that are not the input's non-blank
+// lines in order, an empty or repeated proposer name, or parse_prompt_file disagreeing is a bug.
 // Run: scripts/fuzz.sh prompt_file.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "fuzz_common.hpp"
 #include "specdec/models/prompt_file.hpp"
@@ -14,8 +17,17 @@ namespace sm = specdec::models;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
-    const auto prompts = sm::parse_prompt_file(text, "fuzz.jsonl");
-    SPECDEC_FUZZ_CHECK(!prompts.empty());
+    const auto entries = sm::parse_prompt_entries(text, "fuzz.jsonl");
+    SPECDEC_FUZZ_CHECK(!entries.empty());
+    std::vector<std::string> prompts;
+    for (const auto& e : entries) {
+      prompts.push_back(e.prompt);
+      for (std::size_t i = 0; i < e.proposers.size(); ++i) {  // named proposers: non-empty and distinct
+        SPECDEC_FUZZ_CHECK(!e.proposers[i].empty());
+        for (std::size_t k = 0; k < i; ++k) SPECDEC_FUZZ_CHECK(e.proposers[k] != e.proposers[i]);
+      }
+    }
+    SPECDEC_FUZZ_CHECK(sm::parse_prompt_file(text, "fuzz.jsonl") == prompts);
     // One prompt per line that is not blank, in order; a line not starting with '{' is its prompt as it is.
     std::size_t k = 0;
     for (std::size_t b = 0; b < text.size();) {

@@ -1,4 +1,5 @@
-// Prompt files (specdec-generate --prompt-file): plain lines and JSONL objects, and the errors for bad lines.
+// Prompt files (specdec-generate --prompt-file): plain lines and JSONL objects (with the proposers a prompt names), and the
+// errors for bad lines.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -30,6 +31,33 @@ TEST(PromptFile, PlainLinesAndJsonObjects) {
   EXPECT_EQ(prompts, (std::vector<std::string>{"first prompt", "a\nb \xC3\xA9", "  indented {not json}", "last\r", ""}));
 }
 
+TEST(PromptFile, ObjectsMayNameTheirProposers) {
+  const auto entries = sm::parse_prompt_entries(
+      "plain\n{\"prompt\": \"a\", \"proposers\": [\"suffix\", \"draft\"]}\n{\"prompt\": \"b\", \"proposers\": \"draft,ngram\"}\n"
+      "{\"prompt\": \"c\", \"proposers\": []}\n{\"prompt\": \"d\", \"proposers\": \"suffix\"}");
+  ASSERT_EQ(entries.size(), 5u);
+  EXPECT_EQ(entries[0].prompt, "plain");
+  EXPECT_TRUE(entries[0].proposers.empty());
+  EXPECT_EQ(entries[1].proposers, (std::vector<std::string>{"suffix", "draft"}));
+  EXPECT_EQ(entries[2].proposers, (std::vector<std::string>{"draft", "ngram"}));
+  EXPECT_TRUE(entries[3].proposers.empty());
+  EXPECT_EQ(entries[4].proposers, (std::vector<std::string>{"suffix"}));
+  EXPECT_EQ(sm::parse_prompt_file("{\"prompt\": \"a\", \"proposers\": \"suffix\"}"), (std::vector<std::string>{"a"}));
+  auto entries_error = [](std::string_view text) -> std::string {
+    try {
+      (void)sm::parse_prompt_entries(text, "p.jsonl");
+    } catch (const specdec::error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_ERROR_HAS(entries_error("{\"prompt\": \"a\", \"proposers\": 3}"), "line 1: \"proposers\": expected a string");
+  EXPECT_ERROR_HAS(entries_error("x\n{\"prompt\": \"a\", \"proposers\": [\"suffix\", 1]}"), "line 2: \"proposers\": expected names");
+  EXPECT_ERROR_HAS(entries_error("{\"prompt\": \"a\", \"proposers\": \"suffix,,draft\"}"), "an empty name");
+  EXPECT_ERROR_HAS(entries_error("{\"prompt\": \"a\", \"proposers\": \"\"}"), "an empty name");
+  EXPECT_ERROR_HAS(entries_error("{\"prompt\": \"a\", \"proposers\": [\"draft\", \"draft\"]}"), "'draft' named twice");
+}
+
 TEST(PromptFile, ErrorsNameTheSourceAndLine) {
   EXPECT_ERROR_HAS(error_of("ok\n{\"prompt\": 3}\n"), "prompt file 'p.jsonl': line 2: expected a JSON object with a string field");
   EXPECT_ERROR_HAS(error_of("{\"text\": \"x\"}"), "line 1: expected a JSON object with a string field \"prompt\"");
@@ -43,6 +71,7 @@ TEST(PromptFile, ReadsAFileAndTheBundledDemoPrompts) {
   const auto path = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_prompts.txt");
   std::ofstream(path, std::ios::binary) << "one\n{\"prompt\": \"two\"}\n";
   EXPECT_EQ(sm::read_prompt_file(path), (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(sm::read_prompt_entries(path).at(1).prompt, "two");
   std::filesystem::remove(path);
   try {
     (void)sm::read_prompt_file(path);

@@ -1,7 +1,9 @@
 // Prompt files (specdec-generate --prompt-file): one prompt per line, or JSONL objects with a string field "prompt". Torch-free.
 //
 // Lines holding only spaces, tabs and carriage returns are skipped. A line whose first character is '{' must be a JSON object
-// with a string field "prompt" (other fields are ignored); any other line is a prompt as it is (a trailing '\r' is kept).
+// with a string field "prompt" (other fields are ignored, but for "proposers", below); any other line is a prompt as it is
+// (a trailing '\r' is kept). An object may name the proposers its request drafts with, in its own priority order
+// (GenerationRequest::proposers): "proposers": ["suffix", "draft"] or "proposers": "suffix,draft".
 #pragma once
 
 #include <filesystem>
@@ -13,11 +15,24 @@
 
 namespace specdec::models {
 
-/// Parses the text of a prompt file; `source` names it in errors. Throws specdec::error naming the source and the line for a
-/// line that starts with '{' but is not a JSON object with a string "prompt", and when the text holds no prompt.
+/// One prompt of a prompt file and the proposers it names (empty: none named).
+struct PromptEntry {
+  std::string prompt;
+  std::vector<std::string> proposers;
+};
+
+/// Parses the text of a prompt file into its entries; `source` names it in errors. Throws specdec::error naming the source and
+/// the line for a line that starts with '{' but is not a JSON object with a string "prompt", for a "proposers" that is not a
+/// string or an array of strings, or names an empty or repeated proposer, and when the text holds no prompt.
+std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string_view source = "<prompts>");
+
+/// Reads and parses the prompt file at `path` into its entries (errors name the path).
+std::vector<PromptEntry> read_prompt_entries(const std::filesystem::path& path);
+
+/// The prompts of parse_prompt_entries (the same errors).
 std::vector<std::string> parse_prompt_file(std::string_view text, std::string_view source = "<prompts>");
 
-/// Reads and parses the prompt file at `path` (errors name the path).
+/// The prompts of read_prompt_entries.
 std::vector<std::string> read_prompt_file(const std::filesystem::path& path);
 
 }  // namespace specdec::models

@@ -1,6 +1,7 @@
 // Prompt files: see include/specdec/models/prompt_file.hpp.
 #include "specdec/models/prompt_file.hpp"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 
@@ -13,8 +14,8 @@ namespace {
 [[noreturn]] void fail(const std::string& msg) { throw specdec::error(msg); }
 }  // namespace
 
-std::vector<std::string> parse_prompt_file(std::string_view text, std::string_view source) {
-  std::vector<std::string> prompts;
+std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string_view source) {
+  std::vector<PromptEntry> entries;
   std::size_t number = 0;
   std::size_t begin = 0;
   while (begin < text.size()) {
@@ -25,7 +26,7 @@ std::vector<std::string> parse_prompt_file(std::string_view text, std::string_vi
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     if (line.front() != '{') {
-      prompts.emplace_back(line);
+      entries.push_back({std::string(line), {}});
       continue;
     }
     nlohmann::json j;
@@ -37,18 +38,56 @@ std::vector<std::string> parse_prompt_file(std::string_view text, std::string_vi
     const auto it = j.is_object() ? j.find("prompt") : j.end();
     if (!j.is_object() || it == j.end() || !it->is_string())
       fail(fmt::format("prompt file '{}': line {}: expected a JSON object with a string field \"prompt\"", source, number));
-    prompts.push_back(it->get<std::string>());
+    PromptEntry entry{it->get<std::string>(), {}};
+    if (const auto p = j.find("proposers"); p != j.end()) {
+      auto bad = [&](const std::string& why) {
+        fail(fmt::format("prompt file '{}': line {}: \"proposers\": {}", source, number, why));
+      };
+      if (p->is_string()) {
+        const std::string list = p->get<std::string>();
+        for (std::size_t b = 0; b <= list.size();) {
+          const std::size_t e = std::min(list.find(',', b), list.size());
+          entry.proposers.push_back(list.substr(b, e - b));
+          b = e + 1;
+        }
+      } else if (p->is_array()) {
+        for (const auto& name : *p) {
+          if (!name.is_string()) bad("expected names (strings)");
+          entry.proposers.push_back(name.get<std::string>());
+        }
+      } else {
+        bad("expected a string such as \"suffix,draft\" or an array of names");
+      }
+      for (std::size_t i = 0; i < entry.proposers.size(); ++i) {
+        if (entry.proposers[i].empty()) bad("an empty name");
+        for (std::size_t k = 0; k < i; ++k)
+          if (entry.proposers[k] == entry.proposers[i]) bad("'" + entry.proposers[i] + "' named twice");
+      }
+    }
+    entries.push_back(std::move(entry));
   }
-  if (prompts.empty()) fail(fmt::format("prompt file '{}' holds no prompt", source));
+  if (entries.empty()) fail(fmt::format("prompt file '{}' holds no prompt", source));
+  return entries;
+}
+
+std::vector<std::string> parse_prompt_file(std::string_view text, std::string_view source) {
+  std::vector<std::string> prompts;
+  for (auto& e : parse_prompt_entries(text, source)) prompts.push_back(std::move(e.prompt));
   return prompts;
 }
 
-std::vector<std::string> read_prompt_file(const std::filesystem::path& path) {
+std::vector<PromptEntry> read_prompt_entries(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(fmt::format("prompt file '{}': cannot read it", path.string()));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail(fmt::format("prompt file '{}': reading failed", path.string()));
-  return parse_prompt_file(text, path.string());
+  return parse_prompt_entries(text, path.string());
+}
+
+std::vector<std::string> read_prompt_file(const std::filesystem::path& path) {
+  std::vector<std::string> prompts;
+  for (auto& e : read_prompt_entries(path)) prompts.push_back(std::move(e.prompt));
+  return prompts;
 }
 
 }  // namespace specdec::models
