@@ -2,11 +2,12 @@
 //
 // Each step, the first member drafts for every request that may draft (max_drafts > 0); the requests it leaves without a
 // draft go to the next member, and so on. A request may name its own members and order (ProposeRequest::members, from
-// GenerationRequest::proposers by member_index): then each turn asks every member once, for the requests whose turn
-// it is, so a batch whose requests order the members differently still asks each member at most once a turn. A request's drafts therefore come from exactly one member per step, chosen from
-// that request's own context by the members before it, so verification stays lossless: given the context, the drafts are
-// either a lookup's deterministic tokens (accepted with probability p(x)) or a sampling member's draws with their
-// distributions, and the DraftBatch says which per request (DraftBatch::has_probs when the batch mixes them).
+// GenerationRequest::proposers by member_index): then each turn asks every member once, for the requests whose turn it
+// is, so a batch whose requests order the members differently still asks each member at most once a turn. A request's
+// drafts therefore come from exactly one member per step, chosen from that request's own context by the members before
+// it, so verification stays lossless: given the context, the drafts are either a lookup's deterministic tokens (accepted
+// with probability p(x)) or a sampling member's draws with their distributions, and the DraftBatch says which per
+// request (DraftBatch::has_probs when the batch mixes them).
 //
 // Every member sees every request: begin_request, observe (the whole step's feedback, whichever member drafted: members
 // keep their own state in step with the context, as the draft model's cache catches up with tokens it did not draft) and
@@ -117,6 +118,7 @@ class ProposerChain {
     const auto B = static_cast<std::int64_t>(requests.size());
     const auto M = static_cast<std::int32_t>(members_.size());
     for (const ProposeRequest& r : requests) {  // a request's own member order: valid and without repeats
+      if (r.members.empty()) continue;
       std::vector<bool> seen(static_cast<std::size_t>(M));
       for (const std::int32_t m : r.members) {
         if (m < 0 || m >= M || seen[static_cast<std::size_t>(m)])
