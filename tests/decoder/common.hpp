@@ -11,6 +11,7 @@
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
 
 namespace specdec::test {
 
@@ -95,5 +96,16 @@ inline std::vector<std::int64_t> reference_greedy(sm::LlamaModel& m, std::vector
   }
   return out;
 }
+
+/// An n-gram proposer, then a tiny draft model (tiny_model(seed, vocab)), as a chain of members named "ngram" and "draft".
+struct NgramThenDraft {
+  explicit NgramThenDraft(std::uint64_t seed, std::int64_t vocab = 64) : draft_model(tiny_model(seed, vocab)), draft(draft_model) {
+    chain.add(ngram, "ngram").add(draft, "draft");
+  }
+  sm::LlamaModel draft_model;
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft;
+  sp::ProposerChain chain;
+};
 
 }  // namespace specdec::test

@@ -35,13 +35,26 @@ std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<st
   return pi;
 }
 
-/// Draws n requests' first two tokens (of `new_tokens` generated; `tweak` edits the decoder's options) and checks their
-/// joint distribution; returns the decoder's metrics.
+/// DESIGN.md's bound: each category's count of n draws within 6 sigma of n * pi (+ 5 where pi > 0) of the exact joint law.
+void expect_within_six_sigma(const std::vector<std::int64_t>& count, const std::vector<double>& pi, std::int64_t n,
+                             std::int64_t V, const std::string& what = "") {
+  for (std::size_t c = 0; c < pi.size(); ++c) {
+    const double e = static_cast<double>(n) * pi[c];
+    const double bound = 6.0 * std::sqrt(e * (1.0 - pi[c])) + (pi[c] > 0 ? 5.0 : 0.0);
+    EXPECT_LE(std::abs(static_cast<double>(count[c]) - e), bound)
+        << what << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
+        << count[c] << ", expected " << e;
+  }
+}
+
+/// Draws n requests' first two tokens (of `new_tokens` generated; `tweak` edits the decoder's options, `tweak_request` the
+/// i-th request) and checks their joint distribution; returns the decoder's metrics.
 template <class Proposer>
 sd::DecoderMetrics check_joint(Proposer& proposer, sm::LlamaModel& target, const specdec::SamplingParams& params, int g,
                                std::int64_t n, const std::vector<std::int64_t>& prompt = {1, 5, 2, 7},
                                specdec::VerifyMethod method = specdec::VerifyMethod::kToken, std::int64_t new_tokens = 2,
-                               const std::function<void(sd::DecoderOptions&)>& tweak = {}) {
+                               const std::function<void(sd::DecoderOptions&)>& tweak = {},
+                               const std::function<void(sd::GenerationRequest&, std::int64_t)>& tweak_request = {}) {
   const std::int64_t V = target.vocab_size();
   const auto pi = joint_reference(target, prompt, params);
   std::vector<std::int64_t> count(pi.size(), 0);
@@ -58,6 +71,7 @@ sd::DecoderMetrics check_joint(Proposer& proposer, sm::LlamaModel& target, const
       r.params = params;
       r.params.seed = 0xABCDEF00ull + static_cast<std::uint64_t>(i);
       r.verify_method = method;
+      if (tweak_request) tweak_request(r, i);
       rs.push_back(r);
     }
     for (const auto& r : dec.generate(rs)) {
@@ -68,13 +82,7 @@ sd::DecoderMetrics check_joint(Proposer& proposer, sm::LlamaModel& target, const
       ++count[static_cast<std::size_t>(r.tokens[0] * V + r.tokens[1])];
     }
   }
-  for (std::size_t c = 0; c < pi.size(); ++c) {
-    const double e = static_cast<double>(n) * pi[c];
-    const double bound = 6.0 * std::sqrt(e * (1.0 - pi[c])) + (pi[c] > 0 ? 5.0 : 0.0);
-    EXPECT_LE(std::abs(static_cast<double>(count[c]) - e), bound)
-        << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
-        << count[c] << ", expected " << e;
-  }
+  expect_within_six_sigma(count, pi, n, V);
   if (g > 0) {
     EXPECT_GT(dec.metrics().total.accepted, 0);
   }
@@ -172,11 +180,8 @@ TEST(DecoderDistribution, SuffixTreesFirstTwoTokensMatchTarget) {
 
 TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
   auto target = tiny_model(27, kVocab);
-  auto draft_model = tiny_model(28, kVocab);
-  sp::NgramProposer ngram;
-  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
-  sp::ProposerChain chain;
-  chain.add(ngram).add(draft);
+  NgramThenDraft f(28, kVocab);
+  sp::ProposerChain& chain = f.chain;
   // Even requests repeat "1 5" (the n-gram drafts "2 7 3": deterministic drafts); odd requests repeat nothing (the draft
   // model drafts with its distributions). Both kinds share every verification step.
   const std::vector<std::int64_t> prompts[2] = {{1, 5, 2, 7, 3, 1, 5}, {1, 5, 2, 7}};
@@ -208,13 +213,7 @@ TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
   EXPECT_GT(chain.drafted_by(1), 0);
   EXPECT_GT(dec.metrics().total.accepted, 0);
   for (int k = 0; k < 2; ++k) {
-    for (std::size_t c = 0; c < pi[k].size(); ++c) {
-      const double e = static_cast<double>(kDraws) * pi[k][c];
-      const double bound = 6.0 * std::sqrt(e * (1.0 - pi[k][c])) + (pi[k][c] > 0 ? 5.0 : 0.0);
-      EXPECT_LE(std::abs(static_cast<double>(count[k][c]) - e), bound)
-          << "prompt " << k << " category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V)
-          << "): count " << count[k][c] << ", expected " << e;
-    }
+    expect_within_six_sigma(count[k], pi[k], kDraws, V, "prompt " + std::to_string(k) + " ");
   }
 }
 
@@ -224,46 +223,13 @@ TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
 // first two tokens.
 TEST(DecoderDistribution, ProposerChainPerRequestOrdersFirstTwoTokensMatchTarget) {
   auto target = tiny_model(29, kVocab);
-  auto draft_model = tiny_model(30, kVocab);
-  sp::NgramProposer ngram;
-  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
-  sp::ProposerChain chain;
-  chain.add(ngram, "ngram").add(draft, "draft");
-  const std::vector<std::int64_t> prompt = {1, 5, 2, 7, 3, 1, 5};
+  NgramThenDraft f(30, kVocab);
+  sp::ProposerChain& chain = f.chain;
   const std::vector<std::vector<std::string>> orders = {{}, {"draft"}, {"draft", "ngram"}, {"ngram"}};
-  const auto params1 = params(1.0f);
-  const std::int64_t V = kVocab;
-  const std::vector<double> pi = joint_reference(target, prompt, params1);
-  std::vector<std::int64_t> count(pi.size());
-  sd::DecoderOptions o;
-  o.num_speculative_tokens = 3;
-  o.calibrate = false;
-  sd::SpeculativeDecoder dec(chain, target, o);
-  constexpr std::int64_t kPerCall = 500;
-  for (std::int64_t start = 0; start < kDraws; start += kPerCall) {
-    std::vector<sd::GenerationRequest> rs;
-    for (std::int64_t i = start; i < std::min(kDraws, start + kPerCall); ++i) {
-      auto r = make_request(prompt, 2);
-      r.params = params1;
-      r.params.seed = 0x0DE50000ull + static_cast<std::uint64_t>(i);
-      r.proposers = orders[static_cast<std::size_t>(i) % orders.size()];
-      rs.push_back(r);
-    }
-    for (const auto& res : dec.generate(rs)) {
-      ASSERT_EQ(res.tokens.size(), 2u);
-      ++count[static_cast<std::size_t>(res.tokens[0] * V + res.tokens[1])];
-    }
-  }
+  check_joint(chain, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5}, specdec::VerifyMethod::kToken, 2, {},
+              [&](sd::GenerationRequest& r, std::int64_t i) { r.proposers = orders[static_cast<std::size_t>(i) % orders.size()]; });
   EXPECT_GT(chain.drafted_by(0), 0);
   EXPECT_GT(chain.drafted_by(1), 0);
-  EXPECT_GT(dec.metrics().total.accepted, 0);
-  for (std::size_t c = 0; c < pi.size(); ++c) {
-    const double e = static_cast<double>(kDraws) * pi[c];
-    const double bound = 6.0 * std::sqrt(e * (1.0 - pi[c])) + (pi[c] > 0 ? 5.0 : 0.0);
-    EXPECT_LE(std::abs(static_cast<double>(count[c]) - e), bound)
-        << "category (" << c / static_cast<std::size_t>(V) << ", " << c % static_cast<std::size_t>(V) << "): count "
-        << count[c] << ", expected " << e;
-  }
 }
 
 }  // namespace

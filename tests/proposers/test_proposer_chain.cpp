@@ -61,11 +61,8 @@ sp::ProposeRequest request(sp::RequestId id, const Tokens& ctx, const specdec::S
 }
 
 TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
-  auto draft_model = tiny_model(31);
-  sp::NgramProposer ngram;
-  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
-  sp::ProposerChain chain;
-  chain.add(ngram, "ngram").add(draft, "draft");
+  NgramThenDraft f(31);
+  sp::ProposerChain& chain = f.chain;
   specdec::SamplingParams sampled;
   sampled.temperature = 1.0f;
   sampled.seed = 7;
@@ -83,7 +80,7 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
   EXPECT_EQ(d.num_drafts(2), 0);  // max_drafts 0: nobody is asked
   ASSERT_TRUE(d.probs.defined());
   EXPECT_EQ(d.probs.size(0), 6);
-  EXPECT_EQ(d.probs.size(1), draft_model.vocab_size());
+  EXPECT_EQ(d.probs.size(1), f.draft_model.vocab_size());
   EXPECT_EQ(d.has_probs, (std::vector<std::uint8_t>{0, 1, 0}));
   EXPECT_TRUE(d.probs.narrow(0, 0, 3).eq(0).all().item<bool>());  // the n-gram's rows are never read
   for (int j = 3; j < 6; ++j) EXPECT_NEAR(d.probs[j].sum().item<float>(), 1.0f, 1e-5f);
@@ -102,11 +99,8 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
 }
 
 TEST(ProposerChain, RequestsNameTheirOwnMembersAndOrder) {
-  auto draft_model = tiny_model(32);
-  sp::NgramProposer ngram;
-  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
-  sp::ProposerChain chain;
-  chain.add(ngram, "ngram").add(draft, "draft");
+  NgramThenDraft f(32);
+  sp::ProposerChain& chain = f.chain;
   EXPECT_EQ(chain.member_index("ngram"), 0);
   EXPECT_EQ(chain.member_index("draft"), 1);
   EXPECT_THROW((void)chain.member_index("suffix"), specdec::error);
@@ -142,7 +136,7 @@ TEST(ProposerChain, RequestsNameTheirOwnMembersAndOrder) {
   // Two members under one name cannot be told apart.
   sp::NgramProposer other;
   sp::ProposerChain same_names;
-  same_names.add(ngram, "lookup").add(other, "lookup");
+  same_names.add(f.ngram, "lookup").add(other, "lookup");
   EXPECT_THROW((void)same_names.member_index("lookup"), specdec::error);
 }
 
