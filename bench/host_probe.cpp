@@ -28,6 +28,10 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
   "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n vpdpbusd %%zmm30, %%zmm31, %%zmm4\n vpdpbusd %%zmm30, %%zmm31, %%zmm5\n"        \
   "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n vpdpbusd %%zmm30, %%zmm31, %%zmm7\n vpdpbusd %%zmm30, %%zmm31, %%zmm8\n"        \
   "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n vpdpbusd %%zmm30, %%zmm31, %%zmm10\n vpdpbusd %%zmm30, %%zmm31, %%zmm11\n"
+// 4 independent 3-operand float instructions `ins` (into zmm12-15), beside DP12.
+#define FLOAT4(ins)                                                                                                     \
+  ins " %%zmm28, %%zmm29, %%zmm12\n " ins " %%zmm28, %%zmm29, %%zmm13\n " ins " %%zmm28, %%zmm29, %%zmm14\n " ins    \
+      " %%zmm28, %%zmm29, %%zmm15\n"
 #define CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
                  "xmm12", "xmm13", "xmm14", "xmm15"
 
@@ -46,14 +50,8 @@ double run(Body body) {
   const auto t0 = Clock::now();
   for (long i = 0; i < kIters; ++i) switch (body) {
       case Body::kDp: asm volatile(DP12 ::: CLOBBERS); break;
-      case Body::kDpFma:
-        asm volatile(DP12 "vfmadd231ps %%zmm28, %%zmm29, %%zmm12\n vfmadd231ps %%zmm28, %%zmm29, %%zmm13\n"
-                          "vfmadd231ps %%zmm28, %%zmm29, %%zmm14\n vfmadd231ps %%zmm28, %%zmm29, %%zmm15\n" ::: CLOBBERS);
-        break;
-      case Body::kDpMul:
-        asm volatile(DP12 "vmulps %%zmm28, %%zmm29, %%zmm12\n vmulps %%zmm28, %%zmm29, %%zmm13\n"
-                          "vmulps %%zmm28, %%zmm29, %%zmm14\n vmulps %%zmm28, %%zmm29, %%zmm15\n" ::: CLOBBERS);
-        break;
+      case Body::kDpFma: asm volatile(DP12 FLOAT4("vfmadd231ps") ::: CLOBBERS); break;
+      case Body::kDpMul: asm volatile(DP12 FLOAT4("vmulps") ::: CLOBBERS); break;
       case Body::kDpCvt:
         asm volatile(DP12 "vcvtdq2ps %%zmm28, %%zmm12\n vcvtdq2ps %%zmm28, %%zmm13\n"
                           "vcvtdq2ps %%zmm28, %%zmm14\n vcvtdq2ps %%zmm28, %%zmm15\n" ::: CLOBBERS);

@@ -418,11 +418,11 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   std::vector<std::vector<std::string>> named;  // the proposers each prompt names ("proposers" in a prompt file)
   bool chat = o.chat;
   if (!o.prompt.empty()) prompts.push_back(o.prompt);
+  named.resize(prompts.size());
   if (!o.prompt_file.empty())
     for (auto& e : specdec::models::read_prompt_entries(o.prompt_file)) {
       prompts.push_back(std::move(e.prompt));
-      named.resize(prompts.size());
-      named.back() = std::move(e.proposers);
+      named.push_back(std::move(e.proposers));
     }
   if (prompts.empty()) {
     prompts = demo_prompts();

@@ -102,12 +102,11 @@ class ProposerChain {
   /// more than one has that name.
   std::int32_t member_index(std::string_view name) const {
     std::int32_t found = -1, count = 0;
-    std::string names;
-    for (std::size_t i = 0; i < members_.size(); ++i) {
-      names += (i == 0 ? "" : ", ") + members_[i]->name;
+    for (std::size_t i = 0; i < members_.size(); ++i)
       if (members_[i]->name == name) found = static_cast<std::int32_t>(i), ++count;
-    }
     if (count == 1) return found;
+    std::string names;
+    for (std::size_t i = 0; i < members_.size(); ++i) names += (i == 0 ? "" : ", ") + members_[i]->name;
     throw error(Status::kInvalidArgument, "ProposerChain: " +
                                               (count == 0 ? "no member is named '" + std::string(name) + "'"
                                                           : std::to_string(count) + " members are named '" + std::string(name) + "'") +

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,13 @@ namespace specdec::models {
 
 namespace {
 [[noreturn]] void fail(const std::string& msg) { throw specdec::error(msg); }
+
+std::vector<std::string> prompts_of(std::vector<PromptEntry> entries) {
+  std::vector<std::string> prompts;
+  prompts.reserve(entries.size());
+  for (auto& e : entries) prompts.push_back(std::move(e.prompt));
+  return prompts;
+}
 }  // namespace
 
 std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string_view source) {
@@ -71,9 +79,7 @@ std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string
 }
 
 std::vector<std::string> parse_prompt_file(std::string_view text, std::string_view source) {
-  std::vector<std::string> prompts;
-  for (auto& e : parse_prompt_entries(text, source)) prompts.push_back(std::move(e.prompt));
-  return prompts;
+  return prompts_of(parse_prompt_entries(text, source));
 }
 
 std::vector<PromptEntry> read_prompt_entries(const std::filesystem::path& path) {
@@ -84,10 +90,6 @@ std::vector<PromptEntry> read_prompt_entries(const std::filesystem::path& path) 
   return parse_prompt_entries(text, path.string());
 }
 
-std::vector<std::string> read_prompt_file(const std::filesystem::path& path) {
-  std::vector<std::string> prompts;
-  for (auto& e : read_prompt_entries(path)) prompts.push_back(std::move(e.prompt));
-  return prompts;
-}
+std::vector<std::string> read_prompt_file(const std::filesystem::path& path) { return prompts_of(read_prompt_entries(path)); }
 
 }  // namespace specdec::models
