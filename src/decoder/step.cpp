@@ -15,6 +15,7 @@
 #include "specdec/sampling/block.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/theory.hpp"
+#include "specdec/torch/device_copy.hpp"
 #include "specdec/torch/verify_logits.hpp"
 #include "specdec/torch/verify_logits_detail.hpp"
 
@@ -473,7 +474,9 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
                      o_pos = o_seed + 8 * B, o_temp = o_pos + 8 * B, o_topk = o_temp + up8(4 * B),
                      o_topp = o_topk + up8(4 * B), o_minp = o_topp + up8(4 * B), o_kind = o_minp + up8(4 * B),
                      total = o_kind + up8(kinds ? B : 0);
-  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kByte));
+  const at::Device dev = logits.device();
+  // Page-locked on a device, so the upload is asynchronous (the host allocator's cached blocks: no allocation per step).
+  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kByte).pinned_memory(!logits.is_cpu()));
   std::uint8_t* h = host.data_ptr<std::uint8_t>();
   // An empty section (no drafts this step) may come from an empty vector whose data() is null: copy nothing then.
   auto put = [h](std::int64_t off, const void* src, std::int64_t bytes) {
@@ -496,8 +499,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
     std::memcpy(h + o_minp + 4 * b, &p.min_p, 4);
   }
   if (kinds) put(o_kind, d.has_probs.data(), B);
-  const at::Device dev = logits.device();
-  const at::Tensor staged = logits.is_cpu() ? host : host.to(dev);  // host -> device copy 1 (none on CPU)
+  const at::Tensor staged = logits.is_cpu() ? host : host.to(dev, /*non_blocking=*/true);  // host -> device, no sync
   auto view = [&](std::int64_t off, std::int64_t n, at::ScalarType t, std::int64_t size) {
     return staged.slice(0, off, off + n * size).view(t);
   };
@@ -506,7 +508,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.draft_token_ids = view(o_ids, N, at::kLong, 8);
   a.cu_num_draft_tokens = view(o_cu, B + 1, at::kLong, 8);
   if (d.probs.defined())  // draft rows: moved to the target's device when the proposer left them elsewhere
-    a.draft_probs = d.probs.device() == dev ? d.probs.contiguous() : d.probs.to(dev).contiguous();
+    a.draft_probs = d.probs.device() == dev ? d.probs.contiguous() : torch::to_device_async(d.probs.contiguous(), dev);
   if (tree) a.parents = view(o_par, N, at::kLong, 8);
   if (kinds) a.has_draft_probs = view(o_kind, B, at::kByte, 1);
   a.temperature = view(o_temp, B, at::kFloat, 4);
@@ -531,7 +533,8 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
                                 r.status.to(at::kLong)};
   if (tree) parts.push_back(r.accepted.reshape({-1}).to(at::kLong));
   const at::Tensor packed = at::cat(parts);
-  const at::Tensor back = packed.is_cpu() ? packed : packed.cpu();  // device -> host copy 1 (none on CPU)
+  // device -> host: the step's one host synchronisation (none on CPU).
+  const at::Tensor back = packed.is_cpu() ? packed : packed.cpu();
   const std::int64_t stride = r.output_token_ids.size(1);
   const std::int64_t* out = back.data_ptr<std::int64_t>();
   const std::int64_t* nacc = out + B * stride;
@@ -608,11 +611,13 @@ proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
                                           std::span<const std::int64_t> accepted_nodes, std::int64_t start,
                                           const proposers::TargetFeatureSpec& spec) {
-  at::Tensor rows = at::empty({static_cast<std::int64_t>(accepted_nodes.size()) + 1}, at::TensorOptions().dtype(at::kLong));
+  const bool on_device = out.logits.defined() && !out.logits.is_cpu();
+  at::Tensor rows = at::empty({static_cast<std::int64_t>(accepted_nodes.size()) + 1},
+                              at::TensorOptions().dtype(at::kLong).pinned_memory(on_device));
   auto* r = rows.data_ptr<std::int64_t>();
   r[0] = row_begin;
   for (std::size_t i = 0; i < accepted_nodes.size(); ++i) r[i + 1] = row_begin + accepted_nodes[i];
-  at::Tensor dev_rows = out.logits.defined() && !out.logits.is_cpu() ? rows.to(out.logits.device()) : rows;
+  at::Tensor dev_rows = on_device ? rows.to(out.logits.device(), /*non_blocking=*/true) : rows;
   return select_rows(out, dev_rows, start, spec);
 }
 

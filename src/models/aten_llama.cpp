@@ -11,7 +11,13 @@
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -19,6 +25,7 @@
 #include <vector>
 
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/device_copy.hpp"
 
 namespace specdec::models {
 
@@ -192,8 +199,8 @@ void AtenLlamaModel::keep_path(std::int64_t slot, std::int64_t prefix_length, st
                        s.length - prefix_length, path[i]));
   if (n > 0) {
     c10::NoGradGuard guard;
-    const at::Tensor rows =
-        at::tensor(std::vector<std::int64_t>(path.begin(), path.end())).add_(prefix_length).to(impl_->opts.device);
+    const at::Tensor rows = torch::to_device_async(
+        at::tensor(std::vector<std::int64_t>(path.begin(), path.end())).add_(prefix_length), impl_->opts.device);
     for (std::size_t l = 0; l < impl_->layers.size(); ++l)
       for (auto* cache : {&s.k, &s.v}) (*cache)[l].narrow(0, prefix_length, n).copy_((*cache)[l].index_select(0, rows));
   }
@@ -201,6 +208,23 @@ void AtenLlamaModel::keep_path(std::int64_t slot, std::int64_t prefix_length, st
 }
 
 ForwardOutput AtenLlamaModel::forward(const ForwardBatch& batch) { return impl_->forward(batch); }
+
+double AtenLlamaModel::timed_forward(const ForwardBatch& batch) {
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+  if (impl_->opts.device.is_cuda()) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);  // timing events (the default disables timing)
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(impl_->opts.device.index());
+    start.record(stream);
+    (void)impl_->forward(batch);
+    end.record(stream);
+    end.synchronize();
+    return static_cast<double>(start.elapsed_time(end)) * 1e-3;
+  }
+#endif
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)impl_->forward(batch);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
   c10::NoGradGuard guard;
@@ -212,15 +236,18 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
     if (l < 0 || l >= static_cast<std::int64_t>(layers.size()))
       fail(fmt::format("forward: hidden_layers: expected layer indices in [0, {}), got {}", layers.size(), l));
 
-  // Plan every sequence before touching a cache: positions (cached length + depth) and the attention mask.
+  // Plan every sequence before touching a cache: positions (cached length + depth) and the attention mask. The ids,
+  // positions and masks are written into one host buffer (page-locked when the model is on a device) and go up in one
+  // asynchronous copy: the forward never synchronises the host.
   struct Plan {
     Slot* slot;
     std::int64_t start, n, cached;
-    at::Tensor mask;  // [n, cached + n] float32: 0 where visible, -inf elsewhere
+    std::int64_t mask_offset;  // bytes into the staging buffer of the [n, cached + n] float32 mask
+    at::Tensor mask;           // 0 where visible, -inf elsewhere (on the device)
   };
   std::vector<Plan> plans;
-  std::vector<std::int64_t> positions(static_cast<std::size_t>(N));
   std::unordered_set<std::int64_t> seen;
+  std::int64_t staged_bytes = 16 * N;  // ids then positions, int64 each
   for (std::int64_t i = 0; i < B; ++i) {
     Slot& s = slot(b.slots[static_cast<std::size_t>(i)], "forward");
     if (!seen.insert(b.slots[static_cast<std::size_t>(i)]).second)
@@ -242,23 +269,37 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
                                fmt::format("forward: parents[{}][{}]: expected a parent index in [0, {}), got {}", i, j, j, p));
       }
     }
-    at::Tensor mask = at::full({n, L + n}, -std::numeric_limits<float>::infinity(), at::kFloat);
-    mask.narrow(1, 0, L).zero_();
-    auto m = mask.accessor<float, 2>();
+    plans.push_back({&s, start, n, L, staged_bytes, {}});
+    staged_bytes += (4 * n * (L + n) + 7) / 8 * 8;
+  }
+  at::Tensor host = at::empty({staged_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(!opts.device.is_cpu()));
+  std::uint8_t* h = host.data_ptr<std::uint8_t>();
+  auto* ids_h = reinterpret_cast<std::int64_t*>(h);
+  auto* positions_h = ids_h + N;
+  std::copy(b.token_ids.begin(), b.token_ids.end(), ids_h);
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const Plan& p = plans[i];
+    const std::vector<std::int32_t>* parents = b.parents.empty() || b.parents[i].empty() ? nullptr : &b.parents[i];
+    const std::int64_t L = p.cached, n = p.n, T = L + n;
+    float* m = reinterpret_cast<float*>(h + p.mask_offset);
+    std::fill(m, m + n * T, -std::numeric_limits<float>::infinity());
     std::vector<std::int64_t> depth(static_cast<std::size_t>(n), 0);
     for (std::int64_t j = 0; j < n; ++j) {
+      std::fill(m + j * T, m + j * T + L, 0.f);
       const std::int64_t parent = j == 0 ? -1 : parents ? (*parents)[static_cast<std::size_t>(j)] : j - 1;
       if (j > 0) depth[static_cast<std::size_t>(j)] = depth[static_cast<std::size_t>(parent)] + 1;
       for (std::int64_t a = j; a >= 0; a = a == 0 ? -1 : parents ? (*parents)[static_cast<std::size_t>(a)] : a - 1)
-        m[j][L + a] = 0.f;
-      positions[static_cast<std::size_t>(start + j)] = L + depth[static_cast<std::size_t>(j)];
+        m[j * T + L + a] = 0.f;
+      positions_h[p.start + j] = L + depth[static_cast<std::size_t>(j)];
     }
-    plans.push_back({&s, start, n, L, mask.to(opts.device)});
   }
-
-  const at::Tensor ids = at::tensor(b.token_ids).to(opts.device);
-  const at::Tensor angles = at::tensor(positions).to(fopts()).unsqueeze(1) * inv_freq.unsqueeze(0);  // [N, hd/2]
-  const at::Tensor cos = angles.cos().unsqueeze(1), sin = angles.sin().unsqueeze(1);                // [N, 1, hd/2]
+  const at::Tensor staged = torch::to_device_async(host, opts.device);
+  for (auto& p : plans)
+    p.mask = staged.narrow(0, p.mask_offset, 4 * p.n * (p.cached + p.n)).view(at::kFloat).view({p.n, p.cached + p.n});
+  const at::Tensor ids = staged.narrow(0, 0, 8 * N).view(at::kLong);
+  const at::Tensor angles =
+      staged.narrow(0, 8 * N, 8 * N).view(at::kLong).to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [N, hd/2]
+  const at::Tensor cos = angles.cos().unsqueeze(1), sin = angles.sin().unsqueeze(1);                       // [N, 1, hd/2]
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (auto& p : plans) reserve(*p.slot, p.cached + p.n);
 

@@ -31,7 +31,8 @@ namespace specdec::decoder {
 /// and the timed 1-row forward after it, each rolled back. Each kind keeps its median; the result is made
 /// non-decreasing in t. Index t - 1 holds t rows (fewer than max_rows only where the model's context window is shorter
 /// than max_rows + 1). Uses one fresh cache slot of `target`, released before returning (also when a forward throws).
-/// Clock: where the times come from (tests pass a clock their model advances).
+/// Clock: where the times come from (tests pass a clock their model advances); a model with timed_forward
+/// (models::HasTimedForward) times its own forwards instead, with device events on a GPU.
 template <class Clock = std::chrono::steady_clock, models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
                                             int rounds = 3) {
@@ -62,9 +63,14 @@ std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, st
     step.slots = {slot};
     for (std::int64_t i = 0; i < t; ++i) step.token_ids.push_back(token(context + i));
     step.cu_num_tokens = {0, t};
-    const auto start = Clock::now();
-    (void)target.forward(step);
-    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    double s = 0;
+    if constexpr (models::HasTimedForward<M>) {  // on the model's device (events on a GPU)
+      s = target.timed_forward(step);
+    } else {
+      const auto start = Clock::now();
+      (void)target.forward(step);
+      s = std::chrono::duration<double>(Clock::now() - start).count();
+    }
     target.truncate(slot, context);
     return s;
   };

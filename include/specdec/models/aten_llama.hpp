@@ -55,6 +55,9 @@ class AtenLlamaModel {
   /// See ForwardBatch / ForwardOutput (causal_lm.hpp): logits and hidden states float32 on options().device. Validates the
   /// whole batch before touching a cache.
   ForwardOutput forward(const ForwardBatch& batch);
+  /// forward(batch)'s seconds on the model's device: CUDA events around it on a GPU (then one wait for the end event),
+  /// the host clock on the CPU (HasTimedForward).
+  double timed_forward(const ForwardBatch& batch);
   std::int64_t allocate_sequence();
   void free_sequence(std::int64_t slot);
   std::int64_t sequence_length(std::int64_t slot) const;

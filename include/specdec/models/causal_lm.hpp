@@ -110,6 +110,14 @@ concept HasMaxSequenceLength = requires(const M& cm) {
   { cm.max_sequence_length() } -> std::convertible_to<std::int64_t>;
 };
 
+/// Optional capability: a forward timed on the model's own device, in seconds. A model that runs asynchronously (on a
+/// GPU) times it with device events, where a host clock around forward() would measure the enqueueing only; the cost
+/// profile (decoder/cost_profile.hpp) uses it where present.
+template <class M>
+concept HasTimedForward = requires(M& m, const ForwardBatch& b) {
+  { m.timed_forward(b) } -> std::convertible_to<double>;
+};
+
 namespace detail {
 /// Checks a ragged batch's layout for `who` ("forward", "EagleHead::forward"): at least one sequence, cu_num_tokens
 /// with num_sequences + 1 entries starting at 0 and strictly increasing (>= 1 `unit` per sequence), token_ids of
