@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,12 @@
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/ngram.hpp"
+
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
+#endif
 
 namespace {
 
@@ -202,5 +209,141 @@ TEST(AtenLlama, DraftCheckpointOnCuda) {
   specdec::proposers::NgramProposer ngram;
   EXPECT_EQ(generate(ngram, 5), plain);
 }
+
+
+
+/// timed_forward runs the forward (the cache advances) and returns its time on the model's device (CUDA events on a
+/// GPU, the host clock on the CPU).
+TEST(AtenLlama, TimedForwardTimesTheDeviceWork) {
+  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
+  std::vector<at::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.push_back(at::Device(at::kCUDA, 0));
+  for (const at::Device device : devices) {
+    sm::AtenLlamaOptions o;
+    o.device = device;
+    auto m = sm::load_aten_llama_safetensors(dir, o);
+    const std::int64_t slot = m.allocate_sequence();
+    sm::ForwardBatch b;
+    b.slots = {slot};
+    for (std::int64_t i = 0; i < 64; ++i) b.token_ids.push_back((i * 37 + 5) % m.vocab_size());
+    b.cu_num_tokens = {0, 64};
+    (void)m.timed_forward(b);  // warm-up
+    m.truncate(slot, 0);
+    const double s = m.timed_forward(b);
+    EXPECT_EQ(m.sequence_length(slot), 64) << device;
+    EXPECT_GT(s, 0.0) << device;
+    EXPECT_LT(s, 10.0) << device;
+  }
+}
+
+#if defined(SPECDEC_TORCH_HAS_CUDA)
+/// Counts the host synchronisations torch reports while alive (c10's sync debug mode turned to warnings: every
+/// device-to-host copy, stream or device synchronisation, .item(), nonzero, ... that goes through ATen).
+class SyncCounter : public c10::WarningHandler {
+ public:
+  SyncCounter() : guard_(this) { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN); }
+  ~SyncCounter() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+  SyncCounter(const SyncCounter&) = delete;
+  SyncCounter& operator=(const SyncCounter&) = delete;
+  void process(const c10::Warning& w) override {
+    if (w.msg().find("synchroniz") != std::string::npos) ++count;
+  }
+  std::int64_t count = 0;
+
+ private:
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+/// cudaMalloc calls so far on the current device (segments the caching allocator took from the driver).
+std::int64_t device_segments_allocated() {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).segment[0].allocated;
+}
+
+/// The bound of the GPU path: a decoding step with the target on CUDA synchronises the host at most once (the download
+/// of the packed results), and after a warm-up generation of the same shapes no step allocates device memory.
+/// Counted over whole generations (prefill included, one allowance per request) for one and four requests, greedy and
+/// sampled, n-gram drafts.
+TEST(AtenLlama, AtMostOneHostSyncPerDecodeStepOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  sm::AtenLlamaOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  auto gpu = sm::load_aten_llama_safetensors(std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft", o);
+  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  for (const int batch : {1, 4}) {
+    for (const float temperature : {0.0f, 0.7f}) {
+      std::vector<specdec::decoder::GenerationRequest> rs(static_cast<std::size_t>(batch));
+      for (int i = 0; i < batch; ++i) {
+        rs[i].prompt = text;
+        rs[i].prompt.resize(text.size() - 2 * i);
+        rs[i].max_new_tokens = 24;
+        rs[i].params.temperature = temperature;
+        rs[i].params.seed = 7 + static_cast<std::uint64_t>(i);
+      }
+      specdec::decoder::DecoderOptions opts;
+      opts.num_speculative_tokens = 4;
+      specdec::proposers::NgramProposer ngram;
+      specdec::decoder::SpeculativeDecoder dec(ngram, gpu, opts);
+      dec.generate(rs);  // warm-up: persistent buffers sized, kernels loaded
+      dec.reset_metrics();
+      std::int64_t syncs = 0;
+      const std::int64_t segments = device_segments_allocated();
+      {
+        SyncCounter counter;
+        dec.generate(rs);
+        syncs = counter.count;
+      }
+      EXPECT_EQ(device_segments_allocated(), segments) << "device allocations after warm-up, B " << batch;
+      const std::int64_t steps = dec.metrics().steps;
+      std::cout << "[ syncs    ] B " << batch << " T " << temperature << ": " << syncs << " host syncs over " << steps
+                << " steps (" << static_cast<double>(syncs) / static_cast<double>(std::max<std::int64_t>(steps, 1))
+                << " per step)\n";
+      EXPECT_LE(syncs, steps + batch) << "B " << batch << " temperature " << temperature;
+    }
+  }
+}
+
+/// The same greedy and sampled generations with the target on the CPU and on CUDA (float32 both): the verifiers draw
+/// the same bits from the same probabilities, so the tokens agree wherever the two devices' logits pick the same
+/// tokens; the report gives how many of the tokens agreed, and greedy runs must agree in full.
+TEST(AtenLlama, CpuAndCudaGiveTheSameTokens) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
+  auto cpu = sm::load_aten_llama_safetensors(dir);
+  sm::AtenLlamaOptions o;
+  o.device = at::Device(at::kCUDA, 0);
+  auto gpu = sm::load_aten_llama_safetensors(dir, o);
+  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  for (const float temperature : {0.0f, 1.0f}) {
+    std::vector<specdec::decoder::GenerationRequest> rs(3);
+    for (int i = 0; i < 3; ++i) {
+      rs[i].prompt = text;
+      rs[i].prompt.resize(text.size() - 3 * i);
+      rs[i].max_new_tokens = 32;
+      rs[i].params.temperature = temperature;
+      rs[i].params.seed = 11 + static_cast<std::uint64_t>(i);
+    }
+    auto generate = [&](auto& model) {
+      specdec::decoder::DecoderOptions opts;
+      opts.num_speculative_tokens = 4;
+      specdec::proposers::NgramProposer ngram;
+      specdec::decoder::SpeculativeDecoder dec(ngram, model, opts);
+      std::vector<std::vector<std::int64_t>> out;
+      for (auto& r : dec.generate(rs)) out.push_back(r.tokens);
+      return out;
+    };
+    const auto a = generate(cpu), b = generate(gpu);
+    std::int64_t same = 0, total = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::size_t j = 0;
+      while (j < a[i].size() && j < b[i].size() && a[i][j] == b[i][j]) ++j;
+      same += static_cast<std::int64_t>(j);
+      total += static_cast<std::int64_t>(std::max(a[i].size(), b[i].size()));
+    }
+    std::cout << "[ cpu=cuda ] temperature " << temperature << ": " << same << " / " << total
+              << " tokens agree before the first difference\n";
+    if (temperature == 0.0f) EXPECT_EQ(a, b);
+  }
+}
+#endif
 
 }  // namespace
