@@ -7,6 +7,8 @@
 #                                    and build the torch-free CUDA binaries into .gpu-carry/ (both git-ignored; carry
 #                                    them with the call: carry [".deps", ".gpu-carry"])
 #   scripts/gpu-check.sh             on the GPU machine: the stages below; exit 1 when any failed
+#   SPECDEC_GPU_CHECK_STAGES=torch scripts/gpu-check.sh
+#                                    on the GPU machine: stages 0, 4, 5 and 6 only (a rerun after a torch-side fix)
 #   scripts/gpu-check.sh --dry-run   anywhere: configures both builds and checks every stage's inputs, skips what needs
 #                                    a GPU, and passes without one (CI runs it)
 #
@@ -34,6 +36,12 @@ export PATH="/usr/local/cuda/bin:$PATH"
 jobs="${SPECDEC_JOBS:-$(nproc)}"
 archs="${SPECDEC_CUDA_ARCHS:-90}"
 carry="$root/.gpu-carry"
+only_torch=0
+case "${SPECDEC_GPU_CHECK_STAGES:-all}" in
+  all) ;;
+  torch) only_torch=1 ;;
+  *) echo "gpu-check: SPECDEC_GPU_CHECK_STAGES: expected 'all' or 'torch', got '$SPECDEC_GPU_CHECK_STAGES'" >&2; exit 2 ;;
+esac
 kernel_bins=(test_cuda_verify test_cuda_emulation test_block_emulation test_cuda_logits test_logits_emulation
              test_cuda_step_graph bench_verify_cuda)
 
@@ -154,9 +162,17 @@ else
 fi
 
 # --- 1. kernels -----------------------------------------------------------------------------------------------------
+if ((only_torch)); then
+  note "kernels, CUDA tests, memcheck, bench: skipped (SPECDEC_GPU_CHECK_STAGES=torch)"
+  mode_kernels=skip
+else
+  mode_kernels=$mode
+fi
 bins="$carry/bin"
 b1="$root/build-gpu-check"
-if [[ $mode == run && -x "$bins/test_cuda_verify" ]] && "$bins/test_cuda_emulation" --gtest_list_tests >/dev/null 2>&1; then
+if [[ $mode_kernels == skip ]]; then
+  :
+elif [[ $mode == run && -x "$bins/test_cuda_verify" ]] && "$bins/test_cuda_emulation" --gtest_list_tests >/dev/null 2>&1; then
   note "kernels: carried binaries from .gpu-carry/bin"
 else
   configure1=(cmake -S "$root" -B "$b1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSPECDEC_WITH_TORCH=OFF
@@ -174,7 +190,9 @@ fi
 # --- 2. CUDA tests and memcheck --------------------------------------------------------------------------------------
 cuda_tests=(test_cuda_verify test_cuda_emulation test_block_emulation test_cuda_logits test_logits_emulation
             test_cuda_step_graph)
-if [[ $mode == run ]]; then
+if [[ $mode_kernels == skip ]]; then
+  :
+elif [[ $mode == run ]]; then
   for t in "${cuda_tests[@]}"; do
     stage "test $t" 120 "test-$t.log" "$bins/$t" --gtest_brief=1
   done
@@ -201,7 +219,9 @@ else
 fi
 
 # --- 3. kernel benchmarks --------------------------------------------------------------------------------------------
-if [[ $mode == run ]]; then
+if [[ $mode_kernels == skip ]]; then
+  :
+elif [[ $mode == run ]]; then
   stage "bench" 150 bench.txt "$bins/bench_verify_cuda" --benchmark_filter='_g4/' --benchmark_min_time=0.05 \
     --benchmark_counters_tabular=true --benchmark_out="$out/bench.json" --benchmark_out_format=json
   grep -E '(chain|tree|logits|step_graph)_g4.*B:(1|64|256)/K:4/V:(32000|262144)' "$out/bench.txt" | tee -a "$summary"

@@ -261,7 +261,7 @@ RejectionSampleResult chain_cpu(const Batch& b, const at::Tensor& ids, const at:
   std::int32_t* counts = out.num_accepted.data_ptr<std::int32_t>();
   auto* flags = static_cast<std::uint8_t*>(out.accepted.data_ptr());
   std::int64_t max_k = 0;  // the core's own checks, once (the tensor checks above already passed them)
-  if (const VerifyResult c = detail::check_chain(a, ChainVerifyOutputs<IdT>{tokens, stride, counts, flags}, max_k);
+  if (const VerifyResult c = specdec::detail::check_chain(a, ChainVerifyOutputs<IdT>{tokens, stride, counts, flags}, max_k);
       !c.ok())
     raise(c, "rejection_sample");
   const bool block = method == VerifyMethod::kBlock;
@@ -303,10 +303,10 @@ TreeRejectionSampleResult tree_cpu(const Batch& b, const at::Tensor& ids, const 
   IdT* nodes = out.accepted_nodes.data_ptr<IdT>();
   std::int32_t* counts = out.num_accepted.data_ptr<std::int32_t>();
   std::int64_t max_k = 0;  // the core's own checks, once (the tensor checks above already passed them)
-  if (const VerifyResult c = detail::check_batch<IdT, OffT>(
+  if (const VerifyResult c = specdec::detail::check_batch<IdT, OffT>(
           b.B, V, a.cu_num_draft_tokens, a.draft_token_ids, a.parents, true, a.draft_probs, a.has_draft_probs,
           a.target_probs, a.seeds, a.positions, stride,
-          detail::BatchSizes{a.draft_token_ids_size, a.parents_size, a.draft_probs_size, a.target_probs_size}, max_k);
+          specdec::detail::BatchSizes{a.draft_token_ids_size, a.parents_size, a.draft_probs_size, a.target_probs_size}, max_k);
       !c.ok())
     raise(c, "tree_rejection_sample");
   const VerifyResult r = for_each_request(b.B, V, [&](std::int64_t i, float* scratch) {
