@@ -142,6 +142,9 @@ if [[ -n "$torch_prefix" ]]; then
       stage "torch CUDA glue and tests compile" 1200 build-torch-objects.log cmake --build "$b2" -j "$jobs" -- -k 0 \
         src/torch/CMakeFiles/specdec_torch.dir/cuda/rejection_sample_cuda.cu.o \
         src/torch/CMakeFiles/specdec_torch.dir/cuda/verify_logits_cuda.cu.o \
+        src/torch/CMakeFiles/specdec_torch.dir/rejection_sample.cpp.o \
+        src/torch/CMakeFiles/specdec_torch.dir/verify_logits.cpp.o \
+        src/torch/CMakeFiles/specdec_ops.dir/ops/register.cpp.o \
         src/decoder/CMakeFiles/specdec_decoder.dir/step.cpp.o \
         src/models/CMakeFiles/specdec_models.dir/aten_llama.cpp.o \
         tests/models/CMakeFiles/test_aten_llama.dir/test_aten_llama.cpp.o \
