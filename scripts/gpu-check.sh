@@ -109,7 +109,8 @@ nvidia-smi >"$out/nvidia-smi.txt" 2>&1 && have_gpu=1
 torch_info="$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>&1)"
 note "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 note "torch: $torch_info"
-git -C "$root" log -1 --format='commit: %H %cd' >>"$summary" 2>/dev/null
+# The device machine's copy of .git may not hold the working tree's commit: the caller names it.
+note "commit: ${SPECDEC_GPU_CHECK_COMMIT:-not given (set SPECDEC_GPU_CHECK_COMMIT=\$(git rev-parse --short HEAD) in the command)}"
 torch_prefix="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
 torch_cuda="$(python3 -c 'import torch;print(torch.version.cuda or "")' 2>/dev/null || true)"
 if [[ $mode == dry && -z "$torch_cuda" ]]; then
