@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -151,8 +152,14 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   options.activation_bits = specdec::models::ActivationBits::parse(o.activation_bits);
   options.kv_cache_half = specdec::models::parse_kv_cache_type(o.kv_cache);
   options.quantize_float_weights = quantize;
-  if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
-  return specdec::models::load_llama_gguf(path, options);
+  try {
+    if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
+    return specdec::models::load_llama_gguf(path, options);
+  } catch (const c10::Error& e) {
+    fail(fmt::format("{}: '{}': {}", flag, path, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    fail(fmt::format("{}: '{}': {}", flag, path, e.what()));
+  }
 }
 
 /// A progress bar on stderr, in prompts finished and tokens generated: redrawn in place (at most 10 times a second) on a
@@ -556,7 +563,13 @@ Prepared check_options(Options& o, const CLI::App& app) {
     p.named.emplace_back();
   }
   if (!o.prompt_file.empty()) {
-    for (auto& e : specdec::models::read_prompt_entries(o.prompt_file)) {
+    std::vector<specdec::models::PromptEntry> entries;
+    try {
+      entries = specdec::models::read_prompt_entries(o.prompt_file);
+    } catch (const std::exception& e) {
+      fail(fmt::format("--prompt-file: {}", e.what()));
+    }
+    for (auto& e : entries) {
       check_utf8(e.prompt, fmt::format("--prompt-file '{}': prompt {}", o.prompt_file, p.prompts.size() + 1));
       p.prompts.push_back(std::move(e.prompt));
       p.names.push_back(std::move(e.name));
@@ -687,8 +700,16 @@ bool looks_instruct(const specdec::models::GgufFile& file) {
 
 int run_cli(const Options& o, const Prepared& p) {
   {
-    // A raw prompt to an instruct model is continued as text rather than answered: say so before the run.
-    const specdec::models::GgufFile tokenizer_file(p.tokenizer_path);
+    // A raw prompt to an instruct model is continued as text rather than answered: say so before the run. The
+    // tokenizer's file is read here, before the model, so a bad one is named at once.
+    std::optional<specdec::models::GgufFile> read;
+    try {
+      read.emplace(p.tokenizer_path);
+      (void)Tokenizer::from_gguf(*read);
+    } catch (const std::exception& e) {
+      fail(fmt::format("{}: '{}': {}", o.tokenizer.empty() ? "--model" : "--tokenizer", p.tokenizer_path, e.what()));
+    }
+    const specdec::models::GgufFile& tokenizer_file = *read;
     if (p.user_prompts && !p.chat && looks_instruct(tokenizer_file))
       warn(fmt::format("{} without --chat: '{}' looks like an instruct model (it has a chat template), which continues "
                        "raw text rather than answering it; add --chat to apply the template",

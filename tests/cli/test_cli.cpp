@@ -166,6 +166,9 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   refused({"--activation-bits", "12"}, {"--activation-bits", "12"});
   refused({"--model", "/nonexistent/model.gguf"}, {"--model", "/nonexistent/model.gguf"});
   refused({"--no-such-flag"}, {"--no-such-flag"});
+  std::ofstream(dir_ / "not-a-model.gguf") << "not a GGUF file";
+  refused({"--model", (dir_ / "not-a-model.gguf").string()}, {"--model", "not-a-model.gguf"});
+  refused({"--prompt-file", "/nonexistent/prompts.txt"}, {"--prompt-file", "/nonexistent/prompts.txt"});
 }
 
 TEST_F(Cli, GenerateChecksTheJsonPathBeforeTheRun) {
