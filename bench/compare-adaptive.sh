@@ -61,7 +61,7 @@ j = json.load(open(sys.argv[1]))
 s = j["speculative"]
 print(json.dumps({"prompt": sys.argv[2], "config": sys.argv[3], "repeat": int(sys.argv[4]), "speedup": j["speedup"],
                   "tokens_per_second": s["tokens_per_second"], "baseline_tokens_per_second": j["baseline"]["tokens_per_second"],
-                  "acceptance_rate": s["acceptance_rate"], "tau": s["mean_accepted_length"], "r": s["verify_cost_ratio"],
+                  "acceptance_rate": s.get("acceptance_rate"), "tau": s["mean_accepted_length"], "r": s.get("verify_cost_ratio"),
                   "drafting_step_fraction": j.get("drafting_step_fraction"), "mean_gamma": j.get("mean_gamma"),
                   "outputs_identical": j["outputs_identical"], "baseline_last": j.get("baseline_last", False)}))
 PY

@@ -59,8 +59,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 s = j["speculative"]
 print(json.dumps({"config": sys.argv[2], "repeat": int(sys.argv[3]), "speedup": j["speedup"],
-                  "drafting": j.get("drafting_step_fraction", 0.0), "acceptance": s["acceptance_rate"],
-                  "r": s["verify_cost_ratio"], "shadow_probes": j.get("shadow_probes", 0)}))
+                  "drafting": j.get("drafting_step_fraction", 0.0), "acceptance": s.get("acceptance_rate", 0.0),
+                  "r": s.get("verify_cost_ratio", 1.0), "shadow_probes": j.get("shadow_probes", 0)}))
 PY
   done
 done

@@ -49,16 +49,16 @@ for seed in seeds:
         j = json.load(open(f"{out}/{method}-{seed}.json"))
         s = j["speculative"]
         rows.append((seed, method, s["mean_accepted_length"], s["acceptance_rate"], s["tokens_per_second"],
-                     j["baseline"]["tokens_per_second"], j["speedup"], s["expected_accepted_token"],
-                     s["expected_accepted_block"], s["tokens"], s["target_forwards"], s["expected_steps"]))
+                     j["baseline"]["tokens_per_second"], j["speedup"], s.get("expected_accepted_token", 0.0),
+                     s.get("expected_accepted_block", 0.0), s["tokens"], s["target_forwards"], s["expected_steps"]))
         p = pooled.setdefault(method, {"tokens": 0, "forwards": 0, "speedups": [], "steps": 0, "e_token": 0.0,
                                        "e_block": 0.0})
         p["tokens"] += s["tokens"]
         p["forwards"] += s["target_forwards"]
         p["speedups"].append(j["speedup"])
         p["steps"] += s["expected_steps"]
-        p["e_token"] += s["expected_accepted_token"] * s["expected_steps"]
-        p["e_block"] += s["expected_accepted_block"] * s["expected_steps"]
+        p["e_token"] += s.get("expected_accepted_token", 0.0) * s["expected_steps"]
+        p["e_block"] += s.get("expected_accepted_block", 0.0) * s["expected_steps"]
 print(f"block vs token-level verification: draft-model proposer, temperature {temperature}, g = {g}, "
       f"up to {max_new} new tokens per prompt, demo prompts, seeds {' '.join(seeds)}")
 print("| seed | verify | tau (tokens / target forward) | acceptance | tokens/s | baseline tokens/s | speedup "

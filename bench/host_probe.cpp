@@ -1,4 +1,4 @@
-// bench_host_probe: what the host's cores do, for reading the kernels' figures (README, Results). Stand-alone loops:
+// bench_host_probe: what the host's cores do, for reading the kernels' figures (docs/results-log.md). Stand-alone loops:
 //   - the clock, from a chain of dependent integer adds (one a cycle);
 //   - 512-bit vpdpbusd (AVX-512 VNNI) throughput a cycle, alone and beside 4 float multiplies, 4 conversions or 4
 //     integer shifts / adds, with memory-broadcast operands folded or as separate vpbroadcastd loads, or beside register

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama.cpp's side of the long-context figures in the README (not in CI): the median 1-token and 6-token
+"""llama.cpp's side of the long-context figures in docs/cpu-forward.md (not in CI): the median 1-token and 6-token
 `llama_decode` after a context of C cached tokens (KV cache rolled back after each), and the prefill of an N-token
 prompt fed in 512-token batches as llama.cpp's CLI feeds one, on the same GGUF and thread count as bench_model's
 BM_Decode/context:C and BM_Prefill/tokens:N. Run with the virtual environment bench/compare-llama-cpp.sh builds:

@@ -1,7 +1,7 @@
 // bench_torch_rss: what linking libtorch costs a process before it does anything. Links libtorch and nothing of
 // specdec, touches nothing of it, and prints its resident memory from /proc/self/status (VmRSS, RssAnon, RssFile) and
 // from /proc/self/smaps the [heap] share (static registrations) and the number of mapped shared libraries. The peak-RSS
-// figures of specdec-generate and bench_model's rss_mib_at_start carry this share (README, Results). Linux only.
+// figures of specdec-generate and bench_model's rss_mib_at_start carry this share (docs/results-log.md). Linux only.
 #include <ATen/ATen.h>
 
 #include <cctype>

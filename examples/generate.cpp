@@ -6,22 +6,33 @@
 //
 // --compare runs the autoregressive baseline and the speculative decoder on the same prompts in one process and prints
 // tokens/s of each, the speedup, acceptance rate, mean accepted length, the cost ratios c and r, and the theoretical
-// speedup for the measured a, c and r.
+// speedup for the measured a, c and r. Every prompt's generated text and finish reason go to stdout (--quiet: none).
+//
+// Every flag is checked before a model loads (check_options): a bad value stops the program at once with one line that
+// names the flag, the value and what it accepts, and writes nothing. docs/cli.md documents the flags and the --json
+// output (docs/generate.schema.json); tests/cli runs this program to hold it to both.
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
-#include <cstdio>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <type_traits>
 #include <string>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
+
+#include "cli_util.hpp"
 
 #include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
@@ -49,9 +60,25 @@ using specdec::decoder::GenerationResult;
 using specdec::models::LlamaModel;
 using specdec::models::Tokenizer;
 
+namespace specdec::cli {
+const char* build_version();     // generated at build time (cmake/build-info.cmake)
+const char* build_git_commit();
+}  // namespace specdec::cli
+
 namespace {
 
+const auto kProgramStart = std::chrono::steady_clock::now();
 const fs::path kSourceDir = SPECDEC_SOURCE_DIR;
+// The largest g: the startup cost profile times about 4 (g + 1) forwards of up to g + 1 rows per round, so its time grows
+// with g squared (g = 8: a third of a second; g = 64: tens of seconds on two cores), while the proposers here rarely
+// have more than a few tens of tokens worth drafting (suffix tries are 24 deep) and a verification of g + 1 rows costs
+// more one-row forwards the larger g is.
+constexpr int kMaxG = 64;
+// --threads and --aten-threads beyond this multiple of the CPUs the process may run on are refused (threads that wait
+// for a core only slow the forward down); above the CPU count they are allowed with a warning.
+constexpr int kThreadsPerCpu = 4;
+// A prompt of at least this many tokens reports its prefill on stderr.
+constexpr std::size_t kLongPrompt = 512;
 const fs::path kDefaultModel = kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 const fs::path kDefaultEagleHead = kSourceDir / "models" / "smollm2-135m-eagle";
 const fs::path kDefaultDraftModel = kSourceDir / "models" / "smollm2-135m-draft";
@@ -84,12 +111,14 @@ struct Options {
   int top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
-  std::uint64_t seed = 0;
+  std::string seed = "0";  // parsed by check_options (a decimal in [0, 2^64), never wrapped)
+  std::uint64_t seed_value = 0;
   int max_new_tokens = 128;
   int rounds = 1;  // the prompt set, this many times in sequence through the same proposer
   std::string prompt;
   std::string prompt_file;
   bool chat = false;
+  bool quiet = false;  // no generated text on stdout
   bool compare = false;
   bool baseline_last = false;  // --compare: the baseline after the speculative run
   std::string json;
@@ -103,19 +132,15 @@ struct Options {
   bool expected_acceptance = false;
   double suffix_alpha = specdec::proposers::SuffixOptions{}.tokens_per_match_token;
   // 1, the library's: one-token matches draft too, and the policy, which cuts each lookup proposal after seeing it and
-  // learns from every proposed position the step emitted, verifies them only while they pay (README, "Draft length").
+  // learns from every proposed position the step emitted, verifies them only while they pay (docs/adaptive-policy.md).
   std::int32_t suffix_min_match = specdec::proposers::SuffixOptions{}.min_match;
   std::string device = "cpu";     // cpu: LlamaModel's packed kernels; otherwise AtenLlamaModel on that ATen device
   std::string dtype = "float32";  // AtenLlamaModel's weights and activations
 };
 
 [[noreturn]] void fail(const std::string& message) { throw specdec::error(specdec::Status::kInvalidArgument, message); }
+void warn(const std::string& message) { fmt::print(stderr, "specdec-generate: warning: {}\n", message); }
 
-// --prompt-file: one prompt per line or JSONL objects with a "prompt" field (torch-free, shared with the fuzzer
-// tests/fuzz/fuzz_prompt_file.cpp).
-using specdec::models::read_prompt_file;
-
-std::vector<std::string> demo_prompts() { return read_prompt_file((kSourceDir / "examples" / "prompts" / "demo.jsonl").string()); }
 
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
 LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false) {
@@ -127,18 +152,22 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   options.activation_bits = specdec::models::ActivationBits::parse(o.activation_bits);
   options.kv_cache_half = specdec::models::parse_kv_cache_type(o.kv_cache);
   options.quantize_float_weights = quantize;
-  if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
-  return specdec::models::load_llama_gguf(path, options);
+  try {
+    if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
+    return specdec::models::load_llama_gguf(path, options);
+  } catch (const c10::Error& e) {
+    fail(fmt::format("{}: '{}': {}", flag, path, e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    fail(fmt::format("{}: '{}': {}", flag, path, e.what()));
+  }
 }
 
-/// A progress bar on stderr for multi-prompt runs: redrawn in place (at most 10 times a second) on a terminal, one line
-/// per finished prompt otherwise.
+/// A progress bar on stderr, in prompts finished and tokens generated: redrawn in place (at most 10 times a second) on a
+/// terminal, one line per finished prompt otherwise. Nothing is drawn before the first token.
 class Progress {
  public:
   Progress(std::string label, std::size_t total)
-      : label_(std::move(label)), total_(total), tty_(isatty(fileno(stderr)) != 0) {
-    draw(true);
-  }
+      : label_(std::move(label)), total_(total), tty_(isatty(fileno(stderr)) != 0) {}
   void add_tokens(std::size_t n) {
     tokens_ += n;
     draw(false);
@@ -169,6 +198,7 @@ class Progress {
 
 struct RunOutcome {
   std::vector<GenerationResult> results;
+  std::vector<double> seconds;  // per prompt, last round: from the round's start (prefill included) to its last token
   DecoderMetrics metrics;
   double wall_seconds = 0;
 };
@@ -179,9 +209,19 @@ struct RunSettings {
   int rounds = 1;
 };
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// "finish reason: length; 128 tokens in 1.20 s, 106.7 tokens/s": what stdout says after a prompt's text.
+std::string finish_line(const GenerationResult& r, double seconds) {
+  return fmt::format("[finish reason: {}; {} tokens in {:.2f} s, {:.1f} tokens/s]", specdec::decoder::to_string(r.finish_reason),
+                     r.tokens.size(), seconds, seconds > 0 ? static_cast<double>(r.tokens.size()) / seconds : 0.0);
+}
+
 /// Decodes the prompt set `how.rounds` times in sequence with one decoder over the same proposer (a proposer that learns
 /// from finished outputs, such as suffix decoding's global cache, sees the earlier rounds); the metrics cover every round,
-/// the results are the last round's.
+/// the results are the last round's. Prompts of kLongPrompt tokens or more report their prefill on stderr.
 template <class Proposer, class Target>
 RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationRequest>& requests,
                const DecoderOptions& options, const Tokenizer& tokenizer, const std::string& label, const RunSettings& how) {
@@ -193,7 +233,12 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
   } else {
     progress.emplace(label, requests.size() * static_cast<std::size_t>(how.rounds));
   }
-  auto callback = [&](specdec::decoder::RequestId, std::span<const std::int64_t> tokens, bool finished) {
+  RunOutcome out;
+  out.seconds.assign(requests.size(), 0.0);
+  std::unordered_map<specdec::decoder::RequestId, std::size_t> index;
+  auto t_round = std::chrono::steady_clock::now();
+  decoder.set_callback([&](specdec::decoder::RequestId id, std::span<const std::int64_t> tokens, bool finished) {
+    if (finished) out.seconds[index.at(id)] = seconds_since(t_round);
     if (text) {
       std::string piece;
       for (auto t : tokens) piece += text->push(static_cast<std::int32_t>(t));
@@ -205,12 +250,45 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
       progress->add_tokens(tokens.size());
       if (finished) progress->finish_one();
     }
-  };
+  });
   const auto t0 = std::chrono::steady_clock::now();
-  RunOutcome out;
   for (int round = 0; round < how.rounds; ++round) {
     if (text) fmt::print("--- {}{} ---\n", label, how.rounds > 1 ? fmt::format(" (round {})", round + 1) : "");
-    out.results = decoder.generate(requests, callback);
+    std::fflush(stdout);
+    t_round = std::chrono::steady_clock::now();
+    index.clear();
+    std::vector<specdec::decoder::RequestId> ids;
+    try {
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        const std::size_t n = requests[i].prompt.size();
+        const bool long_prompt = n >= kLongPrompt;
+        if (long_prompt) {
+          fmt::print(stderr, "specdec-generate: {}: prefill of prompt {} ({} tokens) ...", label, i + 1, n);
+          std::fflush(stderr);
+        }
+        const auto t_prefill = std::chrono::steady_clock::now();
+        ids.push_back(decoder.add_request(requests[i]));
+        index[ids.back()] = i;
+        if (long_prompt) {
+          const double s = seconds_since(t_prefill);
+          fmt::print(stderr, " {:.2f} s ({:.0f} tokens/s)\n", s, s > 0 ? static_cast<double>(n) / s : 0.0);
+        }
+      }
+      while (!decoder.idle()) decoder.step();
+    } catch (...) {
+      for (const auto id : ids) {
+        decoder.cancel(id);
+        try {
+          (void)decoder.take_result(id);
+        } catch (const std::exception&) {
+        }
+      }
+      throw;
+    }
+    out.results.clear();
+    for (const auto id : ids) out.results.push_back(decoder.take_result(id));
+    if (text)
+      for (std::size_t i = 0; i < out.results.size(); ++i) fmt::print("{}\n", finish_line(out.results[i], out.seconds[i]));
   }
   for (std::size_t i = 0; i < out.results.size(); ++i) {
     const auto total = static_cast<std::int64_t>(requests[i].prompt.size() + out.results[i].tokens.size());
@@ -219,7 +297,7 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
                  "generated; finish reason: length)\n", i + 1, target.max_sequence_length(), requests[i].prompt.size(),
                  out.results[i].tokens.size());
   }
-  out.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.wall_seconds = seconds_since(t0);
   out.metrics = decoder.metrics();
   return out;
 }
@@ -247,25 +325,38 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
 }
 #endif
 
-nlohmann::json speculative_json(const DecoderMetrics& m, double t1) {
-  return {{"tokens_per_second", m.tokens_per_second()},
-          {"acceptance_rate", m.total.acceptance_rate()},
-          {"mean_accepted_length", m.total.mean_accepted_length()},
-          {"cost_ratio_c", m.cost_ratio(t1)},
-          {"verify_cost_ratio", m.verify_cost_ratio(t1)},
-          {"per_position_acceptance", m.total.acceptance_by_position()},
-          {"target_forwards", m.total.target_forwards},
-          {"tokens", m.total.emitted},
-          {"overhead_fraction", m.overhead_fraction()},
-          {"draft_fraction", m.step_seconds() > 0 ? m.draft_seconds / m.step_seconds() : 0.0},
-          {"ms_per_step", m.steps ? 1e3 * m.step_seconds() / static_cast<double>(m.steps) : 0.0},
-          {"expected_steps", m.total.expected_steps},
-          {"expected_accepted_token", m.total.expected_steps
-                                          ? m.total.expected_accepted_token / static_cast<double>(m.total.expected_steps)
-                                          : 0.0},
-          {"expected_accepted_block", m.total.expected_steps
-                                          ? m.total.expected_accepted_block / static_cast<double>(m.total.expected_steps)
-                                          : 0.0}};
+/// Sets j[key] = v when v is a finite number (a ratio over nothing measured is left out rather than written as null).
+void put_finite(nlohmann::json& j, const char* key, double v) {
+  if (std::isfinite(v)) j[key] = v;
+}
+
+/// A run's figures under stable names. Only what the run measured appears: the expected-acceptance figures only under
+/// --expected-acceptance, their means only when some step had them, the acceptance by position only when drafts were
+/// verified.
+nlohmann::json speculative_json(const DecoderMetrics& m, double t1, bool expected_acceptance) {
+  nlohmann::json j;
+  put_finite(j, "tokens_per_second", m.tokens_per_second());
+  j["target_forwards"] = m.total.target_forwards;
+  j["tokens"] = m.total.emitted;
+  put_finite(j, "mean_accepted_length", m.total.mean_accepted_length());
+  put_finite(j, "overhead_fraction", m.overhead_fraction());
+  if (m.step_seconds() > 0) j["draft_fraction"] = m.draft_seconds / m.step_seconds();
+  if (m.steps) j["ms_per_step"] = 1e3 * m.step_seconds() / static_cast<double>(m.steps);
+  if (m.total.drafted > 0) {
+    put_finite(j, "acceptance_rate", m.total.acceptance_rate());
+    j["per_position_acceptance"] = m.total.acceptance_by_position();
+    put_finite(j, "cost_ratio_c", m.cost_ratio(t1));
+    put_finite(j, "verify_cost_ratio", m.verify_cost_ratio(t1));
+  }
+  if (expected_acceptance) {
+    j["expected_steps"] = m.total.expected_steps;
+    if (m.total.expected_steps > 0) {
+      const double steps = static_cast<double>(m.total.expected_steps);
+      j["expected_accepted_token"] = m.total.expected_accepted_token / steps;
+      j["expected_accepted_block"] = m.total.expected_accepted_block / steps;
+    }
+  }
+  return j;
 }
 
 /// The 1-token forward time c and r are measured against: the baseline's mean over all its steps when it ran (the
@@ -310,9 +401,9 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
              "1-token forward; theory = E[tokens/step] / (r + g c)\n");
 }
 
+struct Prepared;
 template <class Target>
-int run_on(const Options& o, const specdec::SamplingParams& params, const std::string& proposer,
-           const std::string& tokenizer_path, Target& target);
+int run_on(const Options& o, const Prepared& p, Target& target);
 
 specdec::proposers::NgramOptions ngram_options(const Options& o) {
   specdec::proposers::NgramOptions no;
@@ -357,98 +448,357 @@ LlamaModel load_draft_model(const Options& o) {
   return load_model(path, "--draft-model", o, o.draft_weights == "q8_0");
 }
 
-int run_cli(const Options& o) {
-  if (o.num_speculative_tokens < 0) fail(fmt::format("--num-speculative-tokens: expected >= 0, got {}", o.num_speculative_tokens));
-  if (o.max_new_tokens < 1) fail(fmt::format("--max-new-tokens: expected >= 1, got {}", o.max_new_tokens));
-  if (o.rounds < 1) fail(fmt::format("--rounds: expected >= 1, got {}", o.rounds));
+/// What check_options found and run_on uses: the proposer, the prompts (with their names and the chain members each
+/// names), the sampling parameters and the tokenizer's path. Everything in it was checked before any model loaded.
+struct Prepared {
+  std::string proposer;
+  std::vector<std::string> prompts, names;
+  std::vector<std::vector<std::string>> named;
+  bool chat = false;
+  bool user_prompts = false;  // --prompt or --prompt-file (not the built-in set)
   specdec::SamplingParams params;
-  params.temperature = o.temperature;
-  params.top_k = o.top_k;
-  params.top_p = o.top_p;
-  params.min_p = o.min_p;
-  params.seed = o.seed;
-  specdec::check(params);
+  std::string tokenizer_path;
+};
 
-  // The proposer: suffix decoding unless named, the best measured for the bundled model with the adaptive draft length
-  // (bench/compare-adaptive.sh, README "Draft length"; the committed EAGLE head and draft model are trained on too little
-  // data to pay off yet, models/TRAINING.md: pass --proposer eagle or --proposer draft to use them).
-  const std::string proposer = o.proposer.empty() ? std::string("suffix") : o.proposer;
+bool has_member(const std::string& proposer, const char* name) {
+  const auto names = proposer_names(proposer);
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
 
-  // Model and tokenizer.
+/// "--flag: expected ..., got ...": the one line every refused value gets.
+[[noreturn]] void bad_value(const std::string& flag, const std::string& expected, const std::string& got) {
+  fail(fmt::format("{}: expected {}, got {}", flag, expected, got));
+}
+
+void check_utf8(const std::string& text, const std::string& where) {
+  if (const auto at = specdec::cli::first_invalid_utf8(text))
+    fail(fmt::format("{}: invalid UTF-8 at byte offset {} (byte 0x{:02x}); prompts must be UTF-8 text", where, *at,
+                     static_cast<unsigned char>(text[*at])));
+}
+
+/// Checks every flag before anything loads, so a bad value costs no model load and writes nothing: each refusal is one
+/// line naming the flag, the value and what it accepts. Flags that another flag makes meaningless are refused when
+/// the combination cannot be what was meant (a draft model without the draft proposer), and warned about when the run
+/// would merely ignore them. Also reads the prompt file, so its errors come before the model too.
+Prepared check_options(Options& o, const CLI::App& app) {
+  auto given = [&](const char* name) { return app.count(name) > 0; };
+  Prepared p;
+  const int cpus = std::max(1, specdec::models::available_cpus());
+
+  if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > kMaxG)
+    bad_value("-g/--num-speculative-tokens",
+              fmt::format("an integer in [0, {}] (the startup cost profile grows with g squared; no proposer here drafts "
+                          "usefully past a few tens of tokens)", kMaxG),
+              std::to_string(o.num_speculative_tokens));
+  auto check_threads = [&](const char* flag, int value, int least) {
+    const int most = kThreadsPerCpu * cpus;
+    if (value < least || value > most)
+      bad_value(flag,
+                fmt::format("{} in [1, {}] ({} x the {} CPU(s) this process may run on)",
+                            least == 0 ? "0 (every CPU) or an integer" : "an integer", most, kThreadsPerCpu, cpus),
+                std::to_string(value));
+    if (value > cpus)
+      warn(fmt::format("{} {}: more threads than the {} CPU(s) this process may run on; the extra threads wait for a core",
+                       flag, value, cpus));
+  };
+  check_threads("--threads", o.threads, 0);
+  check_threads("--aten-threads", o.aten_threads, 1);
+  if (const auto seed = specdec::cli::parse_u64(o.seed)) {
+    o.seed_value = *seed;
+  } else {
+    bad_value("--seed", "a non-negative decimal integer below 2^64 = 18446744073709551616", "'" + o.seed + "'");
+  }
+  if (!(std::isfinite(o.temperature) && o.temperature >= 0.0f))
+    bad_value("--temperature", "a finite value >= 0 (0 = greedy)", fmt::format("{}", o.temperature));
+  if (o.top_k < 0) bad_value("--top-k", "an integer >= 0 (0 = off)", std::to_string(o.top_k));
+  if (!(o.top_p > 0.0f && o.top_p <= 1.0f)) bad_value("--top-p", "a value in (0, 1] (1 = off)", fmt::format("{}", o.top_p));
+  if (!(o.min_p >= 0.0f && o.min_p <= 1.0f)) bad_value("--min-p", "a value in [0, 1] (0 = off)", fmt::format("{}", o.min_p));
+  if (o.max_new_tokens < 1 || o.max_new_tokens > (1 << 20))
+    bad_value("--max-new-tokens", "an integer in [1, 1048576]", std::to_string(o.max_new_tokens));
+  if (o.rounds < 1 || o.rounds > 1000) bad_value("--rounds", "an integer in [1, 1000]", std::to_string(o.rounds));
+  if (o.ngram_min_n < 1 || o.ngram_min_n > 64)
+    bad_value("--ngram-min-n", "an integer in [1, 64]", std::to_string(o.ngram_min_n));
+  if (o.ngram_max_n < o.ngram_min_n || o.ngram_max_n > 64)
+    bad_value("--ngram-max-n", fmt::format("an integer in [--ngram-min-n = {}, 64]", o.ngram_min_n),
+              std::to_string(o.ngram_max_n));
+  if (!(std::isfinite(o.suffix_alpha) && o.suffix_alpha > 0 && o.suffix_alpha <= 1e9))
+    bad_value("--suffix-alpha", "a value in (0, 1e9] (draft nodes per matched token)", fmt::format("{}", o.suffix_alpha));
+  p.params.temperature = o.temperature;
+  p.params.top_k = o.top_k;
+  p.params.top_p = o.top_p;
+  p.params.min_p = o.min_p;
+  p.params.seed = o.seed_value;
+
+  // The proposer and its members: suffix decoding unless named, the best measured for the bundled model with the adaptive
+  // draft length (docs/adaptive-policy.md; the committed EAGLE head and draft model are trained on too little data to
+  // pay off yet, models/TRAINING.md).
+  p.proposer = o.proposer.empty() ? std::string("suffix") : o.proposer;
+  const auto members = proposer_names(p.proposer);
+  const bool chain = members.size() > 1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const std::string& m = members[i];
+    if (chain) {
+      if (m != "ngram" && m != "suffix" && m != "draft")
+        bad_value("--proposer", "a chain of distinct members from ngram, suffix and draft, separated by commas",
+                  fmt::format("'{}' in '{}'", m, p.proposer));
+      for (std::size_t k = 0; k < i; ++k)
+        if (members[k] == m)
+          bad_value("--proposer", "a chain of distinct members", fmt::format("'{}' twice in '{}'", m, p.proposer));
+    }
+  }
+#if !defined(SPECDEC_HAVE_EAGLE)
+  if (p.proposer == "eagle") bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'eagle'");
+#endif
+  const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = p.proposer == "eagle";
+  const bool uses_ngram = has_member(p.proposer, "ngram"), uses_suffix = has_member(p.proposer, "suffix");
+
+  // Prompts.
+  if (given("--prompt")) {
+    if (o.prompt.empty())
+      fail("--prompt: expected a non-empty prompt text, got an empty string (leave --prompt out to run the built-in "
+           "prompt set)");
+    check_utf8(o.prompt, "--prompt");
+    p.prompts.push_back(o.prompt);
+    p.names.emplace_back();
+    p.named.emplace_back();
+  }
+  if (!o.prompt_file.empty()) {
+    std::vector<specdec::models::PromptEntry> entries;
+    try {
+      entries = specdec::models::read_prompt_entries(o.prompt_file);
+    } catch (const std::exception& e) {
+      fail(fmt::format("--prompt-file: {}", e.what()));
+    }
+    for (auto& e : entries) {
+      check_utf8(e.prompt, fmt::format("--prompt-file '{}': prompt {}", o.prompt_file, p.prompts.size() + 1));
+      p.prompts.push_back(std::move(e.prompt));
+      p.names.push_back(std::move(e.name));
+      p.named.push_back(std::move(e.proposers));
+    }
+  } else if (given("--prompt-file")) {
+    bad_value("--prompt-file", "a file path", "an empty string");
+  }
+  p.user_prompts = !p.prompts.empty();
+  p.chat = o.chat;
+  if (p.prompts.empty()) {
+    for (auto& e : specdec::models::read_prompt_entries(kSourceDir / "examples" / "prompts" / "demo.jsonl")) {
+      p.prompts.push_back(std::move(e.prompt));
+      p.names.push_back(std::move(e.name));
+      p.named.emplace_back();
+    }
+    p.chat = true;
+  }
+  // A prompt that names its proposers drafts with those members of the --proposer chain, in its order.
+  for (std::size_t i = 0; i < p.named.size(); ++i)
+    for (const std::string& name : p.named[i])
+      if (!chain || std::find(members.begin(), members.end(), name) == members.end())
+        fail(fmt::format("--prompt-file: prompt {} names the proposer '{}', which {}", i + 1, name,
+                         !chain ? "needs a chain: --proposer lists the members, e.g. --proposer suffix,draft"
+                                : "is not in --proposer " + p.proposer));
+
+  // Flags that need another flag, or that the run would ignore.
+  if (given("--draft-model") && !uses_draft)
+    fail(fmt::format("--draft-model: applies to --proposer draft or a chain with draft, got --proposer {}", p.proposer));
+  if (given("--eagle-head") && !uses_eagle)
+    fail(fmt::format("--eagle-head: applies to --proposer eagle, got --proposer {}", p.proposer));
+  if (o.baseline_last && !o.compare) fail("--baseline-last: applies with --compare (it orders the baseline's run)");
+  if (given("--dtype") && o.device == "cpu")
+    fail(fmt::format("--dtype: applies with --device other than cpu (the CPU forward runs the GGUF's own block formats; "
+                     "see --activation-bits), got --dtype {} with --device cpu", o.dtype));
+  if (o.device != "cpu" && uses_eagle)
+    fail(fmt::format("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features), got "
+                     "--device {}", o.device));
+  if (p.proposer == "none" && given("-g")) warn("-g: ignored with --proposer none (no drafts)");
+  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob"})
+    if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without --proposer eagle", flag));
+  for (const char* flag : {"--ngram-min-n", "--ngram-max-n"})
+    if (given(flag) && !uses_ngram) warn(fmt::format("{}: ignored without ngram in --proposer", flag));
+  for (const char* flag : {"--suffix-alpha", "--suffix-min-match"})
+    if (given(flag) && !uses_suffix) warn(fmt::format("{}: ignored without suffix in --proposer", flag));
+  if (given("--draft-weights") && !uses_draft && !uses_eagle)
+    warn("--draft-weights: ignored without a draft model or EAGLE head in --proposer");
+  if (o.fixed_g)
+    for (const char* flag : {"--cost-model", "--probe-backoff", "--no-shadow-probes", "--no-cut-lookups",
+                             "--sampled-cost-slope", "--sampled-draft-cost"})
+      if (given(flag)) warn(fmt::format("{}: ignored with --fixed-g (the adaptive policy is off)", flag));
+  if (!o.fixed_g && (o.adaptive_all || p.params.greedy()))
+    for (const char* flag : {"--sampled-cost-slope", "--sampled-draft-cost"})
+      if (given(flag))
+        warn(fmt::format("{}: ignored {} (it prices sampled requests that the timed policy does not cover)", flag,
+                         o.adaptive_all ? "with --adaptive" : "at temperature 0"));
+  if (p.params.greedy()) {
+    for (const char* flag : {"--top-k", "--top-p", "--min-p", "--seed"})
+      if (given(flag)) warn(fmt::format("{}: ignored at temperature 0 (greedy decoding takes the argmax)", flag));
+    if (o.expected_acceptance) warn("--expected-acceptance: measures sampled chains; nothing to measure at temperature 0");
+  }
+  if (o.verify == "block" && o.tree) warn("--verify block: trees stay token-level (--tree)");
+  if (o.device != "cpu" && !uses_draft)
+    for (const char* flag : {"--activation-bits", "--kv-cache"})
+      if (given(flag)) warn(fmt::format("{}: ignored with --device {} (it applies to the CPU forward)", flag, o.device));
+
+  // Where the output goes: checked now, so a long run never ends unable to save.
+  if (given("--json"))
+    if (const std::string why = specdec::cli::output_file_problem(o.json); !why.empty()) fail("--json: " + why);
+
+  // The device and the forward's settings.
+  if (o.device != "cpu") {
+    try {
+      const at::Device device(o.device);
+      if (device.is_cuda() && !at::hasCUDA())
+        fail(fmt::format("--device: '{}' needs CUDA, and this build's libtorch has no CUDA device to run on", o.device));
+    } catch (const c10::Error&) {
+      bad_value("--device", "cpu, cuda or cuda:N", "'" + o.device + "'");
+    }
+  }
+  try {
+    (void)specdec::models::ActivationBits::parse(o.activation_bits);
+  } catch (const std::exception&) {
+    bad_value("--activation-bits", "16, 8 or a list such as 16,attn_out=8 (kinds qkv, attn_out, gate_up, down, lm_head)",
+              "'" + o.activation_bits + "'");
+  }
+
+  // Files.
   if (!fs::exists(o.model))
     fail(fmt::format("--model: '{}' does not exist{}", o.model,
                      o.model == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
-  std::string tokenizer_path = o.tokenizer;
-  if (tokenizer_path.empty()) {
+  p.tokenizer_path = o.tokenizer;
+  if (p.tokenizer_path.empty()) {
     if (fs::is_directory(o.model))
       fail(fmt::format("--tokenizer: a GGUF file holding the tokenizer is needed for the Hugging Face directory '{}'",
                        o.model));
-    tokenizer_path = o.model;
+    p.tokenizer_path = o.model;
   }
-  if (!fs::exists(tokenizer_path)) fail(fmt::format("--tokenizer: '{}' does not exist", tokenizer_path));
+  if (!fs::is_regular_file(p.tokenizer_path))
+    fail(fmt::format("--tokenizer: '{}' is not a file (a GGUF file holding the tokenizer is expected)", p.tokenizer_path));
+  if (uses_draft) {
+    const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
+    if (!fs::exists(path)) fail(fmt::format("--draft-model: '{}' does not exist", path));
+  }
+  if (uses_eagle) {
+    const fs::path dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
+    if (!fs::exists(dir / "config.json"))
+      fail(fmt::format("--eagle-head: '{}' holds no config.json (an EAGLE head checkpoint directory is expected)",
+                       dir.string()));
+  }
+  return p;
+}
+
+/// Whether the GGUF describes an instruct (chat) model: it ships a chat template, or its name says so.
+bool looks_instruct(const specdec::models::GgufFile& file) {
+  if (file.contains("tokenizer.chat_template")) return true;
+  for (const char* key : {"general.name", "general.finetune"}) {
+    if (!file.contains(key)) continue;
+    try {
+      std::string v = file.get_string(key);
+      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (v.find("instruct") != std::string::npos || v.find("chat") != std::string::npos) return true;
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
+}
+
+int run_cli(const Options& o, const Prepared& p) {
+  {
+    // A raw prompt to an instruct model is continued as text rather than answered: say so before the run. The
+    // tokenizer's file is read here, before the model, so a bad one is named at once.
+    std::optional<specdec::models::GgufFile> read;
+    try {
+      read.emplace(p.tokenizer_path);
+      (void)Tokenizer::from_gguf(*read);
+    } catch (const std::exception& e) {
+      fail(fmt::format("{}: '{}': {}", o.tokenizer.empty() ? "--model" : "--tokenizer", p.tokenizer_path, e.what()));
+    }
+    const specdec::models::GgufFile& tokenizer_file = *read;
+    if (p.user_prompts && !p.chat && looks_instruct(tokenizer_file))
+      warn(fmt::format("{} without --chat: '{}' looks like an instruct model (it has a chat template), which continues "
+                       "raw text rather than answering it; add --chat to apply the template",
+                       o.prompt_file.empty() ? "--prompt" : "--prompt-file", fs::path(p.tokenizer_path).filename().string()));
+  }
   if (o.device == "cpu") {
     LlamaModel target = load_model(o.model, "--model", o);
-    return run_on(o, params, proposer, tokenizer_path, target);
+    return run_on(o, p, target);
   }
   specdec::models::AtenLlamaOptions ao;
-  try {
-    ao.device = at::Device(o.device);
-  } catch (const std::exception&) {
-    fail(fmt::format("--device: expected cpu, cuda or cuda:N, got '{}'", o.device));
-  }
-  if (ao.device.is_cuda() && !at::hasCUDA())
-    fail(fmt::format("--device {}: this build's libtorch has no CUDA device to run on", o.device));
+  ao.device = at::Device(o.device);
   if (o.dtype == "bfloat16") ao.dtype = at::kBFloat16;
   else if (o.dtype == "float16") ao.dtype = at::kHalf;
-  else if (o.dtype != "float32") fail(fmt::format("--dtype: expected float32, bfloat16 or float16, got '{}'", o.dtype));
   auto target = fs::is_directory(o.model) ? specdec::models::load_aten_llama_safetensors(o.model, ao)
                                           : specdec::models::load_aten_llama_gguf(o.model, ao);
-  return run_on(o, params, proposer, tokenizer_path, target);
+  return run_on(o, p, target);
+}
+
+/// Prints every prompt's generated text and finish reason (a prompt set; one prompt streams its text as it comes).
+void print_outputs(const Prepared& p, const std::vector<GenerationRequest>& requests, const RunOutcome& run,
+                   const Tokenizer& tokenizer) {
+  for (std::size_t i = 0; i < run.results.size(); ++i) {
+    const auto& r = run.results[i];
+    const std::vector<std::int32_t> ids(r.tokens.begin(), r.tokens.end());
+    fmt::print("--- prompt {}{}: {} prompt tokens ---\n{}\n{}\n", i + 1, p.names[i].empty() ? "" : " (" + p.names[i] + ")",
+               requests[i].prompt.size(), tokenizer.decode(ids, /*skip_special=*/true), finish_line(r, run.seconds[i]));
+  }
+  std::fflush(stdout);
+}
+
+/// The SHA-256 of the model: of the file, or of each file of a Hugging Face directory (by name).
+nlohmann::json model_digest(const std::string& path) {
+  if (!fs::is_directory(path)) return specdec::cli::sha256_file(path);
+  nlohmann::json files = nlohmann::json::object();
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(path))
+    if (e.is_regular_file()) entries.push_back(e.path());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& e : entries) files[e.filename().string()] = specdec::cli::sha256_file(e);
+  return files;
+}
+
+/// Writes `j` to `path` through `path.partial` renamed into place, so a reader never sees half a file; on any failure
+/// the partial file is removed and the error names --json.
+void write_json(const std::string& path, const nlohmann::json& j) {
+  const std::string tmp = path + ".partial";
+  std::error_code ec;
+  try {
+    {
+      std::ofstream f(tmp);
+      if (!f) fail(fmt::format("--json: cannot write '{}'", tmp));
+      f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      f.flush();
+      if (!f) fail(fmt::format("--json: cannot write '{}'", tmp));
+    }
+    fs::rename(tmp, path);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove(tmp, ec);
+    fail(fmt::format("--json: cannot write '{}': {}", path, e.code().message()));
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
 }
 
 /// The rest of a run on a loaded target (LlamaModel on the CPU kernels, or AtenLlamaModel on --device).
 template <class Target>
-int run_on(const Options& o, const specdec::SamplingParams& params, const std::string& proposer,
-           const std::string& tokenizer_path, Target& target) {
-  const specdec::models::GgufFile tokenizer_file(tokenizer_path);
+int run_on(const Options& o, const Prepared& p, Target& target) {
+  const specdec::models::GgufFile tokenizer_file(p.tokenizer_path);
   const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
-
-  // Prompts.
-  std::vector<std::string> prompts;
-  std::vector<std::vector<std::string>> named;  // the proposers each prompt names ("proposers" in a prompt file)
-  bool chat = o.chat;
-  if (!o.prompt.empty()) prompts.push_back(o.prompt);
-  named.resize(prompts.size());
-  if (!o.prompt_file.empty())
-    for (auto& e : specdec::models::read_prompt_entries(o.prompt_file)) {
-      prompts.push_back(std::move(e.prompt));
-      named.push_back(std::move(e.proposers));
-    }
-  if (prompts.empty()) {
-    prompts = demo_prompts();
-    chat = true;
-  }
-  named.resize(prompts.size());
-  // A prompt that names its proposers drafts with those members of the --proposer chain, in its order.
-  const std::vector<std::string> members = proposer.find(',') != std::string::npos ? proposer_names(proposer)
-                                                                                   : std::vector<std::string>{};
-  for (std::size_t i = 0; i < named.size(); ++i)
-    for (const std::string& name : named[i])
-      if (std::find(members.begin(), members.end(), name) == members.end())
-        fail(fmt::format("prompt {} names the proposer '{}', which {}", i, name,
-                         members.empty() ? "needs a chain: --proposer lists the members, e.g. --proposer suffix,draft"
-                                         : "is not in --proposer " + proposer));
-  const auto chat_template = specdec::models::ChatTemplate::from_gguf(tokenizer_file);
+  const std::string& proposer = p.proposer;
+  const auto& prompts = p.prompts;
+  const auto& named = p.named;
+  const auto& params = p.params;
+  std::optional<specdec::models::ChatTemplate> chat_template;
+  if (p.chat) chat_template.emplace(specdec::models::ChatTemplate::from_gguf(tokenizer_file));
   std::vector<GenerationRequest> requests;
   for (std::size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest r;
     std::string text = prompts[i];
-    if (chat) {
+    if (p.chat) {
       const std::vector<specdec::models::ChatMessage> msgs = {{"user", prompts[i]}};
-      text = chat_template.apply(msgs, /*add_generation_prompt=*/true);
+      text = chat_template->apply(msgs, /*add_generation_prompt=*/true);
     }
-    const auto ids = tokenizer.encode(text, {.add_special = true, .parse_special = chat});
-    if (ids.empty()) fail(fmt::format("prompt {}: encodes to no tokens", i));
+    const auto ids = tokenizer.encode(text, {.add_special = true, .parse_special = p.chat});
+    if (ids.empty()) fail(fmt::format("prompt {}: encodes to no tokens", i + 1));
+    if (static_cast<std::int64_t>(ids.size()) >= target.max_sequence_length())
+      fail(fmt::format("prompt {}: {} tokens leave no room for a new token in the model's context length of {}", i + 1,
+                       ids.size(), target.max_sequence_length()));
     r.prompt.assign(ids.begin(), ids.end());
     r.params = params;
     r.params.seed = params.seed + i;
@@ -458,7 +808,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
       if (id < target.vocab_size()) r.stop_token_ids.push_back(id);
     requests.push_back(std::move(r));
   }
-  const RunSettings how{prompts.size() == 1, o.rounds};
+  const RunSettings how{prompts.size() == 1 && !o.quiet, o.rounds};
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
@@ -474,11 +824,26 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
   }
   const bool joint = o.adaptive && (params.greedy() || o.adaptive_all);  // the timed policy (greedy, or --adaptive)
   const bool adaptive = o.adaptive;                                       // what the run does
+  std::vector<double> profile_ratios;
   if (joint && proposer != "none" && o.cost_model == "profile") {
     // The policy's cost model profiled once before the runs (specdec/decoder/cost_profile.hpp), not learned from them.
-    const auto profile = specdec::decoder::profile_forward_seconds(target, o.num_speculative_tokens + 1);
+    const bool tty = isatty(fileno(stderr)) != 0;
+    const std::string what = fmt::format("specdec-generate: profiling the verification cost of 1..{} rows",
+                                         o.num_speculative_tokens + 1);
+    fmt::print(stderr, "{}{}", what, tty ? " ..." : " ...\n");
+    std::fflush(stderr);
+    const auto profile = specdec::decoder::profile_forward_seconds(
+        target, o.num_speculative_tokens + 1, 128, 3, [&](int done, int total) {
+          if (tty) fmt::print(stderr, "\r{} ... round {}/{}", what, done, total);
+          else fmt::print(stderr, "specdec-generate: cost profile round {}/{} done\n", done, total);
+          std::fflush(stderr);
+        });
+    if (tty) std::fputc('\n', stderr);
     std::string ratios;
-    for (const double s : profile) ratios += fmt::format(" {:.2f}", s / profile[0]);
+    for (const double s : profile) {
+      profile_ratios.push_back(s / profile[0]);
+      ratios += fmt::format(" {:.2f}", s / profile[0]);
+    }
     fmt::print(stderr, "specdec-generate: verification cost profiled, 1..{} rows / 1 row:{}\n", profile.size(), ratios);
     spec_options.adaptive.forward_seconds = specdec::decoder::forward_cost_from_profile(profile);
   }
@@ -493,7 +858,7 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
              o.num_speculative_tokens, adaptive ? " (adaptive: at most)" : " (fixed)", o.temperature, o.verify);
 
   // The baseline goes first, or after the speculative run with --baseline-last: in one process the second run of
-  // identical work measures a few percent slower on this project's host (README "Draft length"), so scripts alternate.
+  // identical work measures a few percent slower on this project's host (docs/adaptive-policy.md), so scripts alternate.
   std::optional<RunOutcome> base;
   auto run_baseline = [&] {
     specdec::proposers::NoProposer none;
@@ -558,51 +923,86 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
 
   if (o.compare && o.baseline_last) run_baseline();
 
+  if (!o.quiet && !how.stream) print_outputs(p, requests, spec, tokenizer);
   print_table(base, spec, proposer, o.num_speculative_tokens, adaptive);
 
   if (!o.json.empty()) {
+    const DecoderMetrics& m = spec.metrics;
+    const double t1 = reference_one_token_seconds(base, spec);
     nlohmann::json j;
-    j["model"] = fs::path(o.model).filename().string();
+    j["version"] = specdec::cli::build_version();
+    j["git_commit"] = specdec::cli::build_git_commit();
+    j["model"] = o.model;
+    if (fs::is_directory(o.model)) j["model_files_sha256"] = model_digest(o.model);
+    else j["model_sha256"] = model_digest(o.model);
+    j["tokenizer"] = p.tokenizer_path;
     j["proposer"] = proposer;
     j["num_speculative_tokens"] = o.num_speculative_tokens;
     j["adaptive"] = adaptive;
-    j["drafting_step_fraction"] = spec.metrics.total.target_forwards
-                                      ? static_cast<double>(spec.metrics.total.steps_with_drafts) /
-                                            static_cast<double>(spec.metrics.total.target_forwards)
-                                      : 0.0;
-    j["mean_gamma"] = spec.metrics.mean_gamma();
-    j["shadow_probes"] = spec.metrics.total.shadow_probes;
-    j["shadow_probes_right"] = spec.metrics.total.shadow_accepted;
     j["temperature"] = o.temperature;
+    j["top_k"] = o.top_k;
+    j["top_p"] = o.top_p;
+    j["min_p"] = o.min_p;
+    j["seed"] = o.seed_value;
+    j["max_new_tokens"] = o.max_new_tokens;
+    j["rounds"] = o.rounds;
+    j["chat"] = p.chat;
+    j["threads"] = o.threads;
+    j["aten_threads"] = o.aten_threads;
+    j["device"] = o.device;
+    if (o.device == "cpu") {
+      j["activation_bits"] = o.activation_bits;
+      j["kv_cache"] = o.kv_cache;
+    } else {
+      j["dtype"] = o.dtype;
+    }
     j["verify"] = o.verify;
-    j["prompts"] = prompts.size();
+    j["compare"] = o.compare;
     j["baseline_last"] = o.compare && o.baseline_last;
-    const double t1 = reference_one_token_seconds(base, spec);
-    j["speculative"] = speculative_json(spec.metrics, t1);
-    j["theoretical_speedup"] = spec.metrics.theoretical_speedup(t1);
-    j["one_token_forward_seconds"] = t1;
+    if (!profile_ratios.empty()) j["cost_profile"] = profile_ratios;
+    nlohmann::json results = nlohmann::json::array();
+    for (std::size_t i = 0; i < spec.results.size(); ++i) {
+      const auto& r = spec.results[i];
+      const std::vector<std::int32_t> ids(r.tokens.begin(), r.tokens.end());
+      nlohmann::json e;
+      e["index"] = i;
+      if (!p.names[i].empty()) e["name"] = p.names[i];
+      e["prompt_tokens"] = requests[i].prompt.size();
+      e["text"] = tokenizer.decode(ids, /*skip_special=*/true);
+      e["finish_reason"] = specdec::decoder::to_string(r.finish_reason);
+      e["tokens"] = r.tokens.size();
+      e["seconds"] = spec.seconds[i];
+      if (spec.seconds[i] > 0) e["tokens_per_second"] = static_cast<double>(r.tokens.size()) / spec.seconds[i];
+      results.push_back(std::move(e));
+    }
+    j["prompts"] = std::move(results);
+    if (proposer != "none" && m.total.target_forwards > 0) {
+      j["drafting_step_fraction"] =
+          static_cast<double>(m.total.steps_with_drafts) / static_cast<double>(m.total.target_forwards);
+      if (m.total.steps_with_drafts > 0) put_finite(j, "mean_gamma", m.mean_gamma());
+    }
+    if (adaptive && !o.no_shadow_probes && proposer != "none") {
+      j["shadow_probes"] = m.total.shadow_probes;
+      j["shadow_probes_right"] = m.total.shadow_accepted;
+    }
+    j["speculative"] = speculative_json(m, t1, o.expected_acceptance);
+    if (m.total.drafted > 0) put_finite(j, "theoretical_speedup", m.theoretical_speedup(t1));
+    put_finite(j, "one_token_forward_seconds", t1);
     if (base) {
       const auto& bm = base->metrics;
-      j["baseline"] = {{"tokens_per_second", bm.tokens_per_second()},
-                       {"tokens", bm.total.emitted},
-                       {"overhead_fraction", bm.overhead_fraction()},
-                       {"ms_per_step", bm.steps ? 1e3 * bm.step_seconds() / static_cast<double>(bm.steps) : 0.0}};
-      j["speedup"] = spec.metrics.tokens_per_second() / base->metrics.tokens_per_second();
+      nlohmann::json b;
+      put_finite(b, "tokens_per_second", bm.tokens_per_second());
+      b["tokens"] = bm.total.emitted;
+      put_finite(b, "overhead_fraction", bm.overhead_fraction());
+      if (bm.steps) b["ms_per_step"] = 1e3 * bm.step_seconds() / static_cast<double>(bm.steps);
+      j["baseline"] = std::move(b);
+      put_finite(j, "speedup", m.tokens_per_second() / bm.tokens_per_second());
       bool same = true;
       for (std::size_t i = 0; i < spec.results.size(); ++i) same &= spec.results[i].tokens == base->results[i].tokens;
       j["outputs_identical"] = same;
-    } else {
-      j["baseline"] = nullptr;
-      j["speedup"] = nullptr;
     }
-    const std::string tmp = o.json + ".partial";
-    {
-      std::ofstream f(tmp);
-      if (!f) fail(fmt::format("--json: cannot write '{}'", o.json));
-      f << j.dump(2) << "\n";
-      if (!f) fail(fmt::format("--json: cannot write '{}'", o.json));
-    }
-    fs::rename(tmp, o.json);
+    j["wall_seconds"] = seconds_since(kProgramStart);
+    write_json(o.json, j);
     fmt::print(stderr, "specdec-generate: wrote {}\n", o.json);
   }
   return 0;
@@ -612,8 +1012,10 @@ int run_on(const Options& o, const specdec::SamplingParams& params, const std::s
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"specdec-generate: lossless speculative decoding on a real model"};
-  app.add_option("--model", o.model, "GGUF file or Hugging Face directory (safetensors + config.json)");
+  CLI::App app{"specdec-generate: lossless speculative decoding on a real model", "specdec-generate"};
+  app.add_option("--model", o.model,
+                 "GGUF file or Hugging Face directory (safetensors + config.json); default: the bundled "
+                 "models/SmolLM2-135M-Instruct.Q4_1.gguf");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
   app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: suffix, the best measured for the bundled model with the adaptive draft length)")
@@ -625,7 +1027,8 @@ int main(int argc, char** argv) {
       });
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens,
-                 "drafts per step (g): the most a step drafts under the adaptive policy, exactly g with --fixed-g")
+                 "drafts per step (g, at most 64): the most a step drafts under the adaptive policy, exactly g with "
+                 "--fixed-g")
       ->capture_default_str();
   auto* adaptive = app.add_flag("--adaptive", o.adaptive_all,
                                 "the adaptive draft-length policy (the default at temperature 0: g in [0, g] per request "
@@ -683,7 +1086,8 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", o.top_k, "0 = off")->capture_default_str();
   app.add_option("--top-p", o.top_p, "1 = off")->capture_default_str();
   app.add_option("--min-p", o.min_p, "0 = off")->capture_default_str();
-  app.add_option("--seed", o.seed, "seed of the first prompt (prompt i uses seed + i)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the first prompt (prompt i uses seed + i): a decimal integer in [0, 2^64)")
+      ->capture_default_str();
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate per prompt")->capture_default_str();
   app.add_option("--rounds", o.rounds,
                  "run the prompt set this many times in sequence through the same proposer (a repeated task: suffix "
@@ -694,11 +1098,14 @@ int main(int argc, char** argv) {
                  "one prompt per line, or JSONL objects with a \"prompt\" field (and optionally \"proposers\": the members of "
                  "the --proposer chain that prompt drafts with, in its order, e.g. [\"suffix\"] or \"draft,suffix\"); run as one batch");
   app.add_flag("--chat", o.chat, "apply the model's chat template");
+  app.add_flag("--quiet", o.quiet, "print no generated text (the figures and stderr's progress remain)");
   app.add_flag("--compare", o.compare, "also run the autoregressive baseline and report the speedup");
   app.add_flag("--baseline-last", o.baseline_last,
                "with --compare: run the baseline after the speculative run instead of before (alternate the two orders "
                "over repeated runs to cancel the order effect of timing two runs in one process)");
-  app.add_option("--json", o.json, "write the figures as JSON to this file");
+  app.add_option("--json", o.json,
+                 "write the run's parameters, each prompt's output and the figures as JSON to this file (its directory "
+                 "must be writable; docs/generate.schema.json)");
   app.add_option("--suffix-alpha", o.suffix_alpha, "suffix proposer: draft nodes per matched token (the paper's alpha)")
       ->capture_default_str();
   app.add_option("--suffix-min-match", o.suffix_min_match,
@@ -711,14 +1118,15 @@ int main(int argc, char** argv) {
                  "cpu (default): the block-format CPU kernels; cuda, cuda:N or another ATen device: the ATen Llama forward "
                  "there (weights dequantised to --dtype)")
       ->capture_default_str();
-  app.add_option("--dtype", o.dtype, "with --device other than cpu: float32, bfloat16 or float16")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "with --device other than cpu: float32, bfloat16 or float16")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
   app.add_option("--threads", o.threads,
-                 "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
+                 "threads of the models' forward; 0 = every CPU this process may run on (at most 4 per CPU)")
       ->capture_default_str();
   app.add_option("--aten-threads", o.aten_threads,
                  "threads of ATen's and OpenBLAS's own pools (EAGLE head, sampling, long-prompt attention); 1 keeps the cores "
                  "for the models' pool")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
                  "the draft model's float weights and the EAGLE head's LM head: q8_0 (quantised at load, run on the packed "
@@ -737,18 +1145,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line naming the flag (CLI11's own messages do: "--verify: check ... failed", "The following argument was not
+    // expected: ..."), as for every error below.
+    fmt::print(stderr, "specdec-generate: error: {}\n", e.what());
+    return e.get_exit_code() != 0 ? e.get_exit_code() : 1;
   }
   try {
+    const Prepared prepared = check_options(o, app);
     if (o.threads <= 0) o.threads = specdec::models::available_cpus();
     if (o.adaptive_all) o.adaptive = true;
     if (o.fixed_g) o.adaptive = false;
     // By default ATen runs on the calling thread only: the models' own pool has the cores, and OpenMP workers that spin
-    // after ATen's parallel regions would steal them from it (measured: the draft proposer's c 0.17 -> 0.08, r 2.5 -> 1.55).
-    // OpenBLAS's pool too: its workers spin after the prefill's batched products (host_threads.hpp).
+    // after ATen's parallel regions would steal them from the forward. OpenBLAS's pool too: its workers spin after the
+    // prefill's batched products (host_threads.hpp).
     specdec::models::set_host_library_threads(o.aten_threads);
-    return run_cli(o);
+    return run_cli(o, prepared);
   } catch (const c10::Error& e) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -26,7 +26,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
+
+#include "cli_util.hpp"
 
 namespace {
 
@@ -67,30 +70,89 @@ std::string python_stdlib_dir() {
   return out;
 }
 
+// Validators whose refusals name the flag, the value and the accepted range in one line ("--lr: expected a value > 0,
+// got -1"), checked when the arguments are parsed, before any model or data set is read.
+CLI::Validator int_range(std::int64_t lo, std::int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        std::size_t used = 0;
+        long long x = 0;
+        try {
+          x = std::stoll(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || used == 0 || x < lo || x > hi)
+          return fmt::format("expected an integer in [{}, {}], got '{}'", lo, hi, v);
+        return {};
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+CLI::Validator real_range(double lo, double hi, bool open_low) {
+  return CLI::Validator(
+      [lo, hi, open_low](std::string& v) -> std::string {
+        std::size_t used = 0;
+        double x = 0;
+        try {
+          x = std::stod(v, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used != v.size() || used == 0 || !std::isfinite(x) || x > hi || (open_low ? x <= lo : x < lo))
+          return fmt::format("expected a value in {}{}, {}], got '{}'", open_low ? "(" : "[", lo, hi, v);
+        return {};
+      },
+      fmt::format("NUMBER in {}{}, {}]", open_low ? "(" : "[", lo, hi));
+}
+// An output path that can be written: its directory exists and is writable, and it is not a directory (files) or not a
+// file (checkpoint directories).
+CLI::Validator output_path(bool directory) {
+  return CLI::Validator(
+      [directory](std::string& v) -> std::string {
+        const fs::path path(v);
+        std::error_code ec;
+        if (directory) {
+          if (fs::exists(path, ec) && !fs::is_directory(path, ec)) return "'" + v + "' is a file (a directory is expected)";
+          const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+          if (fs::is_directory(path, ec)) return {};
+          if (!fs::is_directory(parent, ec)) return "the directory '" + parent.string() + "' does not exist";
+          return {};
+        }
+        return specdec::cli::output_file_problem(path);
+      },
+      directory ? "DIR" : "FILE");
+}
+
 void add_train_flags(CLI::App* app, TrainOptions& t, std::vector<std::string>& data, std::string& out, std::string& ckpt) {
   app->add_option("--data", data, "training set(s) written by `specdec-train data` (several files are concatenated)")->required();
-  app->add_option("--out", out, "output checkpoint directory")->required();
-  app->add_option("--checkpoint", ckpt, "resumable training state directory (resumes when it exists)");
-  app->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
-  app->add_option("--warmup", t.warmup_steps, "warm-up steps")->capture_default_str();
-  app->add_option("--tokens-per-step", t.tokens_per_step, "rows per optimizer step")->capture_default_str();
-  app->add_option("--max-len", t.max_len, "rows per record at most")->capture_default_str();
-  app->add_option("--epochs", t.epochs, "passes over the data at most")->capture_default_str();
-  app->add_option("--minutes", t.minutes, "wall-clock budget")->capture_default_str();
-  app->add_option("--clip", t.clip, "gradient norm clip")->capture_default_str();
-  app->add_option("--checkpoint-every", t.checkpoint_every, "steps between checkpoints")->capture_default_str();
-  app->add_option("--seed", t.seed, "seed")->capture_default_str();
+  app->add_option("--out", out, "output checkpoint directory")->required()->check(output_path(true));
+  app->add_option("--checkpoint", ckpt, "resumable training state directory (resumes when it exists)")->check(output_path(true));
+  app->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_range(0, 10, true));
+  app->add_option("--warmup", t.warmup_steps, "warm-up steps")->capture_default_str()->check(int_range(0, 1'000'000'000));
+  app->add_option("--tokens-per-step", t.tokens_per_step, "rows per optimizer step")
+      ->capture_default_str()->check(int_range(1, 1'000'000'000));
+  app->add_option("--max-len", t.max_len, "rows per record at most")->capture_default_str()->check(int_range(2, 1'000'000));
+  app->add_option("--epochs", t.epochs, "passes over the data at most")->capture_default_str()->check(real_range(0, 1e6, true));
+  app->add_option("--minutes", t.minutes, "wall-clock budget")->capture_default_str()->check(real_range(0, 1e6, false));
+  app->add_option("--clip", t.clip, "gradient norm clip")->capture_default_str()->check(real_range(0, 1e6, true));
+  app->add_option("--checkpoint-every", t.checkpoint_every, "steps between checkpoints")
+      ->capture_default_str()->check(int_range(1, 1'000'000'000));
+  app->add_option("--seed", t.seed, "seed")->capture_default_str()->check(int_range(0, INT64_MAX));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"specdec-train: build a training set from the target and train an EAGLE-1 head or a distilled draft model"};
+  CLI::App app{"specdec-train: build a training set from the target and train an EAGLE-1 head or a distilled draft model",
+               "specdec-train"};
   app.require_subcommand(1);
   std::string model = (kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").string();
   int threads = 2;
-  app.add_option("--model", model, "target model (GGUF)")->capture_default_str();
-  app.add_option("--threads", threads, "torch intra-op threads")->capture_default_str();
+  app.add_option("--model", model, "target model (GGUF; default: the bundled models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+  const int cpus = std::max(1, specdec::models::available_cpus());
+  app.add_option("--threads", threads, "torch intra-op threads (at most 4 per CPU)")
+      ->capture_default_str()
+      ->check(int_range(1, 4 * cpus).description("INT in [1, 4 per CPU]"));
 
   auto* data_cmd = app.add_subcommand("data", "run the target over chat prompts made from a corpus; write the training set");
   DataOptions dopt;
@@ -98,24 +160,28 @@ int main(int argc, char** argv) {
   std::vector<std::string> corpus;  // empty: the standard library of the python3 on PATH
   std::size_t num_prompts = 2000;
   bool append = false;
-  data_cmd->add_option("--out", data_out, "training set file")->required();
+  data_cmd->add_option("--out", data_out, "training set file")->required()->check(output_path(false));
   data_cmd->add_option("--corpus", corpus,
                        "files or directories of Python sources (default: the standard library of the python3 on PATH)");
-  data_cmd->add_option("--num-prompts", num_prompts, "prompts to build")->capture_default_str();
-  data_cmd->add_option("--max-new-tokens", dopt.max_new_tokens, "answer tokens per prompt at most")->capture_default_str();
-  data_cmd->add_option("--max-prompt-tokens", dopt.max_prompt_tokens, "prompt tokens kept at most")->capture_default_str();
-  data_cmd->add_option("--batch", dopt.batch, "sequences decoded together")->capture_default_str();
-  data_cmd->add_option("--top-k", dopt.top_k, "stored entries of the target distribution")->capture_default_str();
-  data_cmd->add_option("--greedy-fraction", dopt.greedy_fraction, "share of greedy answers (others sampled at T=1)")->capture_default_str();
-  data_cmd->add_option("--minutes", dopt.minutes, "wall-clock budget")->capture_default_str();
-  data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice and sampling)")->capture_default_str();
+  data_cmd->add_option("--num-prompts", num_prompts, "prompts to build")->capture_default_str()->check(int_range(1, 100'000'000));
+  data_cmd->add_option("--max-new-tokens", dopt.max_new_tokens, "answer tokens per prompt at most")
+      ->capture_default_str()->check(int_range(1, 65536));
+  data_cmd->add_option("--max-prompt-tokens", dopt.max_prompt_tokens, "prompt tokens kept at most")
+      ->capture_default_str()->check(int_range(1, 65536));
+  data_cmd->add_option("--batch", dopt.batch, "sequences decoded together")->capture_default_str()->check(int_range(1, 4096));
+  data_cmd->add_option("--top-k", dopt.top_k, "stored entries of the target distribution")
+      ->capture_default_str()->check(int_range(1, 4096));
+  data_cmd->add_option("--greedy-fraction", dopt.greedy_fraction, "share of greedy answers (others sampled at T=1)")
+      ->capture_default_str()->check(real_range(0, 1, false));
+  data_cmd->add_option("--minutes", dopt.minutes, "wall-clock budget")->capture_default_str()->check(real_range(0, 1e6, true));
+  data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice and sampling)")->capture_default_str()->check(int_range(0, INT64_MAX));
   data_cmd->add_flag("--append", append, "append to an existing training set");
 
   auto* fuse_cmd = app.add_subcommand("fuse", "add EAGLE-3's fused features (three target layers) to training sets");
   std::vector<std::string> f_data;
   std::string f_out;
   fuse_cmd->add_option("--data", f_data, "training set(s) written by `specdec-train data`")->required();
-  fuse_cmd->add_option("--out", f_out, "output training set with [T, 3 x hidden] features")->required();
+  fuse_cmd->add_option("--out", f_out, "output training set with [T, 3 x hidden] features")->required()->check(output_path(false));
 
   auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE head (EAGLE-1, or EAGLE-3 on `fuse`d training sets)");
   TrainOptions eopt;
@@ -123,12 +189,16 @@ int main(int argc, char** argv) {
   std::string e_out, e_ckpt;
   std::int64_t draft_vocab = 0;
   add_train_flags(eagle_cmd, eopt, e_data, e_out, e_ckpt);
-  eagle_cmd->add_option("--noise", eopt.noise, "uniform feature noise amplitude (x feature RMS)")->capture_default_str();
-  eagle_cmd->add_option("--ce-fraction", eopt.ce_fraction, "share of rows with the cross-entropy term")->capture_default_str();
+  eagle_cmd->add_option("--noise", eopt.noise, "uniform feature noise amplitude (x feature RMS)")
+      ->capture_default_str()->check(real_range(0, 100, false));
+  eagle_cmd->add_option("--ce-fraction", eopt.ce_fraction, "share of rows with the cross-entropy term")
+      ->capture_default_str()->check(real_range(0, 1, false));
   eagle_cmd->add_option("--draft-vocab", draft_vocab,
                         "score only the N tokens the target emits most often as its argmax in the data (0 = all)")->capture_default_str();
-  eagle_cmd->add_option("--ttt-steps", eopt.ttt_steps, "unrolled draft steps trained per row (training-time test)")->capture_default_str();
-  eagle_cmd->add_option("--ttt-weight", eopt.ttt_weight, "loss weight of step k: w^(k-1)")->capture_default_str();
+  eagle_cmd->add_option("--ttt-steps", eopt.ttt_steps, "unrolled draft steps trained per row (training-time test)")
+      ->capture_default_str()->check(int_range(1, 64));
+  eagle_cmd->add_option("--ttt-weight", eopt.ttt_weight, "loss weight of step k: w^(k-1)")
+      ->capture_default_str()->check(real_range(0, 1, true));
   std::string e_init;
   std::int64_t holdout = 0;
   eagle_cmd->add_option("--init", e_init, "start from this saved head (same shape; its draft vocabulary too)");
@@ -146,14 +216,33 @@ int main(int argc, char** argv) {
   std::string t_out, t_ckpt;
   std::int64_t hidden = 160, layers = 3, heads = 5, kv_heads = 5, intermediate = 640;
   add_train_flags(draft_cmd, topt, t_data, t_out, t_ckpt);
-  draft_cmd->add_option("--hidden", hidden, "hidden width")->capture_default_str();
-  draft_cmd->add_option("--layers", layers, "decoder layers")->capture_default_str();
-  draft_cmd->add_option("--heads", heads, "attention heads")->capture_default_str();
-  draft_cmd->add_option("--kv-heads", kv_heads, "key/value heads")->capture_default_str();
-  draft_cmd->add_option("--intermediate", intermediate, "MLP width")->capture_default_str();
+  draft_cmd->add_option("--hidden", hidden, "hidden width")->capture_default_str()->check(int_range(1, 65536));
+  draft_cmd->add_option("--layers", layers, "decoder layers")->capture_default_str()->check(int_range(1, 1024));
+  draft_cmd->add_option("--heads", heads, "attention heads")->capture_default_str()->check(int_range(1, 1024));
+  draft_cmd->add_option("--kv-heads", kv_heads, "key/value heads")->capture_default_str()->check(int_range(1, 1024));
+  draft_cmd->add_option("--intermediate", intermediate, "MLP width")->capture_default_str()->check(int_range(1, 1 << 20));
 
-  CLI11_PARSE(app, argc, argv);
   try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "specdec-train: error: {}\n", e.what());  // one line naming the flag
+    return e.get_exit_code() != 0 ? e.get_exit_code() : 1;
+  }
+  try {
+    // Checks that relate two flags, before anything loads.
+    if (draft_cmd->parsed()) {
+      if (hidden % heads != 0)
+        fail(fmt::format("--heads: expected a divisor of --hidden = {}, got {}", hidden, heads));
+      if (heads % kv_heads != 0)
+        fail(fmt::format("--kv-heads: expected a divisor of --heads = {}, got {}", heads, kv_heads));
+    }
+    if (eagle_cmd->parsed() && holdout < 0) fail(fmt::format("--holdout: expected an integer >= 0, got {}", holdout));
+    if (eagle_cmd->parsed() && draft_vocab < 0)
+      fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}", draft_vocab));
     at::set_num_threads(threads);
     if (!fs::exists(model)) fail(fmt::format("--model: '{}' does not exist", model));
     if (data_cmd->parsed()) {
@@ -286,8 +375,11 @@ int main(int argc, char** argv) {
       (void)loaded;
       return 0;
     }
+  } catch (const c10::Error& e) {
+    fmt::print(stderr, "specdec-train: error: {}\n", e.what_without_backtrace());  // no C++ stack trace
+    return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "specdec-train: {}\n", e.what());
+    fmt::print(stderr, "specdec-train: error: {}\n", e.what());
     return 1;
   }
   return 0;

@@ -52,8 +52,9 @@ for f in sys.argv[1:]:
     d = json.load(open(f))
     s = d["speculative"]
     name = os.path.basename(f)[:-5].split("-", 2)[2]
-    rows.append((d["proposer"], d["temperature"], name, s["mean_accepted_length"], s["acceptance_rate"],
-                 " ".join(f"{a:.2f}" for a in s["per_position_acceptance"]), s["cost_ratio_c"], s["verify_cost_ratio"],
+    rows.append((d["proposer"], d["temperature"], name, s["mean_accepted_length"], s.get("acceptance_rate", 0.0),
+                 " ".join(f"{a:.2f}" for a in s.get("per_position_acceptance", [])), s.get("cost_ratio_c", 0.0),
+                 s.get("verify_cost_ratio", 1.0),
                  d["speedup"], d.get("outputs_identical")))
 print("| proposer | T | prompt | tau | acceptance | by position | c | r | speedup | output == baseline |")
 print("|---|---|---|---|---|---|---|---|---|---|")

@@ -6,7 +6,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build ccache git pkg-config python3 python3-pip unzip
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread python3-torch python3-pytest
   libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev gnuplot-nox
 )

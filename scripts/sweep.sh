@@ -127,9 +127,10 @@ j = json.load(open(path))
 j["prompt_name"] = name
 json.dump(j, open(path, "w"), indent=2)
 s = j["speculative"]
-ratio = j["speedup"] / j["theoretical_speedup"] if j["theoretical_speedup"] else float("nan")
-print(f"a {s['acceptance_rate']:.3f}  tau {s['mean_accepted_length']:.2f}  c {s['cost_ratio_c']:.3f}  "
-      f"r {s['verify_cost_ratio']:.2f}  speedup {j['speedup']:.2f}x  theory {j['theoretical_speedup']:.2f}x  "
+theory = j.get("theoretical_speedup", 0.0)  # fields appear only when measured (docs/generate.schema.json)
+ratio = j["speedup"] / theory if theory else float("nan")
+print(f"a {s.get('acceptance_rate', 0.0):.3f}  tau {s['mean_accepted_length']:.2f}  c {s.get('cost_ratio_c', 0.0):.3f}  "
+      f"r {s.get('verify_cost_ratio', 1.0):.2f}  speedup {j['speedup']:.2f}x  theory {theory:.2f}x  "
       f"ratio {ratio:.2f}")
 EOF
 )"

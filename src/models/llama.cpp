@@ -569,8 +569,8 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       if (s.n == 1 && split_keys) {
         // A split decode's rows in one contiguous range per thread (9 rows on 2 threads: 4 and 5), so a thread's rows
         // of one kv head share each value load and a head's values are read by one thread, or two at a range's edge,
-        // instead of by whichever threads took its single-row chunks (bench_model BM_Decode at context 1024, three
-        // rounds alternated: ms_attention 1.27-1.33 -> 1.12-1.15 ms).
+        // instead of by whichever threads took its single-row chunks (faster in bench_model BM_Decode at context 1024;
+        // measured in docs/cpu-forward.md).
         const std::int64_t ranges_n = pool->size();
         pool->run(ranges_n, [&](std::int64_t c) {
           run_rows(c * all_rows / ranges_n, (c + 1) * all_rows / ranges_n, {detail::AttentionPart::kFinish, 0, 0});

@@ -1,4 +1,4 @@
-// Test helpers: DESIGN.md's 6-sigma per-category bound for sampled distributions.
+// Test helpers: docs/design.md's 6-sigma per-category bound for sampled distributions.
 #pragma once
 
 #include <gtest/gtest.h>

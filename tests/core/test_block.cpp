@@ -1,6 +1,6 @@
 // Block verification (sampling/block.hpp): the algorithm checked exactly by enumeration (lossless, and never fewer
 // accepted drafts in expectation than token-level), the implementation checked against it and against the target
-// under DESIGN.md's 6-sigma bound (the whole block's outcome, the first emitted token, the joint distribution of the
+// under docs/design.md's 6-sigma bound (the whole block's outcome, the first emitted token, the joint distribution of the
 // first two tokens over several decoding steps, the number accepted), greedy and deterministic rows equal to
 // verify_chain, and every bad input reported by name with the outputs untouched.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Chain verification: distributions of emitted tokens and of the number accepted, under DESIGN.md's 6-sigma bound.
+// Chain verification: distributions of emitted tokens and of the number accepted, under docs/design.md's 6-sigma bound.
 #include <gtest/gtest.h>
 
 #include <algorithm>

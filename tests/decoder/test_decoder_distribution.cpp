@@ -1,5 +1,5 @@
 // The joint distribution of the first two generated tokens under speculation (draft model proposer, token-level and block
-// verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within DESIGN.md's 6-sigma bound
+// verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within docs/design.md's 6-sigma bound
 // per category; a proposer chain's mixed batch (n-gram drafts for one prompt, draft-model drafts for another, verified in the
 // same steps) matches each prompt's reference, and so does a batch whose requests name their own members and order.
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<st
   return pi;
 }
 
-/// DESIGN.md's bound: each category's count of n draws within 6 sigma of n * pi (+ 5 where pi > 0) of the exact joint law.
+/// docs/design.md's bound: each category's count of n draws within 6 sigma of n * pi (+ 5 where pi > 0) of the exact joint law.
 void expect_within_six_sigma(const std::vector<std::int64_t>& count, const std::vector<double>& pi, std::int64_t n,
                              std::int64_t V, const std::string& what = "") {
   for (std::size_t c = 0; c < pi.size(); ++c) {

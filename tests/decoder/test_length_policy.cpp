@@ -833,6 +833,22 @@ TEST(CostProfile, StaysInsideTheModelsContextWindow) {
   for (std::size_t i = 1; i < m.rows.size(); ++i) EXPECT_LE(m.rows[0] + m.rows[i], m.window) << i;
 }
 
+// The progress callback sees the warm-up round and every timed round, in order, after its forwards ran.
+TEST(CostProfile, ReportsProgressAfterEachRound) {
+  RecordingModel m;
+  std::vector<std::pair<int, int>> calls;
+  std::vector<std::size_t> forwards_at_call;
+  const auto p = sd::profile_forward_seconds(m, 3, 8, 2, [&](int done, int total) {
+    calls.emplace_back(done, total);
+    forwards_at_call.push_back(m.rows.size());
+  });
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int>>{{1, 3}, {2, 3}, {3, 3}}));
+  ASSERT_EQ(forwards_at_call.size(), 3u);
+  EXPECT_EQ(forwards_at_call.back(), m.rows.size());  // the last call comes after the last forward
+  EXPECT_LT(forwards_at_call[0], forwards_at_call[1]);
+}
+
 TEST(CostProfile, ReleasesTheSlotWhenAForwardThrows) {
   RecordingModel m;
   m.throw_at = 3;

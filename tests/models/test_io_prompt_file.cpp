@@ -58,6 +58,20 @@ TEST(PromptFile, ObjectsMayNameTheirProposers) {
   EXPECT_ERROR_HAS(entries_error("{\"prompt\": \"a\", \"proposers\": [\"draft\", \"draft\"]}"), "'draft' named twice");
 }
 
+TEST(PromptFile, ObjectsMayNameThemselves) {
+  const auto entries = sm::parse_prompt_entries("plain\n{\"name\": \"summarise\", \"prompt\": \"a\"}\n{\"prompt\": \"b\"}");
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].name, "");
+  EXPECT_EQ(entries[1].name, "summarise");
+  EXPECT_EQ(entries[2].name, "");
+  try {
+    (void)sm::parse_prompt_entries("x\n{\"name\": 7, \"prompt\": \"a\"}", "p.jsonl");
+    ADD_FAILURE() << "no error for a name that is not a string";
+  } catch (const specdec::error& e) {
+    EXPECT_ERROR_HAS(std::string(e.what()), "prompt file 'p.jsonl': line 2: \"name\": expected a string");
+  }
+}
+
 TEST(PromptFile, ErrorsNameTheSourceAndLine) {
   EXPECT_ERROR_HAS(error_of("ok\n{\"prompt\": 3}\n"), "prompt file 'p.jsonl': line 2: expected a JSON object with a string field");
   EXPECT_ERROR_HAS(error_of("{\"text\": \"x\"}"), "line 1: expected a JSON object with a string field \"prompt\"");

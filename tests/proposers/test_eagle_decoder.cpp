@@ -4,7 +4,7 @@
 //  - the proposer's head state follows the accepted tokens: after every decoder step its next drafts equal those of a fresh
 //    head fed the target features of the whole context;
 //  - at temperature > 0 on an 8-token vocabulary, the first token and the first two tokens under EAGLE speculation (sampled
-//    chain, argmax chain, tree) are distributed as the target's (DESIGN.md's 6-sigma bound per category).
+//    chain, argmax chain, tree) are distributed as the target's (docs/design.md's 6-sigma bound per category).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,10 +33,12 @@ namespace specdec::decoder {
 /// non-decreasing in t. Index t - 1 holds t rows (fewer than max_rows only where the model's context window is shorter
 /// than max_rows + 1). Uses one fresh cache slot of `target`, released before returning (also when a forward throws).
 /// Clock: where the times come from (tests pass a clock their model advances); a model with timed_forward
-/// (models::HasTimedForward) times its own forwards instead, with device events on a GPU.
+/// (models::HasTimedForward) times its own forwards instead, with device events on a GPU. `progress`, when given, is
+/// called with (rounds done, rounds + 1) after the warm-up round and after each timed round, so a caller can show how
+/// far it is.
 template <class Clock = std::chrono::steady_clock, models::CausalLM M>
 std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, std::int64_t context = 128,
-                                            int rounds = 3) {
+                                            int rounds = 3, const std::function<void(int, int)>& progress = {}) {
   max_rows = std::max<std::int64_t>(max_rows, 1);
   if constexpr (models::HasMaxSequenceLength<M>)  // a short context window: fewer cached tokens, and fewer rows if need be
     if (const std::int64_t room = static_cast<std::int64_t>(target.max_sequence_length()); room > 0) {
@@ -78,6 +81,7 @@ std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, st
   std::vector<double> plain;                                   // 1-row forwards after 1-row forwards
   std::vector<std::vector<double>> rows(sizes), after(sizes);  // t-row forwards, and the 1-row forward after each
   for (std::int64_t t = 1; t <= max_rows; ++t) (void)timed(t);  // warm-up: every size's buffers and code once
+  if (progress) progress(1, rounds + 1);
   for (int round = 0; round < rounds; ++round) {
     for (std::int64_t t = 1; t <= max_rows; ++t) {
       (void)timed(1);
@@ -85,6 +89,7 @@ std::vector<double> profile_forward_seconds(M& target, std::int64_t max_rows, st
       rows[static_cast<std::size_t>(t - 1)].push_back(timed(t));
       after[static_cast<std::size_t>(t - 1)].push_back(timed(1));
     }
+    if (progress) progress(round + 2, rounds + 1);
   }
   auto median = [](std::vector<double>& v) {
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());

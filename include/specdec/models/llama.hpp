@@ -39,8 +39,8 @@ int available_cpus() noexcept;
 /// Precision of the activations that meet block-format weights, per kind of matrix: 16 (two int8 planes, about 15 bits:
 /// logits within ~1e-2 of a float forward of the same weights) or 8 (one int8 plane per block, llama.cpp's Q8 activations:
 /// half the integer work per token row). Float weights ignore it. Converts from one number for every kind
-/// (`options.activation_bits = 8`); parse() reads "16", "8" or a list such as "16,attn_out=8". The README's CPU-forward
-/// section gives each kind's measured effect on the logits.
+/// (`options.activation_bits = 8`); parse() reads "16", "8" or a list such as "16,attn_out=8". docs/cpu-forward.md
+/// gives each kind's measured effect on the logits.
 struct ActivationBits {
   int qkv = 16;      ///< attention q/k/v projections (input: the attention norm's output)
   int attn_out = 16; ///< attention output projection (input: the attention's output)

@@ -1,6 +1,6 @@
 // specdec — chain verification (Leviathan et al. 2023; Chen et al. 2023), the CPU reference.
 //
-// Shapes (DESIGN.md): a ragged batch of B requests, request b with K_b = cu[b+1] - cu[b] drafts.
+// Shapes (docs/design.md, "Shapes"): a ragged batch of B requests, request b with K_b = cu[b+1] - cu[b] drafts.
 //   draft_token_ids [N]           N = cu[B]
 //   draft_probs     [N, V]        or absent (a deterministic draft: n-gram, argmax heads)
 //   target_probs    [N + B, V]    request b's K_b + 1 rows start at row cu[b] + b; row i is the target's
@@ -15,7 +15,7 @@
 //                                 n-gram request with a draft-model request without repacking; a request with
 //                                 drafts flagged 1 while draft_probs is nullptr is an error.
 //
-// Validation (the three promises of DESIGN.md: never UB, never abort): verify_chain and the checked single-request
+// Validation (the promises of docs/design.md: never UB, never abort): verify_chain and the checked single-request
 // entry verify_chain_request check every size, pointer and id they read before reading any probability, and
 // report failures as a VerifyResult naming the argument, what was expected and what was received (to_string()
 // formats it). The optional *_size fields of ChainVerifyArgs (element counts of the caller's buffers) let the

@@ -4,8 +4,8 @@
 //
 // A draw reads every token's weight once for the tile masses, so after a rejection or for a sampled bonus token that
 // pass is most of the draw: one lane at a time p without the rejected draft took 38 us for a 49,152-token row in cache,
-// 3.0 us on AVX-512 (bench_verify BM_race_tile_masses; block.hpp's BlockResidualWeight, which also has a 16-lane form,
-// 179 -> 7.1 us). The vector forms give the same bits: a tile's 32 lanes become 2 AVX-512 (or 8 4-wide) vectors, lane
+// 3.0 us on AVX-512 (bench_verify BM_race_tile_masses; block.hpp's BlockResidualWeight also has a 16-lane form, figures
+// in docs/block-verification.md). The vector forms give the same bits: a tile's 32 lanes become 2 AVX-512 (or 8 4-wide) vectors, lane
 // l still adds the weights of tokens 32 j + l in increasing j from +0, then reduce_lanes; each weight is the same IEEE
 // operations (a subtraction or block's fused w p - q, a comparison), invalid values become NaN as before. A partial
 // last tile goes through the one-lane tile_mass. tests/core/test_chain.cpp compares every path the CPU has with it bit

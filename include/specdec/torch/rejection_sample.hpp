@@ -1,6 +1,6 @@
 // specdec — tensor front of the verifiers: validation in one place, CPU/CUDA dispatch.
 //
-// Shapes (DESIGN.md), B requests, N = sum_b K_b drafts, V vocabulary:
+// Shapes (docs/design.md, "Shapes"), B requests, N = sum_b K_b drafts, V vocabulary:
 //   draft_token_ids     [N]        int32 or int64
 //   cu_num_draft_tokens [B + 1]    int32 or int64, cu[0] = 0, non-decreasing, cu[B] = N
 //   draft_probs         [N, V]     float32, or absent (deterministic drafts)

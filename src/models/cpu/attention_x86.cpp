@@ -34,9 +34,8 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 load16(const std::ui
 
 // Software prefetch distances: key blocks ahead in the scores' pass, keys ahead in the weighted sum. Between a forward's
 // layers the weights stream through the caches and evict the KV cache, so the attention reads it from memory, where
-// the hardware prefetcher alone left one thread at about 8 GB/s (bench_model BM_Attention copies:128, one token at
-// context 1024: 93 -> 60 us a layer with both; BM_Decode at context 1024, three rounds alternated: ms_attention
-// 1.40-1.46 -> 1.09-1.16 ms for 1 token, 3.09-3.13 -> 2.62-2.74 ms for 6).
+// the hardware prefetcher alone left one thread at about 8 GB/s (bench_model BM_Attention copies:128 and BM_Decode at
+// context 1024 measure what the prefetch gains; the figures are in docs/cpu-forward.md).
 constexpr std::int64_t kPrefetchKeys = 4, kPrefetchValues = 16;
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
 

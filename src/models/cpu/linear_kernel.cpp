@@ -553,7 +553,7 @@ void attention_rows_any(const float* q, std::int64_t row_begin, std::int64_t row
 
 using SiluMulFn = void (*)(const float*, float*, std::int64_t, std::int64_t);
 // 16 lanes where the attention takes its AVX-512 kernel (the CPU has AVX-512F and SPECDEC_CPU_ISA does not rule it out;
-// bench_model BM_SiluMul: 3 rows of 1536, 3.13 -> 1.73 us), else 8.
+// bench_model BM_SiluMul measures it, docs/cpu-forward.md), else 8.
 SiluMulFn select_silu_mul() {
 #ifdef SPECDEC_LINEAR_X86_DISPATCH
   if (attention_avx512()) return &silu_mul_avx512;

@@ -150,9 +150,8 @@ SPECDEC_TARGET_AVX512 void avx512_run(const PackedArgs& a) {
   // One tile at a time (measured: interleaving 2-4 tiles' streams was up to 2x slower), every token group passing over it
   // while it is in L1 (so a prefill reads each tile from memory once). Groups of up to 9 rows with either plane count:
   // 9 rows x 2 planes of integer sums and 9 accumulators still fit the 32 zmm registers, and a verification of g <= 8
-  // drafts passes over each tile once (bench_model BM_Decode at context 128, alternated rounds, against groups of up to
-  // 6 with two planes: 8 tokens 7.47-8.36 -> 6.85-7.11 ms, BM_PackedLinear 8 rows 225 -> 246 GMAC/s; then 9 rows
-  // against groups of up to 8: 9.31-9.34 -> 7.88-7.92 ms).
+  // drafts passes over each tile once (faster than groups of up to 6 or 8 rows in bench_model BM_Decode; the figures are
+  // in docs/cpu-forward.md).
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t)
     for_token_groups<9>(a.x->n, [&]<int NT>(std::int64_t t0) SPECDEC_TARGET_AVX512 { avx512_tiles<F, P, 1, NT>(a, t, t0); });
 }

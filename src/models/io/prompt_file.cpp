@@ -34,7 +34,7 @@ std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string
     ++number;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     if (line.front() != '{') {
-      entries.push_back({std::string(line), {}});
+      entries.push_back({std::string(line), {}, {}});
       continue;
     }
     nlohmann::json j;
@@ -46,7 +46,12 @@ std::vector<PromptEntry> parse_prompt_entries(std::string_view text, std::string
     const auto it = j.is_object() ? j.find("prompt") : j.end();
     if (!j.is_object() || it == j.end() || !it->is_string())
       fail(fmt::format("prompt file '{}': line {}: expected a JSON object with a string field \"prompt\"", source, number));
-    PromptEntry entry{it->get<std::string>(), {}};
+    PromptEntry entry{it->get<std::string>(), {}, {}};
+    if (const auto n = j.find("name"); n != j.end()) {
+      if (!n->is_string())
+        fail(fmt::format("prompt file '{}': line {}: \"name\": expected a string", source, number));
+      entry.name = n->get<std::string>();
+    }
     if (const auto p = j.find("proposers"); p != j.end()) {
       auto bad = [&](const std::string& why) {
         fail(fmt::format("prompt file '{}': line {}: \"proposers\": {}", source, number, why));
