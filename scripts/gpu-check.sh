@@ -5,7 +5,8 @@
 #
 #   scripts/gpu-check.sh --prepare   here, before the call: fetch the Debian packages the GPU machine lacks (.deps/)
 #                                    and build the torch-free CUDA binaries into .gpu-carry/ (both git-ignored; carry
-#                                    them with the call: carry [".deps", ".gpu-carry"])
+#                                    them with the call: carry [".deps", ".gpu-carry",
+#                                    "models/SmolLM2-135M-Instruct.metadata.gguf"])
 #   scripts/gpu-check.sh             on the GPU machine: the stages below; exit 1 when any failed
 #   SPECDEC_GPU_CHECK_STAGES=torch scripts/gpu-check.sh
 #                                    on the GPU machine: stages 0, 4, 5 and 6 only (a rerun after a torch-side fix)
@@ -59,7 +60,7 @@ if [[ $mode == prepare ]]; then
     ldd "$carry/bin/$t" | awk '/=> \// {print $3}' | grep -E 'libbenchmark|libfmt|libgtest|libgmock' || true
   done | sort -u | xargs -r -I{} cp -L {} "$carry/lib/"
   du -sh "$carry" "$root/.deps"
-  echo "gpu-check: prepared; carry [\".deps\", \".gpu-carry\"] and run scripts/gpu-check.sh there"
+  echo "gpu-check: prepared; carry [\".deps\", \".gpu-carry\", \"models/SmolLM2-135M-Instruct.metadata.gguf\"] and run scripts/gpu-check.sh there"
   exit 0
 fi
 
@@ -249,6 +250,19 @@ if [[ $mode == run && -n "$torch_prefix" ]]; then
     aten-llama.log "$tb/test_aten_llama" --gtest_filter='*Cuda*'
   grep -E '^\[ (syncs|cpu=cuda) ' "$out/aten-llama.log" 2>/dev/null | tee -a "$summary"
   [[ -x "$tb/test_custom_target" ]] && stage "test_custom_target (CUDA)" 90 custom-target.log "$tb/test_custom_target"
+  # The CLI with the target on the GPU: the committed draft checkpoint as the target (the bundled GGUF cannot travel;
+  # its metadata alone, made by --prepare, gives the tokenizer), plain against n-gram drafting on the demo prompts.
+  meta="$root/models/SmolLM2-135M-Instruct.metadata.gguf"
+  if [[ -x "$tb/specdec-generate" && -f "$meta" ]]; then
+    for dtype in float32 bfloat16; do
+      stage "specdec-generate --device cuda --dtype $dtype" 60 "generate-cuda-$dtype.txt" "$tb/specdec-generate" \
+        --model "$root/models/smollm2-135m-draft" --tokenizer "$meta" --device cuda --dtype "$dtype" --proposer ngram \
+        --compare --max-new-tokens 96 --quiet --json "$out/generate-cuda-$dtype.json"
+      grep -iE "speedup|tokens/s" "$out/generate-cuda-$dtype.txt" | tail -3 | tee -a "$summary"
+    done
+  else
+    note "specdec-generate --device cuda: skipped (carry models/SmolLM2-135M-Instruct.metadata.gguf, made by --prepare)"
+  fi
   [[ -f "$b2/lib/libspecdec_ops.so" ]] && stage "pytest ops (torch.ops.load_library)" 90 pytest-ops.log \
     env SPECDEC_OPS_LIB="$b2/lib/libspecdec_ops.so" python3 -m pytest -q "$root/tests/python"
   if [[ -x "$tb/bench_verify_cuda_torch" ]]; then
