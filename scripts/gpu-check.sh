@@ -107,7 +107,8 @@ export LD_LIBRARY_PATH="$carry/lib:$multi:${LD_LIBRARY_PATH:-}"
 # --- 0. env ---------------------------------------------------------------------------------------------------------
 have_gpu=0
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 && have_gpu=1
-torch_info="$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>&1)"
+torch_info="$(python3 -c 'import torch;print(torch.__version__, torch.version.cuda, torch.cuda.is_available())' 2>&1 |
+  tail -1)"
 note "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 note "torch: $torch_info"
 # The device machine's copy of .git may not hold the working tree's commit: the caller names it.

@@ -323,10 +323,12 @@ auto dispatch_ids(const at::Tensor& ids, const at::Tensor& cu, const F& f) {
   return cu.scalar_type() == at::kInt ? f(std::int64_t{}, std::int32_t{}) : f(std::int64_t{}, std::int64_t{});
 }
 
+#if !defined(SPECDEC_TORCH_HAS_CUDA)
 [[noreturn]] void no_cuda(const at::Tensor& t) {
   TORCH_CHECK(false, "target_probs: expected a CPU tensor (this build of specdec has no CUDA support), got ",
               t.device().str());
 }
+#endif
 
 }  // namespace
 
