@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
           for (const auto& r : requests) rp.push_back(encode(r));
           DataOptions so = dopt;
           so.max_new_tokens = self_instruct_tokens;
-          so.temperatures = {{0.7, 1}, {1, 1}};
+          so.temperatures = {{0, 1}, {0.5, 1}};  // distinct topics give distinct questions even greedily
           so.minutes = 1e9;
           std::vector<std::string> answers(requests.size());
           const auto sst = generate_records(target, rp, stops, so, [&](std::size_t i, const Record& r) {

@@ -675,14 +675,21 @@ std::optional<std::string> self_instruct_question(const std::string& answer) {
   for (const auto& raw : split_lines(ascii_punctuation(answer))) {
     std::string l = trim(raw);
     if (l.empty()) continue;
-    static const std::regex label(R"(^(\*\*)?(question|request|task|problem|instruction|prompt)\s*\d*\s*:\s*(\*\*)?\s*)", std::regex::icase);
+    static const std::regex label(R"(^(\*\*)?(question|request|task|problem|instruction|prompt|student|user|human)\s*\d*\s*:\s*(\*\*)?\s*)", std::regex::icase);
     static const std::regex marker(R"(^(\d+[.)]|[-*#>]+)\s*)");
     l = std::regex_replace(l, marker, "");
     l = std::regex_replace(l, label, "");
     while (!l.empty() && (l.front() == '"' || l.front() == '\'' || l.front() == '*')) l.erase(l.begin());
     while (!l.empty() && (l.back() == '"' || l.back() == '\'' || l.back() == '*')) l.pop_back();
     l = trim(l);
+    // 'A student might ask, "Why ...?"': the quoted question.
+    if (const auto q0 = l.find('"'); q0 != std::string::npos && q0 > 0) {
+      const auto q1 = l.find('"', q0 + 1);
+      const std::string inner = trim(l.substr(q0 + 1, q1 == std::string::npos ? std::string::npos : q1 - q0 - 1));
+      if (inner.size() >= 15) l = inner;
+    }
     if (l.size() < 15 || l.size() > 300 || !is_ascii(l)) return std::nullopt;
+    if (l.rfind("What a ", 0) == 0 || l.rfind("Sure", 0) == 0 || l.rfind("I'm ", 0) == 0 || l.rfind("Here", 0) == 0) return std::nullopt;
     if (l.back() != '?' && l.back() != '.') return std::nullopt;
     return l;
   }

@@ -396,6 +396,10 @@ TEST(TrainData, SelfInstructRequestsAndAnswers) {
             "How do bicycles stay upright when moving?");
   EXPECT_EQ(st::self_instruct_question("\n1. Question: Why does the moon have phases?").value_or(""), "Why does the moon have phases?");
   EXPECT_EQ(st::self_instruct_question("**Task:** Write a poem about a garden in winter.").value_or(""), "Write a poem about a garden in winter.");
+  EXPECT_EQ(st::self_instruct_question("A student might ask, \"Why is the moon sometimes red?\" It is a good question.").value_or(""),
+            "Why is the moon sometimes red?");
+  EXPECT_EQ(st::self_instruct_question("Student: Is inflation a good thing?").value_or(""), "Is inflation a good thing?");
+  EXPECT_FALSE(st::self_instruct_question("What a delightful question about the moon! Here it is."));
   EXPECT_FALSE(st::self_instruct_question("Sure"));
   EXPECT_FALSE(st::self_instruct_question("Here is a question about the moon and"));
   EXPECT_FALSE(st::self_instruct_question(""));

@@ -82,7 +82,7 @@ std::vector<std::string> make_prompts(const Corpus& c, std::size_t count, std::u
 std::vector<std::string> self_instruct_requests(const Corpus& c, std::size_t count, std::uint64_t seed);
 
 /// The question or task in the target's answer to a self-instruct request: its first non-empty line, stripped of
-/// quotes, list markers and a leading label ("Question:"), kept when it is 15-300 characters of ASCII and ends with
+/// quotes, list markers and a leading label ("Question:") (or the quoted part of 'Someone might ask, "..."'), kept when it is 15-300 characters of ASCII and ends with
 /// "?" or "." (a question or an instruction); otherwise nothing.
 std::optional<std::string> self_instruct_question(const std::string& answer);
 
