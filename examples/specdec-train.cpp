@@ -68,8 +68,23 @@ std::uint64_t text_hash(const std::string& s) {
   return h;
 }
 
-// The source directory of the standard library of the python3 on PATH (the default corpus), found by asking it.
+// The default corpus: the Python standard library of the Debian system (/usr/lib/python3.N, the newest N; packages
+// libpython3.N-stdlib and -minimal), so every machine of a Debian release reads the same sources; otherwise that of the
+// python3 on PATH, found by asking it. Third-party packages (site-packages, dist-packages) are skipped either way.
 std::string python_stdlib_dir() {
+  std::string best;
+  int best_minor = -1;
+  if (fs::is_directory("/usr/lib"))
+    for (const auto& e : fs::directory_iterator("/usr/lib")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("python3.", 0) != 0 || !fs::exists(e.path() / "os.py")) continue;
+      try {
+        const int minor = std::stoi(name.substr(8));
+        if (minor > best_minor) best_minor = minor, best = e.path().string();
+      } catch (...) {
+      }
+    }
+  if (!best.empty()) return best;
   std::string out;
   if (FILE* p = popen("python3 -c \"import sysconfig; print(sysconfig.get_paths()['stdlib'])\" 2>/dev/null", "r")) {
     char buf[4096];
@@ -78,8 +93,8 @@ std::string python_stdlib_dir() {
   }
   out = trim(out);
   if (out.empty() || !fs::is_directory(out))
-    fail("data: --corpus: none given and no python3 on PATH to take the standard library's sources from; pass files or "
-         "directories of Python sources");
+    fail("data: --corpus: none given, no /usr/lib/python3.N and no python3 on PATH to take the standard library's sources "
+         "from; pass files or directories of Python sources");
   return out;
 }
 
@@ -119,7 +134,8 @@ int main(int argc, char** argv) {
   std::int64_t self_instruct_tokens = 64;
   data_cmd->add_option("--out", data_out, "training set file")->required();
   data_cmd->add_option("--corpus", corpus,
-                       "files or directories of Python sources (default: the standard library of the python3 on PATH)");
+                       "files or directories of Python sources (default: /usr/lib/python3.N, else the standard library of the "
+                       "python3 on PATH)");
   data_cmd->add_option("--package-root", package_root,
                        "where to look for the texts of the Debian packages scripts/fetch-corpus.sh installs")->capture_default_str();
   data_cmd->add_flag("--no-packages", no_packages, "Python sources only (no Debian package texts)");

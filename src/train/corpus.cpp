@@ -368,7 +368,8 @@ Corpus load_corpus(const std::vector<fs::path>& roots) {
     for (auto it = fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied);
          it != fs::recursive_directory_iterator(); ++it) {
       const auto& p = it->path();
-      if (it->is_directory() && (p.filename() == "test" || p.filename() == "tests" || p.filename() == "idlelib")) {
+      if (it->is_directory() && (p.filename() == "test" || p.filename() == "tests" || p.filename() == "idlelib" ||
+                                 p.filename() == "site-packages" || p.filename() == "dist-packages")) {  // not the standard library
         it.disable_recursion_pending();
         continue;
       }
