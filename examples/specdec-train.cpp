@@ -234,6 +234,7 @@ int main(int argc, char** argv) {
         for (const auto& [source, n] : load_package_texts(c, package_root)) fmt::print("data: corpus: {} items from {}\n", n, source);
       fmt::print("data: corpus: {} paragraphs, {} functions, {} quotes, {} riddles, {} words, {} topics\n", c.paragraphs.size(),
                  c.functions.size(), c.quotes.size(), c.riddles.size(), c.words.size(), c.topics.size());
+      std::fflush(stdout);
       const PromptExcluder exclude(example_prompt_texts());
       const auto n_self = static_cast<std::size_t>(static_cast<double>(num_prompts) * self_instruct + 0.5);
       auto texts = make_prompts(c, num_prompts - n_self, dopt.seed, exclude);
@@ -257,6 +258,8 @@ int main(int argc, char** argv) {
           so.temperatures = {{0, 1}, {0.5, 1}};  // distinct topics give distinct questions even greedily
           so.minutes = 1e9;
           std::vector<std::string> answers(requests.size());
+          fmt::print("data: self-instruct: the target answers {} requests for questions\n", requests.size());
+          std::fflush(stdout);
           const auto sst = generate_records(target, rp, stops, so, [&](std::size_t i, const Record& r) {
             answers[i] = tok.decode(std::vector<std::int32_t>(r.tokens.begin() + r.prompt_length, r.tokens.end()));
           }, false);
