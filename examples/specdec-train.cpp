@@ -238,8 +238,33 @@ int main(int argc, char** argv) {
       const PromptExcluder exclude(example_prompt_texts());
       const auto n_self = static_cast<std::size_t>(static_cast<double>(num_prompts) * self_instruct + 0.5);
       auto texts = make_prompts(c, num_prompts - n_self, dopt.seed, exclude);
-      // Self-instruct: the target writes questions and tasks from seed topics (kept beside the output, so a resumed run
-      // uses the same ones).
+      // Resume: the prompts (as tokens) of the records already in the output files.
+      std::set<std::vector<std::int32_t>> done;
+      if (append)
+        for (const auto& path : {data_out, holdout_out})
+          if (!path.empty() && fs::exists(path) && fs::file_size(path) > 0) {
+            auto scan = scan_record_file(path);
+            fmt::print("data: resuming: {} has {} records, {} tokens ({} answer tokens)\n", path, scan.records, scan.tokens,
+                       scan.answer_tokens);
+            for (auto& p : scan.prompts) done.insert(std::move(p));
+          }
+      RecordWriter w(data_out, target.hidden_size(), dopt.top_k, append);
+      std::optional<RecordWriter> wh;
+      if (!holdout_out.empty()) wh.emplace(holdout_out, target.hidden_size(), dopt.top_k, append);
+      // A prompt's split: a hash of its text, the same in every sitting.
+      const std::uint64_t holdout_cut = static_cast<std::uint64_t>(holdout_fraction * 18446744073709551615.0);
+      auto held_out = [&](const std::string& text) { return holdout_fraction > 0 && text_hash(text) < holdout_cut; };
+      std::int64_t held_written = 0;
+      auto write = [&](bool held, const Record& r) {
+        if (held && wh) {
+          wh->write(r);
+          ++held_written;
+        } else {
+          w.write(r);
+        }
+      };
+      // Self-instruct: the target writes questions and tasks from seed topics. Its answers to the requests are training
+      // records too; the questions are kept beside the output, so a resumed run uses the same ones.
       if (n_self > 0) {
         const fs::path qfile = fs::path(data_out).concat(".questions.txt");
         std::vector<std::string> questions;
@@ -252,17 +277,22 @@ int main(int argc, char** argv) {
           // About one request in two yields a usable new question.
           const auto requests = self_instruct_requests(c, 2 * n_self + 16, dopt.seed);
           std::vector<std::vector<std::int32_t>> rp;
-          for (const auto& r : requests) rp.push_back(encode(r));
+          std::vector<bool> rskip;
+          for (const auto& r : requests) {
+            rp.push_back(encode(r));
+            rskip.push_back(done.count(rp.back()) > 0);  // answered in an interrupted sitting (its question is lost)
+          }
           DataOptions so = dopt;
           so.max_new_tokens = self_instruct_tokens;
           so.temperatures = {{0, 1}, {0.5, 1}};  // distinct topics give distinct questions even greedily
           so.minutes = 1e9;
-          std::vector<std::string> answers(requests.size());
           fmt::print("data: self-instruct: the target answers {} requests for questions\n", requests.size());
           std::fflush(stdout);
+          std::vector<std::string> answers(requests.size());
           const auto sst = generate_records(target, rp, stops, so, [&](std::size_t i, const Record& r) {
             answers[i] = tok.decode(std::vector<std::int32_t>(r.tokens.begin() + r.prompt_length, r.tokens.end()));
-          }, false);
+            write(held_out(requests[i]), r);
+          }, false, rskip);
           std::set<std::string> seen(texts.begin(), texts.end());
           for (const auto& a : answers) {
             if (questions.size() >= n_self) break;
@@ -271,9 +301,10 @@ int main(int argc, char** argv) {
           }
           std::ofstream out(qfile);
           for (const auto& q : questions) out << q << "\n";
-          fmt::print("data: self-instruct: {} questions from {} requests ({} target tokens in {}), e.g. \"{}\"; saved to {}\n",
-                     questions.size(), requests.size(), sst.target_tokens(), hms(sst.seconds), questions.empty() ? "" : questions.front(),
-                     qfile.string());
+          fmt::print("data: self-instruct: {} questions from {} requests ({} prompt + {} answer tokens written in {}), e.g. \"{}\"; "
+                     "saved to {}\n",
+                     questions.size(), requests.size(), sst.prompt_tokens, sst.answer_tokens, hms(sst.seconds),
+                     questions.empty() ? "" : questions.front(), qfile.string());
         }
         texts.insert(texts.end(), questions.begin(), questions.end());
         std::mt19937_64 shuffle_rng(dopt.seed ^ 0x9e3779b97f4a7c15ull);
@@ -281,40 +312,17 @@ int main(int argc, char** argv) {
       }
       std::vector<std::vector<std::int32_t>> prompts;
       for (const auto& t : texts) prompts.push_back(encode(t));
-      const std::uint64_t holdout_cut = static_cast<std::uint64_t>(holdout_fraction * 18446744073709551615.0);
       std::vector<char> held(texts.size(), 0);
-      for (std::size_t i = 0; i < texts.size(); ++i) held[i] = holdout_fraction > 0 && text_hash(texts[i]) < holdout_cut;
-      // Resume: prompts whose tokens open a record already in the output files are done.
+      for (std::size_t i = 0; i < texts.size(); ++i) held[i] = held_out(texts[i]);
       std::vector<bool> skip(prompts.size(), false);
-      std::int64_t done_before = 0;
-      if (append) {
-        std::set<std::vector<std::int32_t>> done;
-        for (const auto& path : {data_out, holdout_out})
-          if (!path.empty() && fs::exists(path) && fs::file_size(path) > 0) {
-            auto scan = scan_record_file(path);
-            fmt::print("data: resuming: {} has {} records, {} tokens ({} answer tokens)\n", path, scan.records, scan.tokens,
-                       scan.answer_tokens);
-            for (auto& p : scan.prompts) done.insert(std::move(p));
-          }
-        for (std::size_t i = 0; i < prompts.size(); ++i) skip[i] = done.count(prompts[i]) > 0;
-        done_before = std::count(skip.begin(), skip.end(), true);
-      }
-      RecordWriter w(data_out, target.hidden_size(), dopt.top_k, append);
-      std::optional<RecordWriter> wh;
-      if (!holdout_out.empty()) wh.emplace(holdout_out, target.hidden_size(), dopt.top_k, append);
-      std::int64_t held_written = 0;
+      for (std::size_t i = 0; i < prompts.size(); ++i) skip[i] = done.count(prompts[i]) > 0;
+      const auto done_before = std::count(skip.begin(), skip.end(), true);
       fmt::print("data: {} prompts ({} done before, {} held out), e.g. \"{}\"; batch {}, up to {} answer tokens, {} min\n", prompts.size(),
                  done_before, std::count(held.begin(), held.end(), 1), texts.empty() ? "" : texts.front().substr(0, 60), dopt.batch,
                  dopt.max_new_tokens, dopt.minutes);
       std::fflush(stdout);
-      const auto st = generate_records(target, prompts, stops, dopt, [&](std::size_t i, const Record& r) {
-        if (held[i] && wh) {
-          wh->write(r);
-          ++held_written;
-        } else {
-          w.write(r);
-        }
-      }, true, skip);
+      const auto st = generate_records(target, prompts, stops, dopt, [&](std::size_t i, const Record& r) { write(held[i] != 0, r); },
+                                       true, skip);
       fmt::print("data: done: {} records ({} held out), {} prompt + {} answer tokens in {} ({} incl. loading); {} prompts skipped (longer than {} tokens)\n",
                  st.records, held_written, st.prompt_tokens, st.answer_tokens, hms(st.seconds), hms(seconds_since(t0)), st.skipped,
                  dopt.max_prompt_tokens);
