@@ -160,6 +160,8 @@ int main(int argc, char** argv) {
   data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice, temperatures and sampling)")->capture_default_str();
   data_cmd->add_flag("--append", append, "resume: append to the output files, skipping prompts already answered there");
   data_cmd->add_flag("--report", report, "print the throughput and where the time went at the end");
+  bool scan_only = false;
+  data_cmd->add_flag("--scan", scan_only, "only count the complete records and tokens in --out (and --holdout-out), then exit");
 
   auto* fuse_cmd = app.add_subcommand("fuse", "add EAGLE-3's fused features (three target layers) to training sets");
   std::vector<std::string> f_data;
@@ -206,6 +208,15 @@ int main(int argc, char** argv) {
   try {
     at::set_num_threads(threads);
     if (!fs::exists(model)) fail(fmt::format("--model: '{}' does not exist", model));
+    if (data_cmd->parsed() && scan_only) {
+      for (const auto& path : {data_out, holdout_out}) {
+        if (path.empty()) continue;
+        const auto sc = scan_record_file(path, false);
+        fmt::print("{}: {} records, {} tokens ({} prompt + {} answer), {} bytes complete of {}\n", path, sc.records, sc.tokens,
+                   sc.tokens - sc.answer_tokens, sc.answer_tokens, sc.complete_bytes, fs::file_size(path));
+      }
+      return 0;
+    }
     if (data_cmd->parsed()) {
       const auto t0 = Clock::now();
       if (!temperatures.empty()) dopt.temperatures = parse_temperature_mix(temperatures);
