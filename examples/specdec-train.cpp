@@ -1,10 +1,13 @@
 // specdec-train: trains the drafts of the bundled target on CPU with libtorch.
 //
-//   specdec-train data   builds a training set: chat prompts made from a text corpus (Python source files: docstrings to
-//                        summarise, functions to edit, plus general questions) are answered by the target itself through its
-//                        chat template (self-distillation); every token fed to the target keeps its post-norm final hidden
-//                        state (the EAGLE-1 feature, EagleFeature::kPostNorm, exactly as the decoder hands it to the
-//                        proposer) and the top-k of the target's next-token distribution.
+//   specdec-train data   builds a training set: chat prompts made from a corpus (Python sources: docstrings to summarise,
+//                        functions to edit; the Debian packages scripts/fetch-corpus.sh installs: documentation, public-
+//                        domain texts, quotations, word lists; plus questions the target writes itself) are answered by the
+//                        target itself through its chat template (self-distillation) at a mix of temperatures, many
+//                        sequences per forward; every token fed to the target keeps its post-norm final hidden state (the
+//                        EAGLE-1 feature, EagleFeature::kPostNorm, exactly as the decoder hands it to the proposer) and the
+//                        top-k of the target's next-token distribution. --append resumes: prompts already answered in the
+//                        output files are skipped.
 //   specdec-train fuse   re-runs the target over a training set (one prefill per record) and stores, per token, the outputs
 //                        of EAGLE-3's three feature blocks (low, mid, high) in place of the final state.
 //   specdec-train eagle  trains an EAGLE-1 head on that set: Smooth-L1 between predicted and true next features plus
@@ -41,22 +44,50 @@ using namespace specdec::train;
 #endif
 const fs::path kSourceDir = SPECDEC_SOURCE_DIR;
 
-std::set<std::string> demo_prompt_texts() {
-  std::set<std::string> out;
-  std::ifstream in(kSourceDir / "examples" / "prompts" / "demo.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (trim(line).empty()) continue;
-    try {
-      out.insert(nlohmann::json::parse(line).at("prompt").get<std::string>());
-    } catch (...) {
+// The prompts of every examples/prompts/*.jsonl file (training leaves them and near copies of them out).
+std::vector<std::string> example_prompt_texts() {
+  std::vector<std::string> out;
+  const fs::path dir = kSourceDir / "examples" / "prompts";
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".jsonl") continue;
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (trim(line).empty()) continue;
+      try {
+        out.push_back(nlohmann::json::parse(line).at("prompt").get<std::string>());
+      } catch (...) {
+      }
     }
   }
   return out;
 }
 
-// The source directory of the standard library of the python3 on PATH (the default corpus), found by asking it.
+// FNV-1a of a prompt's text: which split (training or held out) it belongs to, the same in every sitting.
+std::uint64_t text_hash(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return h;
+}
+
+// The default corpus: the Python standard library of the Debian system (/usr/lib/python3.N, the newest N; packages
+// libpython3.N-stdlib and -minimal), so every machine of a Debian release reads the same sources; otherwise that of the
+// python3 on PATH, found by asking it. Third-party packages (site-packages, dist-packages) are skipped either way.
 std::string python_stdlib_dir() {
+  std::string best;
+  int best_minor = -1;
+  if (fs::is_directory("/usr/lib"))
+    for (const auto& e : fs::directory_iterator("/usr/lib")) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("python3.", 0) != 0 || !fs::exists(e.path() / "os.py")) continue;
+      try {
+        const int minor = std::stoi(name.substr(8));
+        if (minor > best_minor) best_minor = minor, best = e.path().string();
+      } catch (...) {
+      }
+    }
+  if (!best.empty()) return best;
   std::string out;
   if (FILE* p = popen("python3 -c \"import sysconfig; print(sysconfig.get_paths()['stdlib'])\" 2>/dev/null", "r")) {
     char buf[4096];
@@ -65,8 +96,8 @@ std::string python_stdlib_dir() {
   }
   out = trim(out);
   if (out.empty() || !fs::is_directory(out))
-    fail("data: --corpus: none given and no python3 on PATH to take the standard library's sources from; pass files or "
-         "directories of Python sources");
+    fail("data: --corpus: none given, no /usr/lib/python3.N and no python3 on PATH to take the standard library's sources "
+         "from; pass files or directories of Python sources");
   return out;
 }
 
@@ -156,26 +187,50 @@ int main(int argc, char** argv) {
 
   auto* data_cmd = app.add_subcommand("data", "run the target over chat prompts made from a corpus; write the training set");
   DataOptions dopt;
-  std::string data_out;
+  std::string data_out, holdout_out, temperatures;
   std::vector<std::string> corpus;  // empty: the standard library of the python3 on PATH
+  std::string package_root = "/";
+  bool no_packages = false, append = false, report = false;
   std::size_t num_prompts = 2000;
-  bool append = false;
+  double self_instruct = 0.15, holdout_fraction = 0;
+  std::int64_t self_instruct_tokens = 64;
   data_cmd->add_option("--out", data_out, "training set file")->required()->check(output_path(false));
   data_cmd->add_option("--corpus", corpus,
-                       "files or directories of Python sources (default: the standard library of the python3 on PATH)");
+                       "files or directories of Python sources (default: /usr/lib/python3.N, else the standard library of the "
+                       "python3 on PATH)");
+  data_cmd->add_option("--package-root", package_root,
+                       "where to look for the texts of the Debian packages scripts/fetch-corpus.sh installs")->capture_default_str();
+  data_cmd->add_flag("--no-packages", no_packages, "Python sources only (no Debian package texts)");
   data_cmd->add_option("--num-prompts", num_prompts, "prompts to build")->capture_default_str()->check(int_range(1, 100'000'000));
+  data_cmd->add_option("--self-instruct", self_instruct,
+                       "share of the prompts that are questions the target writes itself from seed topics")
+      ->capture_default_str()->check(real_range(0, 1, false));
+  data_cmd->add_option("--self-instruct-tokens", self_instruct_tokens, "answer tokens of a self-instruct request at most")
+      ->capture_default_str()->check(int_range(1, 65536));
   data_cmd->add_option("--max-new-tokens", dopt.max_new_tokens, "answer tokens per prompt at most")
       ->capture_default_str()->check(int_range(1, 65536));
-  data_cmd->add_option("--max-prompt-tokens", dopt.max_prompt_tokens, "prompt tokens kept at most")
+  data_cmd->add_option("--max-prompt-tokens", dopt.max_prompt_tokens, "longer prompts are skipped")
       ->capture_default_str()->check(int_range(1, 65536));
   data_cmd->add_option("--batch", dopt.batch, "sequences decoded together")->capture_default_str()->check(int_range(1, 4096));
+  data_cmd->add_option("--prefill-rows", dopt.prefill_rows, "prompt rows prefilled per forward at most")
+      ->capture_default_str()->check(int_range(1, 1 << 20));
   data_cmd->add_option("--top-k", dopt.top_k, "stored entries of the target distribution")
       ->capture_default_str()->check(int_range(1, 4096));
-  data_cmd->add_option("--greedy-fraction", dopt.greedy_fraction, "share of greedy answers (others sampled at T=1)")
+  data_cmd->add_option("--temperatures", temperatures,
+                       "temperature mix, e.g. 0:0.4,0.7:0.3,1:0.3 (TEMPERATURE:WEIGHT; 0 = greedy); default: --greedy-fraction");
+  data_cmd->add_option("--greedy-fraction", dopt.greedy_fraction, "share of greedy answers (others sampled at T=1) without --temperatures")
       ->capture_default_str()->check(real_range(0, 1, false));
-  data_cmd->add_option("--minutes", dopt.minutes, "wall-clock budget")->capture_default_str()->check(real_range(0, 1e6, true));
-  data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice and sampling)")->capture_default_str()->check(int_range(0, INT64_MAX));
-  data_cmd->add_flag("--append", append, "append to an existing training set");
+  data_cmd->add_option("--holdout-fraction", holdout_fraction, "share of the prompts (by a hash of their text) written to --holdout-out")
+      ->capture_default_str();
+  data_cmd->add_option("--holdout-out", holdout_out, "held-out training set file")->check(output_path(false));
+  data_cmd->add_option("--minutes", dopt.minutes, "stop starting new prompts after this; the answers under way finish")
+      ->capture_default_str()->check(real_range(0, 1e6, true));
+  data_cmd->add_option("--seed", dopt.seed, "seed (prompt choice, temperatures and sampling)")
+      ->capture_default_str()->check(int_range(0, INT64_MAX));
+  data_cmd->add_flag("--append", append, "resume: append to the output files, skipping prompts already answered there");
+  data_cmd->add_flag("--report", report, "print the throughput and where the time went at the end");
+  bool scan_only = false;
+  data_cmd->add_flag("--scan", scan_only, "only count the complete records and tokens in --out (and --holdout-out), then exit");
 
   auto* fuse_cmd = app.add_subcommand("fuse", "add EAGLE-3's fused features (three target layers) to training sets");
   std::vector<std::string> f_data;
@@ -245,33 +300,149 @@ int main(int argc, char** argv) {
       fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}", draft_vocab));
     at::set_num_threads(threads);
     if (!fs::exists(model)) fail(fmt::format("--model: '{}' does not exist", model));
+    if (data_cmd->parsed() && scan_only) {
+      for (const auto& path : {data_out, holdout_out}) {
+        if (path.empty()) continue;
+        const auto sc = scan_record_file(path, false);
+        fmt::print("{}: {} records, {} tokens ({} prompt + {} answer), {} bytes complete of {}\n", path, sc.records, sc.tokens,
+                   sc.tokens - sc.answer_tokens, sc.answer_tokens, sc.complete_bytes, fs::file_size(path));
+      }
+      return 0;
+    }
     if (data_cmd->parsed()) {
       const auto t0 = Clock::now();
+      if (!temperatures.empty()) dopt.temperatures = parse_temperature_mix(temperatures);
+      if (!(holdout_fraction >= 0 && holdout_fraction < 1)) fail(fmt::format("--holdout-fraction: expected in [0, 1), got {}", holdout_fraction));
+      if (holdout_fraction > 0 && holdout_out.empty()) fail("--holdout-fraction: needs --holdout-out");
+      if (!(self_instruct >= 0 && self_instruct <= 1)) fail(fmt::format("--self-instruct: expected in [0, 1], got {}", self_instruct));
       specdec::models::LlamaOptions lo;
       lo.num_threads = threads;
       lo.initial_cache_slots = dopt.batch + 1;
-      lo.initial_cache_capacity = dopt.max_prompt_tokens + dopt.max_new_tokens + 8;
+      lo.initial_cache_capacity = dopt.max_prompt_tokens + std::max(dopt.max_new_tokens, self_instruct_tokens) + 8;
+      lo.time_phases = report;
       auto target = specdec::models::load_llama_gguf(model, lo);
       const specdec::models::GgufFile file(model);
       const auto tok = specdec::models::Tokenizer::from_gguf(file);
       const auto tmpl = specdec::models::ChatTemplate::from_gguf(file);
+      auto encode = [&](const std::string& t) {
+        const std::vector<specdec::models::ChatMessage> msgs = {{"user", t}};
+        return tok.encode(tmpl.apply(msgs, true), {.add_special = true, .parse_special = true});
+      };
+      const std::vector<std::int32_t> stops = tok.end_of_generation_ids();
       if (corpus.empty()) corpus = {python_stdlib_dir()};
       std::vector<fs::path> roots(corpus.begin(), corpus.end());
-      const Corpus c = load_corpus(roots);
-      fmt::print("data: corpus {} paragraphs, {} functions from {}\n", c.paragraphs.size(), c.functions.size(), fmt::join(corpus, ", "));
-      const auto texts = make_prompts(c, num_prompts, dopt.seed, demo_prompt_texts());
-      std::vector<std::vector<std::int32_t>> prompts;
-      for (const auto& t : texts) {
-        const std::vector<specdec::models::ChatMessage> msgs = {{"user", t}};
-        prompts.push_back(tok.encode(tmpl.apply(msgs, true), {.add_special = true, .parse_special = true}));
-      }
-      const std::vector<std::int32_t> stops = tok.end_of_generation_ids();
+      Corpus c = load_corpus(roots);
+      fmt::print("data: corpus: {} paragraphs, {} functions from {}\n", c.paragraphs.size(), c.functions.size(), fmt::join(corpus, ", "));
+      if (!no_packages)
+        for (const auto& [source, n] : load_package_texts(c, package_root)) fmt::print("data: corpus: {} items from {}\n", n, source);
+      fmt::print("data: corpus: {} paragraphs, {} functions, {} quotes, {} riddles, {} words, {} topics\n", c.paragraphs.size(),
+                 c.functions.size(), c.quotes.size(), c.riddles.size(), c.words.size(), c.topics.size());
+      std::fflush(stdout);
+      const PromptExcluder exclude(example_prompt_texts());
+      const auto n_self = static_cast<std::size_t>(static_cast<double>(num_prompts) * self_instruct + 0.5);
+      auto texts = make_prompts(c, num_prompts - n_self, dopt.seed, exclude);
+      // Resume: the prompts (as tokens) of the records already in the output files.
+      std::set<std::vector<std::int32_t>> done;
+      if (append)
+        for (const auto& path : {data_out, holdout_out})
+          if (!path.empty() && fs::exists(path) && fs::file_size(path) > 0) {
+            auto scan = scan_record_file(path);
+            fmt::print("data: resuming: {} has {} records, {} tokens ({} answer tokens)\n", path, scan.records, scan.tokens,
+                       scan.answer_tokens);
+            for (auto& p : scan.prompts) done.insert(std::move(p));
+          }
       RecordWriter w(data_out, target.hidden_size(), dopt.top_k, append);
-      fmt::print("data: {} prompts (e.g. \"{}\"), batch {}, up to {} answer tokens, {} min\n", prompts.size(),
-                 texts.empty() ? "" : texts.front().substr(0, 60), dopt.batch, dopt.max_new_tokens, dopt.minutes);
-      const auto st = generate_records(target, prompts, stops, dopt, w, true);
-      fmt::print("data: done: {} records, {} prompt + {} answer tokens in {} ({} incl. loading)\n", st.records, st.prompt_tokens,
-                 st.answer_tokens, hms(st.seconds), hms(seconds_since(t0)));
+      std::optional<RecordWriter> wh;
+      if (!holdout_out.empty()) wh.emplace(holdout_out, target.hidden_size(), dopt.top_k, append);
+      // A prompt's split: a hash of its text, the same in every sitting.
+      const std::uint64_t holdout_cut = static_cast<std::uint64_t>(holdout_fraction * 18446744073709551615.0);
+      auto held_out = [&](const std::string& text) { return holdout_fraction > 0 && text_hash(text) < holdout_cut; };
+      std::int64_t held_written = 0;
+      auto write = [&](bool held, const Record& r) {
+        if (held && wh) {
+          wh->write(r);
+          ++held_written;
+        } else {
+          w.write(r);
+        }
+      };
+      // Self-instruct: the target writes questions and tasks from seed topics. Its answers to the requests are training
+      // records too; the questions are kept beside the output, so a resumed run uses the same ones.
+      if (n_self > 0) {
+        const fs::path qfile = fs::path(data_out).concat(".questions.txt");
+        std::vector<std::string> questions;
+        if (append && fs::exists(qfile)) {
+          std::ifstream in(qfile);
+          for (std::string l; std::getline(in, l);)
+            if (!trim(l).empty()) questions.push_back(l);
+          fmt::print("data: self-instruct: {} questions read from {}\n", questions.size(), qfile.string());
+        } else {
+          // About one request in two yields a usable new question.
+          const auto requests = self_instruct_requests(c, 2 * n_self + 16, dopt.seed);
+          std::vector<std::vector<std::int32_t>> rp;
+          std::vector<bool> rskip;
+          for (const auto& r : requests) {
+            rp.push_back(encode(r));
+            rskip.push_back(done.count(rp.back()) > 0);  // answered in an interrupted sitting (its question is lost)
+          }
+          DataOptions so = dopt;
+          so.max_new_tokens = self_instruct_tokens;
+          so.temperatures = {{0, 1}, {0.5, 1}};  // distinct topics give distinct questions even greedily
+          so.minutes = 1e9;
+          fmt::print("data: self-instruct: the target answers {} requests for questions\n", requests.size());
+          std::fflush(stdout);
+          std::vector<std::string> answers(requests.size());
+          const auto sst = generate_records(target, rp, stops, so, [&](std::size_t i, const Record& r) {
+            answers[i] = tok.decode(std::vector<std::int32_t>(r.tokens.begin() + r.prompt_length, r.tokens.end()));
+            write(held_out(requests[i]), r);
+          }, false, rskip);
+          std::set<std::string> seen(texts.begin(), texts.end());
+          for (const auto& a : answers) {
+            if (questions.size() >= n_self) break;
+            const auto q = self_instruct_question(a);
+            if (q && !exclude.excludes(*q) && seen.insert(*q).second) questions.push_back(*q);
+          }
+          std::ofstream out(qfile);
+          for (const auto& q : questions) out << q << "\n";
+          fmt::print("data: self-instruct: {} questions from {} requests ({} prompt + {} answer tokens written in {}), e.g. \"{}\"; "
+                     "saved to {}\n",
+                     questions.size(), requests.size(), sst.prompt_tokens, sst.answer_tokens, hms(sst.seconds),
+                     questions.empty() ? "" : questions.front(), qfile.string());
+        }
+        texts.insert(texts.end(), questions.begin(), questions.end());
+        std::mt19937_64 shuffle_rng(dopt.seed ^ 0x9e3779b97f4a7c15ull);
+        std::shuffle(texts.begin(), texts.end(), shuffle_rng);
+      }
+      std::vector<std::vector<std::int32_t>> prompts;
+      for (const auto& t : texts) prompts.push_back(encode(t));
+      std::vector<char> held(texts.size(), 0);
+      for (std::size_t i = 0; i < texts.size(); ++i) held[i] = held_out(texts[i]);
+      std::vector<bool> skip(prompts.size(), false);
+      for (std::size_t i = 0; i < prompts.size(); ++i) skip[i] = done.count(prompts[i]) > 0;
+      const auto done_before = std::count(skip.begin(), skip.end(), true);
+      fmt::print("data: {} prompts ({} done before, {} held out), e.g. \"{}\"; batch {}, up to {} answer tokens, {} min\n", prompts.size(),
+                 done_before, std::count(held.begin(), held.end(), 1), texts.empty() ? "" : texts.front().substr(0, 60), dopt.batch,
+                 dopt.max_new_tokens, dopt.minutes);
+      std::fflush(stdout);
+      const auto st = generate_records(target, prompts, stops, dopt, [&](std::size_t i, const Record& r) { write(held[i] != 0, r); },
+                                       true, skip);
+      fmt::print("data: done: {} records ({} held out), {} prompt + {} answer tokens in {} ({} incl. loading); {} prompts skipped (longer than {} tokens)\n",
+                 st.records, held_written, st.prompt_tokens, st.answer_tokens, hms(st.seconds), hms(seconds_since(t0)), st.skipped,
+                 dopt.max_prompt_tokens);
+      if (report) {
+        const double tt = static_cast<double>(st.target_tokens());
+        fmt::print("data: report: {} threads, batch {}: {:.0f} target tokens/s, {:.0f} answer tokens/s over {:.1f} s wall; "
+                   "{:.0f} target tokens per CPU-second ({:.1f} CPU-s); {} forwards, {:.1f} rows each; time: forward {:.1f} s, "
+                   "rows (top-k, sampling, features) {:.1f} s, records {:.1f} s\n",
+                   threads, dopt.batch, tt / st.seconds, static_cast<double>(st.answer_tokens) / st.seconds, st.seconds,
+                   tt / std::max(st.cpu_seconds, 1e-9), st.cpu_seconds, st.forwards, tt / static_cast<double>(std::max<std::int64_t>(st.forwards, 1)),
+                   st.forward_seconds, st.rows_seconds, st.write_seconds);
+        const auto& ph = target.phase_times();
+        std::string phases;
+        for (int i = 0; i < specdec::models::ForwardPhaseTimes::kCount; ++i)
+          phases += fmt::format(" {} {:.1f}", specdec::models::ForwardPhaseTimes::kNames[i], ph.seconds[i]);
+        fmt::print("data: report: the {} decode-only forwards (s):{}\n", ph.forwards, phases);
+      }
       return 0;
     }
     if (fuse_cmd->parsed()) {

@@ -8,6 +8,65 @@ void write_tensor(std::ofstream& out, const at::Tensor& t) {
   out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
 }
 
+RecordFileScan scan_record_file(const fs::path& path, bool with_prompts) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(fmt::format("scan_record_file: cannot open '{}'", path.string()));
+  const std::uintmax_t size = fs::file_size(path);
+  char magic[8];
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, kRecordMagic, 8) != 0) fail(fmt::format("scan_record_file: '{}' is not a specdec-train data file", path.string()));
+  std::int32_t H = 0, K = 0;
+  in.read(reinterpret_cast<char*>(&H), 4);
+  in.read(reinterpret_cast<char*>(&K), 4);
+  if (!in || H <= 0 || K <= 0) fail(fmt::format("scan_record_file: '{}' has a bad header (hidden {}, k {})", path.string(), H, K));
+  RecordFileScan s;
+  s.hidden = H;
+  s.k = K;
+  std::uintmax_t pos = 16;
+  s.complete_bytes = pos;
+  std::vector<std::int32_t> tokens;
+  for (;;) {
+    std::int32_t head[2];
+    if (!in.read(reinterpret_cast<char*>(head), 8)) break;
+    const std::int32_t T = head[0], P = head[1];
+    if (T < 0 || P < 0 || P > T) break;  // garbage: treated as a partial tail
+    const std::uintmax_t bytes = 8 + static_cast<std::uintmax_t>(T) * (4 + 2 * static_cast<std::uintmax_t>(H) + 6 * static_cast<std::uintmax_t>(K));
+    if (pos + bytes > size) break;
+    if (with_prompts) {
+      tokens.resize(static_cast<std::size_t>(P));
+      if (!in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(P) * 4)) break;
+      s.prompts.push_back(tokens);
+    }
+    pos += bytes;
+    in.seekg(static_cast<std::streamoff>(pos));
+    s.complete_bytes = pos;
+    ++s.records;
+    s.tokens += T;
+    s.answer_tokens += T - P;
+  }
+  return s;
+}
+
+RecordWriter::RecordWriter(const fs::path& path, std::int64_t hidden, std::int64_t k, bool append) : hidden_(hidden), k_(k) {
+  const bool exists = append && fs::exists(path) && fs::file_size(path) > 0;
+  if (exists) {
+    const RecordFileScan s = scan_record_file(path, false);
+    if (s.hidden != hidden || s.k != k)
+      fail(fmt::format("RecordWriter: cannot append to '{}': it holds features of width {} and top-{}, expected {} and top-{}",
+                       path.string(), s.hidden, s.k, hidden, k));
+    if (s.complete_bytes < fs::file_size(path)) fs::resize_file(path, s.complete_bytes);  // an interrupted record's tail
+  }
+  out_.open(path, std::ios::binary | (exists ? std::ios::app : std::ios::trunc));
+  if (!out_) fail(fmt::format("RecordWriter: cannot open '{}' for writing", path.string()));
+  if (!exists) {
+    out_.write(kRecordMagic, 8);
+    const std::int32_t h = static_cast<std::int32_t>(hidden), kk = static_cast<std::int32_t>(k);
+    out_.write(reinterpret_cast<const char*>(&h), 4);
+    out_.write(reinterpret_cast<const char*>(&kk), 4);
+    out_.flush();
+  }
+}
+
 std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(fmt::format("read_records: cannot open '{}'", path.string()));

@@ -21,21 +21,26 @@ constexpr char kRecordMagic[8] = {'S', 'D', 'T', 'R', 'A', 'I', 'N', '1'};
 
 void write_tensor(std::ofstream& out, const at::Tensor& t);
 
+/// A training-set file read without its tensors: the header's feature width and k, the complete records' count, tokens
+/// and prompts, and the bytes up to the end of the last complete record (a partial record an interrupted run left at the
+/// end is not counted).
+struct RecordFileScan {
+  std::int64_t hidden = 0, k = 0, records = 0, tokens = 0, answer_tokens = 0;
+  std::uintmax_t complete_bytes = 0;
+  std::vector<std::vector<std::int32_t>> prompts;  // each complete record's first prompt_length tokens (with_prompts)
+};
+
+/// Scans `path` record by record, seeking over the tensors. Throws specdec::error when the file cannot be read or is not a
+/// training set.
+RecordFileScan scan_record_file(const fs::path& path, bool with_prompts = true);
+
 /// File layout: magic, int32 hidden, int32 k, then records: int32 T, int32 prompt_length, tokens int32[T],
-/// features half[T, H], topk_ids int32[T, K], topk_probs half[T, K].
+/// features half[T, H], topk_ids int32[T, K], topk_probs half[T, K]. Each record is flushed as it is written, so a run
+/// stopped at any point leaves its complete records readable; appending (append = true) to such a file first cuts off
+/// a partial last record, and refuses a file of another feature width or k.
 class RecordWriter {
  public:
-  RecordWriter(const fs::path& path, std::int64_t hidden, std::int64_t k, bool append) : hidden_(hidden), k_(k) {
-    const bool exists = append && fs::exists(path) && fs::file_size(path) > 0;
-    out_.open(path, std::ios::binary | (exists ? std::ios::app : std::ios::trunc));
-    if (!out_) fail(fmt::format("RecordWriter: cannot open '{}' for writing", path.string()));
-    if (!exists) {
-      out_.write(kRecordMagic, 8);
-      const std::int32_t h = static_cast<std::int32_t>(hidden), kk = static_cast<std::int32_t>(k);
-      out_.write(reinterpret_cast<const char*>(&h), 4);
-      out_.write(reinterpret_cast<const char*>(&kk), 4);
-    }
-  }
+  RecordWriter(const fs::path& path, std::int64_t hidden, std::int64_t k, bool append);
   void write(const Record& r) {
     const auto T = static_cast<std::int32_t>(r.tokens.size());
     if (r.features.size(0) != T || r.features.size(1) != hidden_ || r.topk_ids.size(1) != k_)
