@@ -240,7 +240,8 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
   eo.min_draft_prob = o.draft_min_prob;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleHeadOptions ho;
-  ho.quantize_lm_head = o.draft_weights == "q8_0";
+  ho.quantize_weights = o.draft_weights == "q8_0";
+  ho.num_threads = o.threads;  // the target's pool
   specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
              how);
@@ -721,7 +722,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
-                 "the draft model's float weights and the EAGLE head's LM head: q8_0 (quantised at load, run on the packed "
+                 "the draft model's and the EAGLE head's float weights: q8_0 (quantised at load, run on the target's packed "
                  "products) or float")
       ->check(CLI::IsMember({"q8_0", "float"}))
       ->capture_default_str();

@@ -188,19 +188,21 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
   EXPECT_GT(tree_accepted, 0) << "no tree draft was ever accepted: the accepted-path bookkeeping went untested";
 }
 
-// EagleHeadOptions::quantize_lm_head: the head scores with a Q8_0 copy of its LM head on the packed products. Its drafts
-// may differ slightly from the float head's; the decoded output must not.
-TEST(EagleDecoder, QuantisedLmHeadKeepsTheTargetsGreedyOutput) {
+// EagleHeadOptions::quantize_weights: the head runs on Q8_0 copies of its matrices on the packed products, with 16- and
+// 8-bit activations. Its drafts may differ slightly from the float head's; the decoded output must not.
+TEST(EagleDecoder, QuantisedHeadKeepsTheTargetsGreedyOutput) {
   const Target t = make_target(61, 4, 1);
   sm::LlamaModel target = t.make();
   const auto prompts = greedy_prompts();
   const auto want = greedy_outputs(target, prompts);
   for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
     for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
-      for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
-        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch));
+      for (std::size_t batch : {std::size_t{1}, std::size_t{3}})
+      for (int bits : {16, 8}) {
+        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch) + " bits=" + std::to_string(bits));
         sp::EagleHeadOptions ho;
-        ho.quantize_lm_head = true;
+        ho.quantize_weights = true;
+        ho.activation_bits = bits;
         sp::EagleProposerOptions o;
         o.mode = mode;
         o.tree.top_k = 4;

@@ -331,13 +331,14 @@ std::string head_name(const ::testing::TestParamInfo<int>& info) {
 }
 INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3, 4), head_name);
 
-TEST(EagleHead, QuantisedLmHeadScoresLikeTheFloatHead) {
-  // EagleHeadOptions::quantize_lm_head: the same head scored through a Q8_0 copy of its LM head (the packed products) gives
-  // the float head's logits to within the rounding of 8-bit weights and activations, for EAGLE-1 (the target's rows, with
-  // and without a draft vocabulary) and EAGLE-3.
+TEST(EagleHead, QuantisedHeadScoresLikeTheFloatHead) {
+  // EagleHeadOptions::quantize_weights: the same head with every matrix a Q8_0 copy on the packed products (fc, q/k/v, o,
+  // gate/up and the LM head; down stays float32, its input width 40 not being a multiple of 32) gives the float head's
+  // logits to within the rounding of 8-bit weights, for EAGLE-1 (the target's rows, with and without a draft vocabulary)
+  // and EAGLE-3.
   const auto t = target_weights(61, 32, 1);
   sp::EagleHeadOptions q8;
-  q8.quantize_lm_head = true;
+  q8.quantize_weights = true;
   for (const auto& [config, seed] : {std::pair{eagle1_config(1), 11}, std::pair{eagle1_config(1, 40), 15}, std::pair{eagle3_config(), 13}}) {
     sp::EagleHead exact = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t);
     sp::EagleHead quantised = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t, q8);
