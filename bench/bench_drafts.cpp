@@ -9,6 +9,11 @@
 //   the CLI's default), 0 = float32; `bits` the activations' precision against Q8_0 weights.
 // BM_DraftModel: one draft-model forward of one token per request for `batch` requests at context 128 (a chain's draft
 //   step), logits of every row; `weights` 1 = Q8_0 (LlamaOptions::quantize_float_weights, the CLI's default), 0 = float32.
+// BM_Decode: speculative decoding of `batch` synthetic prompts (96 new tokens each) at temperature `temp` / 100 (0:
+//   greedy) with g drafts per step (fixed) by the EAGLE proposer (proposer 0) or the draft-model proposer (1), Q8_0
+//   weights: the decoder's c, forwards and the proposer's own work together. Each step's draft time (propose + observe, as
+//   DecoderMetrics counts it) is timed alone; c = median step draft time / g / the target's 1-token median (a draft
+//   position's cost, as specdec-generate reports c; a batch's step drafts g positions for every request).
 // `cold` 1: a target forward runs (untimed) before every timed step, so the draft's weights come from memory as for a
 //   chain's first draft after a verification; 0: steps back to back (the later drafts of a chain, weights in cache).
 // Counters: us_per_step (median), c_step = us_per_step / the target's 1-token median, c_per_row = c_step / (rows * batch)
@@ -28,8 +33,10 @@
 #include <thread>
 #include <vector>
 
+#include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/eagle.hpp"
 
 namespace sm = specdec::models;
@@ -259,6 +266,87 @@ BENCHMARK(BM_DraftModel)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(0.5);
+
+// A proposer that times each propose() and observe() of the one it wraps (DecoderMetrics's draft time, step by step).
+template <class P>
+class TimedProposer {
+ public:
+  static constexpr bool supports_trees = sp::supports_trees<P>;
+  explicit TimedProposer(P& inner) : inner_(&inner) {}
+  void begin_request(const sp::RequestContext& ctx) { inner_->begin_request(ctx); }
+  void end_request(sp::RequestId id) { inner_->end_request(id); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> requests) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sp::DraftBatch b = inner_->propose(requests);
+    pending_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    steps_.push_back(pending_);
+    pending_ = 0;
+    return b;
+  }
+  void observe(std::span<const sp::StepFeedback> feedback) {
+    const auto t0 = std::chrono::steady_clock::now();
+    inner_->observe(feedback);
+    pending_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  sp::TargetFeatureSpec target_feature_spec() const
+    requires sp::wants_target_features<P>
+  {
+    return inner_->target_feature_spec();
+  }
+  std::int64_t vocab_size() const { return inner_->vocab_size(); }
+  /// Draft seconds of every step (the observe before a propose counted with it).
+  const std::vector<double>& steps() const { return steps_; }
+
+ private:
+  P* inner_;
+  double pending_ = 0;
+  std::vector<double> steps_;
+};
+
+template <class P>
+void decode_with(benchmark::State& state, P& proposer, std::int32_t g) {
+  const double t1 = target_seconds();
+  TimedProposer<P> timed(proposer);
+  specdec::decoder::DecoderOptions o;
+  o.num_speculative_tokens = g;
+  specdec::decoder::SpeculativeDecoder<TimedProposer<P>, sm::LlamaModel> dec(timed, target(), o);
+  std::vector<specdec::decoder::GenerationRequest> requests(static_cast<std::size_t>(state.range(3)));
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    requests[i].prompt = synthetic_tokens(kContext, static_cast<std::int64_t>(i) + 2);
+    requests[i].max_new_tokens = 96;
+    requests[i].params.temperature = static_cast<float>(state.range(2)) / 100.f;
+    requests[i].params.seed = i + 1;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(dec.generate(requests));
+  const double m = median_of(timed.steps());
+  state.counters["us_per_step"] = m * 1e6;
+  state.counters["c"] = m / g / t1;
+  state.counters["tau"] = dec.metrics().total.mean_accepted_length();
+}
+
+// Args: proposer (0 EAGLE, 1 draft model), g, temperature in hundredths, batch.
+void BM_Decode(benchmark::State& state) {
+  const auto g = static_cast<std::int32_t>(state.range(1));
+  if (state.range(0) == 0) {
+    sp::EagleProposerOptions eo;
+    eo.target_num_layers = target().config().num_layers;
+    static const sp::EagleTargetWeights weights = sp::eagle_target_weights_from_gguf(target_path());
+    sp::EagleHeadOptions ho;
+    ho.quantize_weights = true;
+    ho.num_threads = g_threads;
+    sp::EagleProposer eagle(sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", weights, ho), eo);
+    decode_with(state, eagle, g);
+  } else {
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model(true, 16));
+    decode_with(state, draft, g);
+  }
+}
+BENCHMARK(BM_Decode)
+    ->ArgNames({"proposer", "g", "temp", "batch"})
+    ->ArgsProduct({{0, 1}, {4}, {0, 70}, {1, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 
 }  // namespace
 
