@@ -344,12 +344,13 @@ std::vector<std::string> proposer_names(const std::string& proposer) {
 }
 
 /// A draft position's cost in plain steps (c) for a proposer or chain, as `specdec-generate --compare` reported it on the
-/// bundled model sampling the chat prompt at temperature 0.7: lookups 0.01-0.02, the draft model 0.15, the EAGLE head
-/// 0.63; a chain, its costliest member.
+/// bundled model sampling chat prompts at temperature 0.7: lookups 0.01-0.02; the draft model 0.09 and the EAGLE head 0.08,
+/// both on the target's packed kernels (docs/drafts-on-packed-kernels.md; 3 prompts in a batch, g = 4); a chain, its
+/// costliest member.
 double default_draft_cost(const std::string& proposer) {
   double c = 0.0;
   for (const std::string& name : proposer_names(proposer))
-    c = std::max(c, name == "draft" ? 0.15 : name == "eagle" ? 0.63 : 0.02);
+    c = std::max(c, name == "draft" ? 0.09 : name == "eagle" ? 0.08 : 0.02);
   return c;
 }
 
@@ -645,7 +646,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sampled-draft-cost", o.sampled_draft_cost,
                  "with --sampled-cost-slope: a draft position's cost in plain steps (default: the proposer's measured "
-                 "c, 0.02 for ngram/suffix, 0.15 draft, 0.63 eagle, a chain's costliest)")
+                 "c, 0.02 for ngram/suffix, 0.09 draft, 0.08 eagle, a chain's costliest)")
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--cost-model", o.cost_model,
                  "adaptive policy: the target's verification cost per row count, profile (timed once before the runs, "
@@ -717,8 +718,8 @@ int main(int argc, char** argv) {
                  "threads of the models' forward (and ATen's pool); 0 = every CPU this process may run on")
       ->capture_default_str();
   app.add_option("--aten-threads", o.aten_threads,
-                 "threads of ATen's and OpenBLAS's own pools (EAGLE head, sampling, long-prompt attention); 1 keeps the cores "
-                 "for the models' pool")
+                 "threads of ATen's and OpenBLAS's own pools (sampling, long-prompt attention; the EAGLE head runs on the "
+                 "models' pool); 1 keeps the cores for the models' pool")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
