@@ -393,7 +393,8 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   // those of its ancestors and itself (ascending), as detail::attention_rows takes a tree's.
   struct Plan {
     std::int64_t slot, start, n, L, committed;
-    std::vector<std::int32_t> visible, count;  // [n, L + n - committed], [n]
+    bool blocks = false;                       // a chain continuing the committed prefix, longer than a block
+    std::vector<std::int32_t> visible, count;  // [n, L + n - committed], [n] (unless blocks)
   };
   std::vector<Plan> plans(static_cast<std::size_t>(B));
   std::vector<std::int64_t> positions(static_cast<std::size_t>(N));
@@ -431,6 +432,12 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
       max_pos = std::max(max_pos, p.committed + d);
     }
     const std::int64_t U = p.L + p.n - p.committed;
+    p.blocks = p.L == p.committed && b.parents.empty() && p.n > sm::detail::kMaxRowsForStreamingKernel;
+    if (p.blocks) {  // a long chain after the committed prefix: attended in blocks with their own visibility
+      st.parent.insert(st.parent.end(), par.begin(), par.end());
+      st.depth.insert(st.depth.end(), new_depth.begin(), new_depth.end());
+      continue;
+    }
     p.visible.assign(static_cast<std::size_t>(p.n * U), 0);
     p.count.assign(static_cast<std::size_t>(p.n), 0);
     for (std::int64_t r = 0; r < p.n; ++r) {
@@ -503,8 +510,7 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   std::vector<Segment> segments;
   segments.reserve(static_cast<std::size_t>(N));
   for (const Plan& p : plans) {
-    const bool chain = p.L == p.committed && b.parents.empty();
-    if (!chain || p.n <= kBlock) {
+    if (!p.blocks) {
       segments.push_back({&p, 0, p.n, p.committed, p.L + p.n - p.committed, p.visible.data(), p.count.data(), {}, {}});
       continue;
     }
