@@ -318,7 +318,8 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
   eo.min_draft_prob = o.draft_min_prob;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleHeadOptions ho;
-  ho.quantize_lm_head = o.draft_weights == "q8_0";
+  ho.quantize_weights = o.draft_weights == "q8_0";
+  ho.num_threads = o.threads;  // the target's pool
   specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
              how);
@@ -434,12 +435,13 @@ std::vector<std::string> proposer_names(const std::string& proposer) {
 }
 
 /// A draft position's cost in plain steps (c) for a proposer or chain, as `specdec-generate --compare` reported it on the
-/// bundled model sampling the chat prompt at temperature 0.7: lookups 0.01-0.02, the draft model 0.15, the EAGLE head
-/// 0.63; a chain, its costliest member.
+/// bundled model sampling chat prompts at temperature 0.7: lookups 0.01-0.02; the draft model 0.09 and the EAGLE head 0.08,
+/// both on the target's packed kernels (docs/drafts-on-packed-kernels.md; 3 prompts in a batch, g = 4); a chain, its
+/// costliest member.
 double default_draft_cost(const std::string& proposer) {
   double c = 0.0;
   for (const std::string& name : proposer_names(proposer))
-    c = std::max(c, name == "draft" ? 0.15 : name == "eagle" ? 0.63 : 0.02);
+    c = std::max(c, name == "draft" ? 0.09 : name == "eagle" ? 0.08 : 0.02);
   return c;
 }
 
@@ -1047,7 +1049,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sampled-draft-cost", o.sampled_draft_cost,
                  "with --sampled-cost-slope: a draft position's cost in plain steps (default: the proposer's measured "
-                 "c, 0.02 for ngram/suffix, 0.15 draft, 0.63 eagle, a chain's costliest)")
+                 "c, 0.02 for ngram/suffix, 0.09 draft, 0.08 eagle, a chain's costliest)")
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--cost-model", o.cost_model,
                  "adaptive policy: the target's verification cost per row count, profile (timed once before the runs, "
@@ -1125,11 +1127,12 @@ int main(int argc, char** argv) {
                  "threads of the models' forward; 0 = every CPU this process may run on (at most 4 per CPU)")
       ->capture_default_str();
   app.add_option("--aten-threads", o.aten_threads,
-                 "threads of ATen's and OpenBLAS's own pools (EAGLE head, sampling, long-prompt attention); 1 keeps the cores "
-                 "for the models' pool")
+                 "threads of ATen's and OpenBLAS's own pools (sampling, long-prompt attention; the EAGLE head runs on the "
+                 "models' pool); 1 keeps the cores for the models' pool")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
-                 "the draft model's float weights and the EAGLE head's LM head: q8_0 (quantised at load, run on the packed "
+                 "the draft model's and the EAGLE head's float weights: q8_0 (quantised at load, run on the target's packed "
                  "products) or float")
       ->check(CLI::IsMember({"q8_0", "float"}))
       ->capture_default_str();

@@ -27,6 +27,7 @@
 #include <unordered_set>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
+#include "specdec/models/detail/llama_block.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
@@ -44,89 +45,14 @@ using detail::shape_str;
 
 namespace {
 
-// Up to this many token rows, products go through detail::linear_rows (weights streamed once); above it, BLAS gemm.
-constexpr std::int64_t kMaxRowsForStreamingKernel = 16;
+using detail::kMaxRowsForStreamingKernel;
 // Attention of a sequence's few new tokens goes to the pool's threads from this many (query row x key) scores up.
 constexpr std::int64_t kMinParallelAttention = 1024;
 
 using detail::RowPool;
-
-// The process's pool of `threads` threads (made on first use, kept while a model holds it): models of the same thread
-// count share it (a target and its draft model take turns, so neither finds the other's workers spinning on its cores).
-std::shared_ptr<RowPool> shared_pool(int threads) {
-  static std::mutex mutex;
-  static std::map<int, std::weak_ptr<RowPool>> pools;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<RowPool> p = pools[threads].lock();
-  if (!p) {
-    p = std::make_shared<RowPool>(threads);
-    pools[threads] = p;
-  }
-  return p;
-}
-
-// out[n, out] (+)= x[n, in] @ w[out, in]^T for float32 weights; x and w contiguous, out rows with stride out.stride(0). The
-// pool shares the output rows for every token count: a single token row is memory-bound, and two cores read more than
-// one (the autoregressive baseline gets the same bandwidth as the verify forward, so speedups are not measured against a
-// handicapped baseline).
-void linear_dense(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
-  const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
-  if (n <= kMaxRowsForStreamingKernel) {
-    const float* xp = x.data_ptr<float>();
-    const float* wp = w.data_ptr<float>();
-    float* yp = out.data_ptr<float>();
-    const std::int64_t ldy = out.stride(0);
-    if (pool.size() == 1) {
-      detail::linear_rows(xp, n, in, wp, 0, rows, yp, ldy, accumulate);
-      return;
-    }
-    // About 8 chunks per thread, whole 12-row blocks (tiles of 2, 3, 4 and 6 rows), at least 48 rows.
-    const std::int64_t target = (rows + 8 * pool.size() - 1) / (8 * pool.size());
-    const std::int64_t chunk = std::max<std::int64_t>(48, (target + 11) / 12 * 12);
-    pool.run((rows + chunk - 1) / chunk, [&](std::int64_t c) {
-      detail::linear_rows(xp, n, in, wp, c * chunk, std::min(rows, (c + 1) * chunk), yp, ldy, accumulate);
-    });
-  } else if (accumulate) {
-    at::Tensor o = out;
-    o.addmm_(x, w.t());
-  } else {
-    at::Tensor o = out;
-    at::mm_out(o, x, w.t());
-  }
-}
-
-// A product's weights: one or more parts stacked by output rows, each packed (a GGUF block format) or float32.
-struct Linear {
-  struct Part {
-    detail::PackedMatrix packed;
-    at::Tensor dense;  // [rows, cols] float32 when not packed
-    std::int64_t offset = 0, rows = 0;
-  };
-  std::vector<Part> parts;
-  std::int64_t rows = 0, cols = 0;
-
-  std::int64_t bytes() const {
-    std::int64_t n = 0;
-    for (const auto& p : parts) n += p.dense.defined() ? p.dense.numel() * 4 : p.packed.bytes();
-    return n;
-  }
-  bool any_packed() const {
-    for (const auto& p : parts)
-      if (!p.dense.defined()) return true;
-    return false;
-  }
-  // Row r as float32 (the embedding lookup).
-  void row(std::int64_t r, float* out) const {
-    for (const auto& p : parts) {
-      if (r < p.offset || r >= p.offset + p.rows) continue;
-      if (p.dense.defined())
-        std::copy_n(p.dense.data_ptr<float>() + (r - p.offset) * cols, cols, out);
-      else
-        p.packed.dequantize_row(r - p.offset, out);
-      return;
-    }
-  }
-};
+using detail::rms_norm;
+using detail::rope_rotate;
+using Linear = detail::BlockLinear;
 
 // Activations quantised per block for the packed parts (reused across calls).
 struct Activations {
@@ -135,37 +61,6 @@ struct Activations {
 
 // Fills rows [begin, end) of a product's input (an element-wise step before the product, run on the same rows).
 using detail::RowPrep;
-
-// out (+)= x @ w^T over every part of w; x [n, cols] contiguous float32, out [n, >= w.rows] rows with stride out.stride(0).
-// `prep`, when given, first fills x's rows (an RMSNorm or SiLU step), each row just before it is quantised and on the same
-// thread, so a verification's few rows share that step over the pool instead of leaving the workers waiting.
-void linear_impl(RowPool& pool, const Linear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
-                 Activations& act, std::int64_t planes, const RowPrep& prep = {}) {
-  const std::int64_t n = x.size(0);
-  // Row-wise steps over the pool's threads (one row a chunk for a few rows, 16 for a prompt); each row is computed
-  // alone, so the split changes no byte.
-  auto for_rows = [&](const RowPrep& fn) {
-    const std::int64_t per = n >= 32 ? 16 : 1;
-    if (n >= 2 && pool.size() > 1)
-      pool.run((n + per - 1) / per, [&](std::int64_t c) { fn(c * per, std::min(n, (c + 1) * per)); });
-    else
-      fn(0, n);
-  };
-  bool prepared = !prep;
-  for (const auto& p : w.parts) {
-    if (p.dense.defined()) {
-      if (!prepared) for_rows(prep);
-      prepared = true;
-      linear_dense(pool, x, p.dense, out.narrow(1, p.offset, p.rows), accumulate);
-      continue;
-    }
-    static const RowPrep kNone;
-    const RowPrep& rows_prep = prepared ? kNone : prep;  // the first part's quantisation runs the step
-    prepared = true;
-    detail::pooled_packed_linear(pool, p.packed, x.data_ptr<float>(), n, planes, act.q, out.data_ptr<float>() + p.offset,
-                                 out.stride(0), accumulate, rows_prep);
-  }
-}
 
 }  // namespace
 
@@ -239,44 +134,6 @@ int available_cpus() noexcept {
 
 namespace {
 
-// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w
-// The sum of squares goes in 16 lanes (lane j: the squares of elements j, j + 16, ... in order; then the lanes in a fixed
-// tree) instead of one serial chain of dim dependent additions (0.46 us a row of 576 on its own, most of a 6-token
-// product's prologue). One compiled version (this file's baseline flags), so the bits do not depend on the machine.
-void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps) {
-  using v16 = float __attribute__((vector_size(64)));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    v16 acc{};
-    std::int64_t i = 0;
-    for (; i + 16 <= dim; i += 16) {
-      v16 v;
-      std::memcpy(&v, xr + i, sizeof v);
-      const v16 sq = v * v;
-      acc = acc + sq;
-    }
-    float lanes[16];
-    std::memcpy(lanes, &acc, sizeof lanes);
-    for (int width = 8; width >= 1; width /= 2)
-      for (int j = 0; j < width; ++j) lanes[j] = lanes[j] + lanes[j + width];
-    float ss = lanes[0];
-    for (; i < dim; ++i) ss += xr[i] * xr[i];
-    const float scale = 1.f / std::sqrt(ss / static_cast<float>(dim) + eps);
-    for (i = 0; i < dim; ++i) yr[i] = (xr[i] * scale) * w[i];
-  }
-}
-
-// Rotary embedding in the rotate_half convention: pairs (j, j + half).
-inline void rope_rotate(const float* in, float* out, const float* cos, const float* sin, std::int64_t half, float scale) {
-  for (std::int64_t j = 0; j < half; ++j) {
-    const float a = in[j], b = in[j + half];
-    out[j] = (a * cos[j] - b * sin[j]) * scale;
-    out[j + half] = (b * cos[j] + a * sin[j]) * scale;
-  }
-}
-
-
 struct SequencePlan {
   std::int64_t slot = 0;
   std::int64_t start = 0;   // first row in the flattened batch
@@ -335,10 +192,10 @@ struct LlamaModel::Impl {
 
   static std::int64_t planes(int bits) { return bits == 8 ? 1 : 2; }
   void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out, int bits, const RowPrep& prep = {}) {
-    linear_impl(*pool, w, in, out, false, activations, planes(bits), prep);
+    detail::block_linear(*pool, w, in, out, false, activations.q, planes(bits), prep);
   }
   void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc, int bits, const RowPrep& prep = {}) {
-    linear_impl(*pool, w, in, acc, true, activations, planes(bits), prep);
+    detail::block_linear(*pool, w, in, acc, true, activations.q, planes(bits), prep);
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -724,130 +581,6 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
 
 // --- construction ------------------------------------------------------------------------------------------------------
 
-namespace {
-
-std::string described(const std::string& name, const StoredWeight& w) {
-  return w.file_name.empty() || w.file_name == name ? name : fmt::format("{} (tensor {} in the file)", name, w.file_name);
-}
-
-// Reads a weight, checking presence and shape.
-StoredWeight fetch_stored(const StoredWeightGetter& get, const std::string& name, const std::vector<std::int64_t>& shape) {
-  StoredWeight w = get(name);
-  if (!w.present()) fail(fmt::format("LlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
-  const std::vector<std::int64_t> got = w.dense.defined() ? w.dense.sizes().vec() : w.shape;
-  if (got != shape)
-    fail(fmt::format("LlamaModel: weight {}: expected shape {}, got {}", described(name, w), shape_str(shape), shape_str(got)));
-  return w;
-}
-
-// A float32 copy of a stored weight (dense, or dequantised from its file type), q/k rows un-permuted when asked.
-at::Tensor to_dense(const std::string& name, StoredWeight& w) {
-  at::Tensor t;
-  if (w.dense.defined()) {
-    t = w.dense.scalar_type() == at::kFloat ? w.dense : w.dense.to(at::kFloat);
-  } else {
-    if (!can_dequantize(w.type))
-      fail(fmt::format("LlamaModel: weight {}: type {} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
-                       "Q6_K)",
-                       described(name, w), to_string(w.type)));
-    t = at::empty(w.shape, at::TensorOptions().dtype(at::kFloat));
-    dequantize(w.type, w.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
-    if (w.unpermute_heads > 0) t = unpermute_gguf_qk(t, w.unpermute_heads);
-  }
-  if (w.release) w.release();
-  return t.contiguous();
-}
-
-at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, std::int64_t n) {
-  StoredWeight w = fetch_stored(get, name, {n});
-  return to_dense(name, w);
-}
-
-// Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each): runs of one packable block format
-// become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float` (and cols a multiple
-// of 32) Q8_0 blocks packed like a file's.
-Linear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
-                    std::int64_t cols, bool quantize_float, detail::WeightArena& arena) {
-  Linear lin;
-  lin.cols = cols;
-  std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
-  std::vector<std::string> pending_names;
-  std::vector<std::vector<std::byte>> quantized;  // blocks made here, alive until packed
-  std::vector<at::Tensor> dense_run;
-  auto flush = [&] {
-    if (!pending.empty()) {
-      std::vector<detail::PackedMatrix::Source> src;
-      std::int64_t rows = 0;
-      for (std::size_t i = 0; i < pending.size(); ++i) {
-        const StoredWeight& w = pending[i];
-        detail::PackedMatrix::Source s{described(pending_names[i], w), w.type, w.data, w.shape[0], w.shape[1], {}};
-        if (w.unpermute_heads > 0) {
-          // HF row (h, s, j) = GGUF row h * hd + 2 j + s (see unpermute_gguf_qk).
-          const std::int64_t hd = s.rows / w.unpermute_heads, half = hd / 2;
-          if (s.rows % (2 * w.unpermute_heads) != 0)
-            fail(fmt::format("LlamaModel: weight {}: expected rows divisible by 2 * {} heads, got {}", s.name,
-                             w.unpermute_heads, s.rows));
-          s.row_order.resize(static_cast<std::size_t>(s.rows));
-          for (std::int64_t r = 0; r < s.rows; ++r)
-            s.row_order[static_cast<std::size_t>(r)] = (r / hd) * hd + 2 * (r % half) + (r % hd) / half;
-        }
-        rows += s.rows;
-        src.push_back(std::move(s));
-      }
-      Linear::Part part;
-      try {
-        part.packed = detail::PackedMatrix::pack(src, &arena);
-      } catch (const specdec::error& e) {
-        fail(fmt::format("LlamaModel: {}", e.what()));
-      }
-      part.offset = lin.rows;
-      part.rows = rows;
-      lin.rows += rows;
-      lin.parts.push_back(std::move(part));
-      for (auto& w : pending)
-        if (w.release) w.release();
-      pending.clear();
-      pending_names.clear();
-      quantized.clear();
-    }
-    if (!dense_run.empty()) {
-      Linear::Part part;
-      part.dense = dense_run.size() == 1 ? dense_run[0] : at::cat(dense_run, 0).contiguous();
-      part.offset = lin.rows;
-      part.rows = part.dense.size(0);
-      lin.rows += part.rows;
-      lin.parts.push_back(std::move(part));
-      dense_run.clear();
-    }
-  };
-  for (const auto& [name, rows] : names) {
-    StoredWeight w = fetch_stored(get, name, {rows, cols});
-    const bool packable = !w.dense.defined() && detail::can_pack(w.type);
-    if (!packable && quantize_float && cols % 32 == 0) {
-      StoredWeight q;
-      q.file_name = w.file_name.empty() ? name : w.file_name;
-      const at::Tensor t = to_dense(name, w);  // float32, rows un-permuted
-      quantized.push_back(detail::quantize_q8_0(t.data_ptr<float>(), t.numel()));
-      q.type = GgmlType::kQ8_0;
-      q.data = quantized.back();
-      q.shape = {rows, cols};
-      w = std::move(q);
-    }
-    if (!w.dense.defined() && detail::can_pack(w.type)) {
-      if (!dense_run.empty() || (!pending.empty() && pending.front().type != w.type)) flush();
-      pending.push_back(std::move(w));
-      pending_names.push_back(name);
-    } else {
-      if (!pending.empty()) flush();
-      dense_run.push_back(to_dense(name, w));
-    }
-  }
-  flush();
-  return lin;
-}
-
-}  // namespace
-
 LlamaModel::LlamaModel(const LlamaConfig& config, const WeightGetter& get, const LlamaOptions& options)
     : LlamaModel(StoredTag{}, config,
                  [&](const std::string& name) {
@@ -897,7 +630,7 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   if (!options.activation_bits.valid())
     fail(fmt::format("LlamaModel: options.activation_bits: expected 8 or 16 for every kind of matrix, got {}",
                      options.activation_bits.to_string()));
-  m.pool = shared_pool(options.num_threads > 0 ? options.num_threads : available_cpus());
+  m.pool = detail::shared_row_pool(options.num_threads > 0 ? options.num_threads : available_cpus());
 
   m.H = c.hidden_size;
   m.nh = c.num_heads;
@@ -915,22 +648,22 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   const bool q8 = options.quantize_float_weights;
   // The packed matrices one after another in huge-page slabs, in the order a forward reads them (detail::WeightArena).
   detail::WeightArena arena;
-  m.embed = fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8, arena);
+  m.embed = detail::fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8, arena);
   m.tied = c.tie_word_embeddings || !get("lm_head.weight").present();
-  if (!m.tied) m.lm_head_own = fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8, arena);
-  m.final_norm = fetch_vector(get, "model.norm.weight", m.H);
+  if (!m.tied) m.lm_head_own = detail::fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8, arena);
+  m.final_norm = detail::fetch_vector(get, "model.norm.weight", m.H);
   m.layers.reserve(static_cast<std::size_t>(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     Impl::Layer layer;
-    layer.attn_norm = fetch_vector(get, p + "input_layernorm.weight", m.H);
-    layer.ffn_norm = fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
-    layer.wqkv = fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
+    layer.attn_norm = detail::fetch_vector(get, p + "input_layernorm.weight", m.H);
+    layer.ffn_norm = detail::fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
+    layer.wqkv = detail::fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
                                     {p + "self_attn.v_proj.weight", m.kv_dim}},
                               m.H, q8, arena);
-    layer.wo = fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim, q8, arena);
-    layer.wgu = fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H, q8, arena);
-    layer.wdown = fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F, q8, arena);
+    layer.wo = detail::fetch_linear(get, {{p + "self_attn.o_proj.weight", m.H}}, m.q_dim, q8, arena);
+    layer.wgu = detail::fetch_linear(get, {{p + "mlp.gate_proj.weight", m.F}, {p + "mlp.up_proj.weight", m.F}}, m.H, q8, arena);
+    layer.wdown = detail::fetch_linear(get, {{p + "mlp.down_proj.weight", m.H}}, m.F, q8, arena);
     m.layers.push_back(std::move(layer));
   }
   KvCacheShape shape;

@@ -1,11 +1,16 @@
 // The EAGLE-1 / EAGLE-3 head: configuration, weights and its forward (see eagle.hpp; checkpoint I/O in
 // eagle_checkpoint.cpp, the EAGLE-2 tree in dynamic_tree.cpp, the proposer in eagle_proposer.cpp).
 //
-// The head runs on CPU in float32 with plain ATen ops: its one or two layers are tiny next to the target, so clarity wins
-// over the hand-written loops of LlamaModel. Its KV cache (models::KvCache) holds, per slot, a committed prefix (rows built
-// from real target features) followed by uncommitted rows (drafting); every uncommitted row records its parent position
-// and depth, so the rows of a tree grown over several calls each attend to the prefix and to their own ancestors only.
+// The head runs on the target's kernels and thread pool: its products are the Llama block's (detail::block_linear: Q8_0
+// on the packed integer products, or float32 on the streaming kernel), its norms and rotary embedding the block's, and
+// its attention detail::attention_rows, so a draft step costs what its bytes cost and not a few dozen ATen calls. Its KV
+// cache (models::KvCache) holds, per slot, a committed prefix (rows built from real target features) followed by
+// uncommitted rows (drafting); every uncommitted row records its parent position and depth, so the rows of a tree grown
+// over several calls each attend to the prefix and to their own ancestors only (the attention's "new" keys are all the
+// uncommitted positions, each row seeing its ancestors among them).
 #include "eagle_internal.hpp"
+
+#include <atomic>
 
 namespace specdec::proposers {
 
@@ -133,10 +138,7 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
   m.Ht = c.target_hidden_size;
   m.group = m.nh / m.nkv;
   m.eps = l.rms_norm_eps;
-  {
-    const std::vector<float> inv = sm::rope_inverse_frequencies(l, m.hd);
-    m.inv_freq.assign(inv.begin(), inv.end());
-  }
+  m.inv_freq = sm::rope_inverse_frequencies(l, m.hd);
   const bool e3 = c.version == EagleVersion::kEagle3;
 
   // Embedding: the head's own when the checkpoint has one, else the target's.
@@ -195,13 +197,14 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
     m.lm_head = lm.contiguous();
   }
 
-  if (options.quantize_lm_head) {
-    if (m.H % 32 != 0)
-      fail(fmt::format("EagleHead: options.quantize_lm_head: expected a hidden size that is a multiple of 32, got {}", m.H));
-    const std::vector<std::byte> blocks = sm::detail::quantize_q8_0(m.lm_head.data_ptr<float>(), m.lm_head.numel());
-    const sm::detail::PackedMatrix::Source src{"lm_head.weight", sm::GgmlType::kQ8_0, blocks, m.Vd, m.H, {}};
-    m.lm_head_q8 = sm::detail::PackedMatrix::pack(std::span(&src, 1));
-  }
+  if (options.activation_bits != 8 && options.activation_bits != 16)
+    fail(fmt::format("EagleHead: options.activation_bits: expected 8 or 16, got {}", options.activation_bits));
+  m.planes = options.activation_bits == 8 ? 1 : 2;
+  m.pool = sm::detail::shared_row_pool(options.num_threads > 0 ? options.num_threads : sm::available_cpus());
+  m.q_dim = m.nh * m.hd;
+  m.kv_dim = m.nkv * m.hd;
+  m.qkv_dim = m.q_dim + 2 * m.kv_dim;
+  m.build_products();
 
   sm::KvCacheShape shape;
   shape.num_layers = l.num_layers;
@@ -210,6 +213,46 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get,
   shape.initial_capacity = std::max<std::int64_t>(options.initial_cache_capacity, 1);
   shape.initial_slots = std::max<std::int64_t>(options.initial_cache_slots, 1);
   m.cache = sm::KvCache(shape);
+  m.ensure_rope(std::min<std::int64_t>(std::max<std::int64_t>(l.max_position_embeddings, 1), 4096));
+}
+
+// The forward's products from the checkpoint's tensors: q/k/v and gate/up fused as in LlamaModel, Q8_0 when asked.
+void EagleHead::Impl::build_products() {
+  std::map<std::string, at::Tensor> named;
+  auto get = [&](const std::string& name) {
+    sm::StoredWeight w;
+    if (auto it = named.find(name); it != named.end()) w.dense = it->second;
+    return w;
+  };
+  const bool q8 = opts.quantize_weights;
+  sm::detail::WeightArena arena;
+  named["fc"] = fc_w;
+  fc = sm::detail::fetch_linear(get, {{"fc", H}}, fc_w.size(1), q8, arena);
+  for (Layer& L : layers) {
+    named = {{"q", L.wq}, {"k", L.wk}, {"v", L.wv}, {"o", L.wo}, {"gate", L.gate}, {"up", L.up}, {"down", L.down}};
+    L.qkv = sm::detail::fetch_linear(get, {{"q", q_dim}, {"k", kv_dim}, {"v", kv_dim}}, L.wq.size(1), q8, arena);
+    L.out = sm::detail::fetch_linear(get, {{"o", H}}, q_dim, q8, arena);
+    L.gate_up = sm::detail::fetch_linear(get, {{"gate", F}, {"up", F}}, H, q8, arena);
+    L.down_proj = sm::detail::fetch_linear(get, {{"down", H}}, F, q8, arena);
+  }
+  named = {{"lm_head", lm_head}};
+  lm_head_proj = sm::detail::fetch_linear(get, {{"lm_head", Vd}}, H, q8, arena);
+}
+
+void EagleHead::Impl::ensure_rope(std::int64_t positions) {
+  if (positions <= rope_positions) return;
+  std::int64_t n = std::max<std::int64_t>(rope_positions, 256);
+  while (n < positions) n *= 2;
+  const std::int64_t half = hd / 2;
+  cos_table.resize(static_cast<std::size_t>(n * half));
+  sin_table.resize(static_cast<std::size_t>(n * half));
+  for (std::int64_t p = rope_positions; p < n; ++p)
+    for (std::int64_t j = 0; j < half; ++j) {
+      const double a = static_cast<double>(p) * static_cast<double>(inv_freq[static_cast<std::size_t>(j)]);
+      cos_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::cos(a));
+      sin_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::sin(a));
+    }
+  rope_positions = n;
 }
 
 EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, const EagleTargetWeights& target,
@@ -345,14 +388,17 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     }
   }
 
-  // Positions, depths and visibility per sequence.
+  // Positions, depths and visibility per sequence. The attention's context ("cached" keys, seen by every row) is the
+  // slot's committed prefix; its "new" keys are every uncommitted position, the rows of this call last, and a row sees
+  // those of its ancestors and itself (ascending), as detail::attention_rows takes a tree's.
   struct Plan {
     std::int64_t slot, start, n, L, committed;
-    at::Tensor mask;  // [n, L + n] additive, or undefined when every row sees everything before it (chain after a prefix)
+    bool blocks = false;                       // a chain continuing the committed prefix, longer than a block
+    std::vector<std::int32_t> visible, count;  // [n, L + n - committed], [n] (unless blocks)
   };
   std::vector<Plan> plans(static_cast<std::size_t>(B));
   std::vector<std::int64_t> positions(static_cast<std::size_t>(N));
-  std::int64_t max_total = 0;
+  std::int64_t max_total = 0, max_pos = 0;
   for (std::int64_t i = 0; i < B; ++i) {
     Plan& p = plans[static_cast<std::size_t>(i)];
     p.slot = b.slots[i];
@@ -383,85 +429,181 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
       if (q >= 0) d = (q < p.L ? depth_of(q) : new_depth[static_cast<std::size_t>(q - p.L)]) + 1;
       new_depth[static_cast<std::size_t>(r)] = d;
       positions[static_cast<std::size_t>(p.start + r)] = p.committed + d;
+      max_pos = std::max(max_pos, p.committed + d);
     }
-    // Is every row's visible set exactly [0, L + r]? (a chain continuing a chain of uncommitted rows, or a commit)
-    bool plain = true;
-    for (std::int64_t r = 0; r < p.n && plain; ++r) {
-      const std::int64_t pos = p.L + r, q = par[static_cast<std::size_t>(r)];
-      if (q != (pos - 1 >= p.committed ? pos - 1 : -1)) plain = false;
+    const std::int64_t U = p.L + p.n - p.committed;
+    p.blocks = p.L == p.committed && b.parents.empty() && p.n > sm::detail::kMaxRowsForStreamingKernel;
+    if (p.blocks) {  // a long chain after the committed prefix: attended in blocks with their own visibility
+      st.parent.insert(st.parent.end(), par.begin(), par.end());
+      st.depth.insert(st.depth.end(), new_depth.begin(), new_depth.end());
+      continue;
     }
-    for (std::int64_t k = 0; k < static_cast<std::int64_t>(st.parent.size()) && plain; ++k) {
-      const std::int64_t pos = p.committed + k, q = st.parent[static_cast<std::size_t>(k)];
-      if (q != (pos - 1 >= p.committed ? pos - 1 : -1)) plain = false;
-    }
-    if (!plain || p.n > 1) {
-      const std::int64_t width = p.L + p.n;
-      p.mask = at::zeros({p.n, width}, kF32);
-      float* m = p.mask.data_ptr<float>();
-      const float neg_inf = -std::numeric_limits<float>::infinity();
-      for (std::int64_t r = 0; r < p.n; ++r) {
-        float* row = m + r * width;
-        for (std::int64_t c = p.committed; c < width; ++c) row[c] = neg_inf;
-        for (std::int64_t a = p.L + r; a >= 0;) {
-          row[a] = 0.f;
-          a = a >= p.L ? par[static_cast<std::size_t>(a - p.L)] : st.parent[static_cast<std::size_t>(a - p.committed)];
-        }
-      }
+    p.visible.assign(static_cast<std::size_t>(p.n * U), 0);
+    p.count.assign(static_cast<std::size_t>(p.n), 0);
+    for (std::int64_t r = 0; r < p.n; ++r) {
+      std::int32_t* row = p.visible.data() + r * U;
+      std::int32_t& c = p.count[static_cast<std::size_t>(r)];
+      for (std::int64_t a = p.L + r; a >= p.committed;)
+        row[c++] = static_cast<std::int32_t>(a - p.committed),
+        a = a >= p.L ? par[static_cast<std::size_t>(a - p.L)] : st.parent[static_cast<std::size_t>(a - p.committed)];
+      std::reverse(row, row + c);
     }
     st.parent.insert(st.parent.end(), par.begin(), par.end());
     st.depth.insert(st.depth.end(), new_depth.begin(), new_depth.end());
   }
-
-  // Rotary tables for the rows.
-  const std::int64_t half = hd / 2;
-  at::Tensor cos = at::empty({N, 1, half}, kF32), sin = at::empty({N, 1, half}, kF32);
-  {
-    float* cp = cos.data_ptr<float>();
-    float* sp = sin.data_ptr<float>();
-    for (std::int64_t t = 0; t < N; ++t)
-      for (std::int64_t j = 0; j < half; ++j) {
-        const double a = static_cast<double>(positions[static_cast<std::size_t>(t)]) * inv_freq[static_cast<std::size_t>(j)];
-        cp[t * half + j] = static_cast<float>(std::cos(a));
-        sp[t * half + j] = static_cast<float>(std::sin(a));
-      }
-  }
-
   cache.reserve(max_total);
-  at::Tensor ids = at::from_blob(const_cast<std::int64_t*>(b.token_ids.data()), {N}, kI64);
-  at::Tensor emb = at::index_select(embed, 0, ids);
-  at::Tensor feat = b.features.to(at::kFloat).contiguous();
+  ensure_rope(max_pos + 1);
+
+  // The fused input x [N, H]: EAGLE-1 fc([embed(token); feature]) + bias; EAGLE-3 fc(feature), or the head's own hidden
+  // state as it is. EAGLE-3's attention reads [input_norm(embed); hidden_norm(x)] (a_in0 [N, 2H]).
+  const at::Tensor feat = b.features.to(at::kFloat).contiguous();
+  const float* fp = feat.data_ptr<float>();
+  const float* ep = embed.data_ptr<float>();
   const bool e3 = cfg.version == EagleVersion::kEagle3;
-  at::Tensor x, attn_in0;
+  const float epsf = static_cast<float>(eps);
+  at::Tensor x = at::empty({N, H}, kF32), a_in0;
+  float* xp = x.data_ptr<float>();
   if (e3) {
-    x = b.features_are_head_hidden ? feat : stream_linear(feat, fc_w);
-    attn_in0 = at::cat({rms_norm(emb, layers[0].input_norm, eps), rms_norm(x, layers[0].hidden_norm, eps)}, 1);
+    if (b.features_are_head_hidden) x.copy_(feat);
+    else linear(fc, feat, x, false);
+    a_in0 = at::empty({N, 2 * H}, kF32);
+    float* ap = a_in0.data_ptr<float>();
+    const float* in_norm = layers[0].input_norm.data_ptr<float>();
+    const float* hid_norm = layers[0].hidden_norm.data_ptr<float>();
+    for (std::int64_t t = 0; t < N; ++t) {
+      sm::detail::rms_norm(ep + b.token_ids[static_cast<std::size_t>(t)] * H, in_norm, ap + t * 2 * H, 1, H, epsf);
+      sm::detail::rms_norm(xp + t * H, hid_norm, ap + t * 2 * H + H, 1, H, epsf);
+    }
   } else {
-    x = stream_linear(at::cat({emb, feat}, 1), fc_w, fc_b);
+    at::Tensor in = at::empty({N, 2 * H}, kF32);
+    float* ip = in.data_ptr<float>();
+    for (std::int64_t t = 0; t < N; ++t) {
+      std::copy_n(ep + b.token_ids[static_cast<std::size_t>(t)] * H, H, ip + t * 2 * H);
+      std::copy_n(fp + t * H, H, ip + t * 2 * H + H);
+    }
+    if (fc_b.defined()) x.copy_(fc_b.expand({N, H}));
+    linear(fc, in, x, fc_b.defined());
   }
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+
+  const std::int64_t half = hd / 2;
+  const float q_scale = 1.f / std::sqrt(static_cast<float>(hd));
+  at::Tensor normed = at::empty({N, H}, kF32), qkv = at::empty({N, qkv_dim}, kF32), attn = at::empty({N, q_dim}, kF32);
+  at::Tensor gu = at::empty({N, 2 * F}, kF32), act = at::empty({N, F}, kF32);
+  std::vector<float> qbuf(static_cast<std::size_t>(N * q_dim));
+  float* np = normed.data_ptr<float>();
+  const float* qkvp = qkv.data_ptr<float>();
+  float* qp = qbuf.data();
+  float* attnp = attn.data_ptr<float>();
+
+  // Attention tasks: (segment, kv head, up to 3 tokens). A segment is a plan's rows, or, for a chain that continues the
+  // committed prefix with nothing uncommitted before it (a commit: a prompt, accepted tokens), blocks of 16 rows each
+  // attending as if the rows before it were cached (their keys are, by then): every row's scores, softmax and values go
+  // over the keys it sees in the same order either way, so its bits do not depend on the split, and no [n, L + n]
+  // scores are made for a prompt.
+  struct Segment {
+    const Plan* plan;
+    std::int64_t t0, n, cached, width;  // rows [t0, t0 + n) of the plan; width: its "new" keys (visible's row stride)
+    const std::int32_t *visible, *count;
+    std::vector<std::int32_t> own_visible, own_count;  // a block's chain
+  };
+  constexpr std::int64_t kBlock = sm::detail::kMaxRowsForStreamingKernel;
+  std::vector<Segment> segments;
+  segments.reserve(static_cast<std::size_t>(N));
+  for (const Plan& p : plans) {
+    if (!p.blocks) {
+      segments.push_back({&p, 0, p.n, p.committed, p.L + p.n - p.committed, p.visible.data(), p.count.data(), {}, {}});
+      continue;
+    }
+    for (std::int64_t t0 = 0; t0 < p.n; t0 += kBlock) {
+      const std::int64_t nb = std::min(kBlock, p.n - t0);
+      Segment sg{&p, t0, nb, p.L + t0, nb, nullptr, nullptr, {}, {}};
+      sg.own_visible.assign(static_cast<std::size_t>(nb * nb), 0);
+      sg.own_count.assign(static_cast<std::size_t>(nb), 0);
+      for (std::int64_t i = 0; i < nb; ++i) {
+        sg.own_count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+        for (std::int64_t a = 0; a <= i; ++a) sg.own_visible[static_cast<std::size_t>(i * nb + a)] = static_cast<std::int32_t>(a);
+      }
+      segments.push_back(std::move(sg));
+    }
+  }
+  for (Segment& sg : segments)
+    if (!sg.own_count.empty()) sg.visible = sg.own_visible.data(), sg.count = sg.own_count.data();
+  struct Task {
+    const Segment* seg;
+    std::int64_t kh, i0, i1;  // kv head, tokens [i0, i1) of the segment
+  };
+  std::vector<Task> tasks;
+  std::int64_t work = 0, max_scores = 0;
+  for (const Segment& sg : segments) {
+    const std::int64_t total = sg.cached + sg.width, ld = (total + 15) / 16 * 16;
+    const std::int64_t piece = sg.n > kBlock ? kBlock : 3;
+    for (std::int64_t kh = 0; kh < nkv; ++kh)
+      for (std::int64_t i0 = 0; i0 < sg.n; i0 += piece) tasks.push_back({&sg, kh, i0, std::min(sg.n, i0 + piece)});
+    work += nh * sg.n * total;
+    max_scores = std::max(max_scores, std::min(piece, sg.n) * group * ld);
+  }
+  const std::int64_t workers = work >= 1024 && tasks.size() > 1 ? pool->size() : 1;
+  if (static_cast<std::int64_t>(scores.size()) < workers * max_scores) scores.resize(static_cast<std::size_t>(workers * max_scores));
+
+  const std::int64_t cap = cache.capacity(), slot_stride = nkv * cap * hd;
   for (std::size_t li = 0; li < layers.size(); ++li) {
     const Layer& Ly = layers[li];
-    at::Tensor a_in = e3 ? attn_in0 : (Ly.input_norm.defined() ? rms_norm(x, Ly.input_norm, eps) : x);
-    at::Tensor q = apply_rope(stream_linear(a_in, Ly.wq).view({N, nh, hd}), cos, sin);
-    at::Tensor k = apply_rope(stream_linear(a_in, Ly.wk).view({N, nkv, hd}), cos, sin);
-    at::Tensor v = stream_linear(a_in, Ly.wv).view({N, nkv, hd});
-    at::Tensor keys = cache.keys(static_cast<std::int64_t>(li)), values = cache.values(static_cast<std::int64_t>(li));
-    at::Tensor out = at::empty({N, nh * hd}, kF32);
-    for (const Plan& p : plans) {
-      keys.select(0, p.slot).narrow(1, p.L, p.n).copy_(k.narrow(0, p.start, p.n).transpose(0, 1));
-      values.select(0, p.slot).narrow(1, p.L, p.n).copy_(v.narrow(0, p.start, p.n).transpose(0, 1));
-      const std::int64_t total = p.L + p.n;
-      at::Tensor ks = keys.select(0, p.slot).narrow(1, 0, total);    // [nkv, total, hd]
-      at::Tensor vs = values.select(0, p.slot).narrow(1, 0, total);  // [nkv, total, hd]
-      at::Tensor qs = q.narrow(0, p.start, p.n).view({p.n, nkv, group, hd}).permute({1, 2, 0, 3}).reshape({nkv, group * p.n, hd});
-      at::Tensor scores = at::bmm(qs, ks.transpose(1, 2)).mul_(scale);  // [nkv, group * n, total]
-      if (p.mask.defined()) scores.view({nkv, group, p.n, total}).add_(p.mask);
-      at::Tensor o = at::bmm(at::softmax(scores, -1), vs);  // [nkv, group * n, hd]
-      out.narrow(0, p.start, p.n).view({p.n, nkv, group, hd}).copy_(o.view({nkv, group, p.n, hd}).permute({2, 0, 1, 3}));
+    // q/k/v (EAGLE-3: of [norm(embed); norm(x)]; EAGLE-1: of x, normalised from the second layer on)
+    if (e3) {
+      linear(Ly.qkv, a_in0, qkv, false);
+    } else if (Ly.input_norm.defined()) {
+      const float* w = Ly.input_norm.data_ptr<float>();
+      linear(Ly.qkv, normed, qkv, false,
+             [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(xp + r0 * H, w, np + r0 * H, r1 - r0, H, epsf); });
+    } else {
+      linear(Ly.qkv, x, qkv, false);
     }
-    x = x + stream_linear(out, Ly.wo);
-    at::Tensor h = rms_norm(x, Ly.post_norm, eps);
-    x = x + stream_linear(at::silu(stream_linear(h, Ly.gate)) * stream_linear(h, Ly.up), Ly.down);
+    // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, n, group, hd]; keys
+    // and values into the cache at positions L + r (their rotary positions are committed + depth).
+    float* kp = cache.key_data(static_cast<std::int64_t>(li));
+    float* vp = cache.value_data(static_cast<std::int64_t>(li));
+    for (const Plan& p : plans)
+      for (std::int64_t r = 0; r < p.n; ++r) {
+        const std::int64_t t = p.start + r, pos = positions[static_cast<std::size_t>(t)];
+        const float* row = qkvp + t * qkv_dim;
+        const float* c = cos_table.data() + pos * half;
+        const float* sn = sin_table.data() + pos * half;
+        for (std::int64_t h = 0; h < nh; ++h)
+          sm::detail::rope_rotate(row + h * hd, qp + p.start * q_dim + ((h / group * p.n + r) * group + h % group) * hd, c, sn,
+                                  half, q_scale);
+        for (std::int64_t kh = 0; kh < nkv; ++kh) {
+          const std::int64_t off = p.slot * slot_stride + (kh * cap + p.L + r) * hd;
+          sm::detail::rope_rotate(row + q_dim + kh * hd, kp + off, c, sn, half, 1.f);
+          std::copy_n(row + q_dim + kv_dim + kh * hd, hd, vp + off);
+        }
+      }
+    // Attention: tasks from a shared counter, each worker with its own share of the scores.
+    std::atomic<std::int64_t> next{0};
+    auto run_tasks = [&](std::int64_t w) {
+      float* sc = scores.data() + w * max_scores;
+      for (std::int64_t k = next.fetch_add(1); k < static_cast<std::int64_t>(tasks.size()); k = next.fetch_add(1)) {
+        const Task& tk = tasks[static_cast<std::size_t>(k)];
+        const Segment& sg = *tk.seg;
+        const Plan& p = *sg.plan;
+        const std::int64_t total = sg.cached + sg.width, ld = (total + 15) / 16 * 16;
+        const std::int64_t kv = p.slot * slot_stride + tk.kh * cap * hd;
+        // The task's tokens i0 .. i1 of the segment as the call's tokens 0 .. (their query rows, visibility and outputs).
+        const float* q = qp + p.start * q_dim + ((tk.kh * p.n + sg.t0 + tk.i0) * group) * hd;
+        sm::detail::attention_rows(q, 0, (tk.i1 - tk.i0) * group, sg.width, group, hd, kp + kv, vp + kv, total, sg.cached,
+                                   sg.visible + tk.i0 * sg.width, sg.count + tk.i0, sc, ld,
+                                   attnp + (p.start + sg.t0 + tk.i0) * q_dim + tk.kh * group * hd, q_dim, hd);
+      }
+    };
+    if (workers > 1) pool->run(workers, run_tasks);
+    else run_tasks(0);
+    linear(Ly.out, attn, x, true);
+    const float* post = Ly.post_norm.data_ptr<float>();
+    linear(Ly.gate_up, normed, gu, false,
+           [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(xp + r0 * H, post, np + r0 * H, r1 - r0, H, epsf); });
+    const float* gup = gu.data_ptr<float>();
+    float* actp = act.data_ptr<float>();
+    linear(Ly.down_proj, act, x, true,
+           [&](std::int64_t r0, std::int64_t r1) { sm::detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F); });
   }
   for (const Plan& p : plans) {
     cache.set_length(p.slot, p.L + p.n);
@@ -477,12 +619,22 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   result.hidden = x;
   at::Tensor rows = x;
   if (b.last_logits_only) {
-    std::vector<std::int64_t> last(static_cast<std::size_t>(B));
-    for (std::int64_t i = 0; i < B; ++i) last[static_cast<std::size_t>(i)] = b.cu_num_tokens[i + 1] - 1;
-    rows = at::index_select(x, 0, at::tensor(last, kI64));
+    rows = at::empty({B, H}, kF32);
+    for (std::int64_t i = 0; i < B; ++i)
+      std::copy_n(xp + (b.cu_num_tokens[i + 1] - 1) * H, H, rows.data_ptr<float>() + i * H);
   }
-  const at::Tensor scored = e3 ? rms_norm(rows, final_norm, eps) : rows;
-  result.logits = lm_head_q8.empty() ? stream_linear(scored, lm_head) : packed_linear(scored, lm_head_q8);
+  const std::int64_t R = rows.size(0);
+  result.logits = at::empty({R, Vd}, kF32);
+  if (e3) {  // the final norm inside the product (a row step before the rows are quantised)
+    at::Tensor scored = at::empty({R, H}, kF32);
+    const float* rp = rows.data_ptr<float>();
+    float* sp = scored.data_ptr<float>();
+    const float* fn = final_norm.data_ptr<float>();
+    linear(lm_head_proj, scored, result.logits, false,
+           [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(rp + r0 * H, fn, sp + r0 * H, r1 - r0, H, epsf); });
+  } else {
+    linear(lm_head_proj, rows, result.logits, false);
+  }
   return result;
 }
 

@@ -24,6 +24,7 @@
 #include <unordered_set>
 
 #include "specdec/models/detail/cpu_kernels.hpp"
+#include "specdec/models/detail/llama_block.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/safetensors.hpp"
@@ -37,58 +38,12 @@ namespace specdec::proposers {
 namespace sm = specdec::models;
 
 namespace eagle_internal {
-// y = x w^T (+ bias) for the head's float32 weights, through the models' streaming kernel: a draft step multiplies 1-6 rows
-// by every matrix, where BLAS gemm (packing the weight on every call) reads it at a fraction of memory bandwidth. Output
-// columns are split over the intra-op threads in whole 6-row tiles; each output's value depends neither on the number of
-// rows nor on the split, so drafts are the same for a request alone or in a batch.
-inline at::Tensor stream_linear(const at::Tensor& x0, const at::Tensor& w, const at::Tensor& bias = {}) {
-  const at::Tensor x = x0.to(at::kFloat).contiguous();
-  const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
-  at::Tensor y = at::empty({n, rows}, x.options());
-  if (bias.defined()) y.copy_(bias.expand({n, rows}));  // (a fresh buffer: expand().contiguous() may alias the bias)
-  if (n == 0 || rows == 0) return y;
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  const bool accumulate = bias.defined();
-  constexpr std::int64_t kTile = 6, kGrainTiles = 64;
-  at::parallel_for(0, (rows + kTile - 1) / kTile, kGrainTiles, [&](std::int64_t tb, std::int64_t te) {
-    sm::detail::linear_rows(xp, n, in, wp, tb * kTile, std::min(rows, te * kTile), yp, rows, accumulate);
-  });
-  return y;
-}
-
-// y = x w^T for a packed block-format w (one int8 activation plane), tiles split over the intra-op threads; each output
-// is summed in a fixed order (see packed_matrix.hpp), so drafts do not depend on the batch.
-inline at::Tensor packed_linear(const at::Tensor& x0, const sm::detail::PackedMatrix& w) {
-  const at::Tensor x = x0.to(at::kFloat).contiguous();
-  const std::int64_t n = x.size(0);
-  at::Tensor y = at::empty({n, w.rows()}, x.options());
-  if (n == 0) return y;
-  sm::detail::QuantizedRows q;
-  sm::detail::quantize_rows(x.data_ptr<float>(), n, w.cols(), w.cols(), w.block(), q);
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, w.tiles(), 16, [&](std::int64_t tb, std::int64_t te) { w.linear(q, tb, te, yp, w.rows(), false); });
-  return y;
-}
-
 using models::detail::fail;
 
 using models::detail::shape_str;
 
 inline const at::TensorOptions kF32 = at::TensorOptions().dtype(at::kFloat);
 inline const at::TensorOptions kI64 = at::TensorOptions().dtype(at::kLong);
-
-inline at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
-}
-
-// x: [N, heads, hd]; cos/sin: [N, 1, hd/2]. Pairs (j, j + hd/2).
-inline at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const std::int64_t half = x.size(2) / 2;
-  at::Tensor a = x.narrow(2, 0, half), b = x.narrow(2, half, half);
-  return at::cat({a * cos - b * sin, b * cos + a * sin}, 2);
-}
 
 // A stable 64-bit mix (splitmix64's finaliser).
 inline std::uint64_t mix64(std::uint64_t z) {
@@ -124,6 +79,9 @@ inline std::vector<std::int64_t> to_int64_vector(const sm::SafetensorsFile& f, c
 using eagle_internal::fail;
 
 struct EagleHead::Impl {
+  // The checkpoint's tensors as loaded (float32; named_weights() and save() write them), and the products the forward
+  // runs: fused q/k/v and gate/up as in LlamaModel, each Q8_0 on the packed integer kernels (EagleHeadOptions::
+  // quantize_weights) or float32 on the streaming kernel.
   struct Layer {
     at::Tensor input_norm;   // [H] EAGLE-1 layers >= 1 and EAGLE-3 (embedding norm); undefined for EAGLE-1 layer 0
     at::Tensor hidden_norm;  // [H] EAGLE-3 only
@@ -132,6 +90,7 @@ struct EagleHead::Impl {
     at::Tensor wo;           // [H, nh*hd]
     at::Tensor gate, up;     // [F, H]
     at::Tensor down;         // [H, F]
+    sm::detail::BlockLinear qkv, out, gate_up, down_proj;
   };
   struct SlotState {
     std::int64_t committed = 0;
@@ -142,6 +101,7 @@ struct EagleHead::Impl {
   EagleHeadConfig cfg;
   EagleHeadOptions opts;
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, Vd = 0, Ht = 0, group = 0;
+  std::int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
   double eps = 1e-6;
   at::Tensor embed;     // [V, H]
   bool own_embed = false;
@@ -149,12 +109,19 @@ struct EagleHead::Impl {
   std::vector<Layer> layers;
   at::Tensor final_norm;  // EAGLE-3 [H]
   at::Tensor lm_head;     // EAGLE-1: the target's rows of the draft vocabulary [Vd, H]; EAGLE-3: its own [Vd, H]
-  sm::detail::PackedMatrix lm_head_q8;  // lm_head as Q8_0 when options.quantize_lm_head
+  sm::detail::BlockLinear fc, lm_head_proj;
   std::vector<std::int64_t> d2t_ids;  // draft id -> target id
   at::Tensor t2d;                     // [V] bool
-  std::vector<double> inv_freq;
+  std::vector<float> inv_freq;
+  std::vector<float> cos_table, sin_table;  // [rope_positions, hd / 2]
+  std::int64_t rope_positions = 0;
   sm::KvCache cache;
   std::vector<SlotState> slots;
+  // The target's pool (the process's pool of the same thread count) and the forward's buffers.
+  std::shared_ptr<sm::detail::RowPool> pool;
+  sm::detail::QuantizedRows activations;
+  std::int64_t planes = 2;
+  std::vector<float> scores;
 
   std::int64_t feature_size() const { return cfg.version == EagleVersion::kEagle1 ? H : 3 * Ht; }
   SlotState& state(std::int64_t slot) {
@@ -162,6 +129,12 @@ struct EagleHead::Impl {
     if (slot >= static_cast<std::int64_t>(slots.size())) slots.resize(static_cast<std::size_t>(slot + 1));
     return slots[static_cast<std::size_t>(slot)];
   }
+  void linear(const sm::detail::BlockLinear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
+              const sm::detail::RowPrep& prep = {}) {
+    sm::detail::block_linear(*pool, w, x, out, accumulate, activations, planes, prep);
+  }
+  void ensure_rope(std::int64_t positions);
+  void build_products();
   EagleHeadOutput forward(const EagleHeadBatch& b);
   void load_draft_vocabulary(const sm::WeightGetter& get);
 };

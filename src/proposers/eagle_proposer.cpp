@@ -19,8 +19,19 @@ struct EagleProposer::Impl {
   EagleProposerOptions opts;
   std::vector<std::int64_t> feature_layers;  // EAGLE-3, resolved
   std::unordered_map<RequestId, Request> requests;
+  // The draft ids in ascending order of their target ids: a sampled row is processed and drawn over the draft
+  // vocabulary in this order, which is the target vocabulary's order without the tokens the head cannot draft (their
+  // probability is 0), so it draws what a pass over the whole target row would draw, at Vd instead of V entries.
+  std::vector<std::int64_t> by_target;
 
-  Impl(EagleHead h, const EagleProposerOptions& o) : head(std::move(h)), opts(o) {}
+  Impl(EagleHead h, const EagleProposerOptions& o) : head(std::move(h)), opts(o) {
+    const auto& d2t = head.draft_to_target();
+    by_target.resize(d2t.size());
+    for (std::size_t d = 0; d < d2t.size(); ++d) by_target[d] = static_cast<std::int64_t>(d);
+    std::sort(by_target.begin(), by_target.end(), [&](std::int64_t a, std::int64_t b) {
+      return d2t[static_cast<std::size_t>(a)] < d2t[static_cast<std::size_t>(b)];
+    });
+  }
 
   Request& find(RequestId id, const char* who) {
     auto it = requests.find(id);
@@ -206,7 +217,8 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
 
   std::vector<std::vector<std::int64_t>> drafts(static_cast<std::size_t>(B));
   std::vector<std::vector<std::int64_t>> tree_parents(static_cast<std::size_t>(B));
-  std::vector<std::vector<float>> probs_rows(static_cast<std::size_t>(B));  // chain sampling: [g * V] per request
+  // Chain sampling: per request, its drafts' processed rows over the draft vocabulary in by_target order ([g * Vd]).
+  std::vector<std::vector<float>> probs_rows(static_cast<std::size_t>(B));
   bool any_probs = false;
 
   if (opts.mode == EagleDraftMode::kChain) {
@@ -225,7 +237,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     }
     std::int32_t max_g = 0;
     for (auto i : active) max_g = std::max(max_g, reqs[static_cast<std::size_t>(i)].max_drafts);
-    std::vector<float> target_logits(static_cast<std::size_t>(V)), probs(static_cast<std::size_t>(V));
+    std::vector<float> draft_logits(static_cast<std::size_t>(Vd)), probs(static_cast<std::size_t>(Vd));
     for (std::int32_t s = 0; s < max_g; ++s) {
       EagleHeadBatch step;
       std::vector<at::Tensor> feats;
@@ -252,33 +264,34 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
           }
         }
         if (any_probs) {
-          // The draft distribution over the target vocabulary, processed with the request's params.
-          std::fill(target_logits.begin(), target_logits.end(), -std::numeric_limits<float>::infinity());
-          for (std::int64_t d = 0; d < Vd; ++d) target_logits[static_cast<std::size_t>(d2t[static_cast<std::size_t>(d)])] = lp[d];
-          const Status st = logits_to_probs(target_logits, p, probs);
+          // The draft distribution, processed with the request's params over the draft vocabulary in target-id order
+          // (the target vocabulary's other tokens have probability 0 and are never drawn).
+          for (std::int64_t j = 0; j < Vd; ++j) draft_logits[static_cast<std::size_t>(j)] = lp[by_target[static_cast<std::size_t>(j)]];
+          const Status st = logits_to_probs(draft_logits, p, probs);
           if (st != Status::kSuccess)
             throw specdec::error(st, fmt::format("EagleProposer::propose: request {}: head logits: {}", q.id, to_string(st)));
           if (sampled[a]) {
             const float u = uniform(draft_key(p.seed), q.position + s, Purpose::kAccept, 0);
             double cum = 0.0;
             std::int64_t last_nonzero = -1;
-            for (std::int64_t t = 0; t < V; ++t) {
-              if (probs[static_cast<std::size_t>(t)] <= 0.f) continue;
-              last_nonzero = t;
-              cum += probs[static_cast<std::size_t>(t)];
+            for (std::int64_t j = 0; j < Vd; ++j) {
+              if (probs[static_cast<std::size_t>(j)] <= 0.f) continue;
+              last_nonzero = j;
+              cum += probs[static_cast<std::size_t>(j)];
               if (static_cast<double>(u) < cum) {
-                token = t;
+                token = d2t[static_cast<std::size_t>(by_target[static_cast<std::size_t>(j)])];
                 break;
               }
             }
-            if (token < 0) token = last_nonzero;
+            if (token < 0) token = d2t[static_cast<std::size_t>(by_target[static_cast<std::size_t>(last_nonzero)])];
             // The distribution's largest probability, not the drawn token's: a stop that looked at the draft itself would
             // keep drafts distributed as q restricted to confident tokens while the verifier divides by q.
             confidence = *std::max_element(probs.begin(), probs.end());
           } else {
             // A deterministic row inside a sampled batch: the verifier treats greedy rows by argmax; give its one-hot.
             std::fill(probs.begin(), probs.end(), 0.f);
-            probs[static_cast<std::size_t>(token)] = 1.f;
+            for (std::int64_t j = 0; j < Vd; ++j)
+              if (d2t[static_cast<std::size_t>(by_target[static_cast<std::size_t>(j)])] == token) probs[static_cast<std::size_t>(j)] = 1.f;
           }
         }
         if (confidence < opts.min_draft_prob) {  // this chain ends here, without this draft
@@ -382,13 +395,18 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     else out.append(drafts[static_cast<std::size_t>(i)]);
   }
   if (opts.mode == EagleDraftMode::kTree && out.parents.empty()) out.parents.assign(static_cast<std::size_t>(B), {});
-  if (any_probs) {
+  if (any_probs) {  // the rows over the whole target vocabulary (0 outside the draft vocabulary)
     const std::int64_t N = out.cu_num_drafts.back();
-    out.probs = at::empty({N, V}, kF32);
+    out.probs = at::zeros({N, V}, kF32);
     float* dst = out.probs.data_ptr<float>();
     for (std::int64_t i = 0; i < B; ++i) {
       const auto& rows = probs_rows[static_cast<std::size_t>(i)];
-      std::copy(rows.begin(), rows.end(), dst + out.cu_num_drafts[i] * V);
+      for (std::size_t r = 0; r * static_cast<std::size_t>(Vd) < rows.size(); ++r) {
+        float* row = dst + (out.cu_num_drafts[i] + static_cast<std::int64_t>(r)) * V;
+        const float* src = rows.data() + r * static_cast<std::size_t>(Vd);
+        for (std::int64_t j = 0; j < Vd; ++j)
+          row[d2t[static_cast<std::size_t>(by_target[static_cast<std::size_t>(j)])]] = src[j];
+      }
     }
   }
   return out;

@@ -1,5 +1,6 @@
-// The joint distribution of the first two generated tokens under speculation (draft model proposer, token-level and block
-// verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1) within docs/design.md's 6-sigma bound
+// The joint distribution of the first two generated tokens under speculation (draft model proposer, float32 or on the packed
+// Q8_0 products, token-level and block verification) and under plain decoding matches the target's exact p(x1) p(x2 | x1)
+// within docs/design.md's 6-sigma bound
 // per category; a proposer chain's mixed batch (n-gram drafts for one prompt, draft-model drafts for another, verified in the
 // same steps) matches each prompt's reference, and so does a batch whose requests name their own members and order.
 #include <gtest/gtest.h>
@@ -106,6 +107,24 @@ TEST(DecoderDistribution, DraftModelFirstTwoTokensMatchTarget) {
   for (int g : {2, 3}) {
     sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
     check_joint(draft, target, params(1.0f), g, kDraws);
+  }
+}
+
+// The draft model on the target's packed kernels (its float weights quantised to Q8_0 at load, 16- and 8-bit activations,
+// as specdec-generate runs a distilled draft): its q is what it proposes with, so the law stays the target's.
+TEST(DecoderDistribution, PackedDraftModelFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  for (int bits : {16, 8}) {
+    sm::LlamaOptions o;
+    o.initial_cache_capacity = 64;
+    o.initial_cache_slots = 4;
+    o.quantize_float_weights = true;
+    o.activation_bits = bits;
+    auto draft_model = sm::LlamaModel::random(tiny_config(kVocab, 2), 22, o);
+    ASSERT_NE(draft_model.kernel_name(), "float32");
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    SCOPED_TRACE("activations " + std::to_string(bits) + " bits");
+    check_joint(draft, target, params(0.8f, 8), 3, kDraws);
   }
 }
 

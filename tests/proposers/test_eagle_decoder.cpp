@@ -4,7 +4,8 @@
 //  - the proposer's head state follows the accepted tokens: after every decoder step its next drafts equal those of a fresh
 //    head fed the target features of the whole context;
 //  - at temperature > 0 on an 8-token vocabulary, the first token and the first two tokens under EAGLE speculation (sampled
-//    chain, argmax chain, tree) are distributed as the target's (docs/design.md's 6-sigma bound per category).
+//    chain, argmax chain, tree; float32 heads and heads on the packed Q8_0 products) are distributed as the target's
+//    (docs/design.md's 6-sigma bound per category).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -96,7 +97,8 @@ sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab, std::int
 
 sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode,
                                 sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77,
-                                std::int64_t draft_vocab = 0, double min_draft_prob = 0.0) {
+                                std::int64_t draft_vocab = 0, double min_draft_prob = 0.0,
+                                const sp::EagleHeadOptions& head_options = {}) {
   sp::EagleProposerOptions o;
   o.mode = mode;
   o.min_draft_prob = min_draft_prob;
@@ -104,7 +106,8 @@ sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDr
   o.tree.top_k = 4;
   o.tree.num_nodes = 10;
   o.target_num_layers = t.config.num_layers;
-  return sp::EagleProposer(sp::EagleHead::random(head_config(v, t.config.vocab_size, draft_vocab), seed, t.shared()), o);
+  return sp::EagleProposer(
+      sp::EagleHead::random(head_config(v, t.config.vocab_size, draft_vocab), seed, t.shared(), head_options), o);
 }
 
 std::vector<std::int64_t> random_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
@@ -188,19 +191,21 @@ TEST(EagleDecoder, RandomHeadGivesTheTargetsGreedyOutput) {
   EXPECT_GT(tree_accepted, 0) << "no tree draft was ever accepted: the accepted-path bookkeeping went untested";
 }
 
-// EagleHeadOptions::quantize_lm_head: the head scores with a Q8_0 copy of its LM head on the packed products. Its drafts
-// may differ slightly from the float head's; the decoded output must not.
-TEST(EagleDecoder, QuantisedLmHeadKeepsTheTargetsGreedyOutput) {
+// EagleHeadOptions::quantize_weights: the head runs on Q8_0 copies of its matrices on the packed products, with 16- and
+// 8-bit activations. Its drafts may differ slightly from the float head's; the decoded output must not.
+TEST(EagleDecoder, QuantisedHeadKeepsTheTargetsGreedyOutput) {
   const Target t = make_target(61, 4, 1);
   sm::LlamaModel target = t.make();
   const auto prompts = greedy_prompts();
   const auto want = greedy_outputs(target, prompts);
   for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
     for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
-      for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
-        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch));
+      for (std::size_t batch : {std::size_t{1}, std::size_t{3}})
+      for (int bits : {16, 8}) {
+        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch) + " bits=" + std::to_string(bits));
         sp::EagleHeadOptions ho;
-        ho.quantize_lm_head = true;
+        ho.quantize_weights = true;
+        ho.activation_bits = bits;
         sp::EagleProposerOptions o;
         o.mode = mode;
         o.tree.top_k = 4;
@@ -391,6 +396,7 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     sp::EagleChainSampling sampling;
     std::int64_t draft_vocab = 0;  // 0 = the whole vocabulary
     double min_draft_prob = 0.0;
+    int packed_bits = 0;  // > 0: the head on the packed products (EagleHeadOptions::quantize_weights) with these activations
   };
   double full_rate = 0;  // drafts per forward of full chains (the first case)
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
@@ -401,11 +407,19 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 5},
                        // chains that stop at the first step whose largest draft probability is < 0.6 (min_draft_prob)
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6},
-                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6}}) {
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6},
+                       // the head on the target's packed kernels: Q8_0 weights, 16- and 8-bit activations
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 16},
+                       Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 8},
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 16}}) {
     SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax") +
                  (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : "") +
-                 (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : ""));
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob);
+                 (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : "") +
+                 (c.packed_bits > 0 ? " packed, activations " + std::to_string(c.packed_bits) + " bits" : ""));
+    sp::EagleHeadOptions ho;
+    ho.quantize_weights = c.packed_bits > 0;
+    ho.activation_bits = c.packed_bits > 0 ? c.packed_bits : 16;
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob, ho);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     double drafts_per_forward = 0;
@@ -414,7 +428,8 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
     EXPECT_GT(accepted, 50) << "too few accepted drafts for the test to exercise speculation";
     std::printf("%s min_draft_prob %.2f: %.2f drafts per target forward\n", name(c.v), c.min_draft_prob, drafts_per_forward);
-    if (c.min_draft_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0) full_rate = drafts_per_forward;
+    if (c.min_draft_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0 && c.packed_bits == 0)
+      full_rate = drafts_per_forward;
     if (c.min_draft_prob > 0) {
       EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
     }

@@ -28,11 +28,11 @@ namespace sm = specdec::models;
 
 namespace {
 
-sm::LlamaConfig head_layer(std::int64_t vocab, std::int64_t hidden, std::int64_t layers) {
+sm::LlamaConfig head_layer(std::int64_t vocab, std::int64_t hidden, std::int64_t layers, std::int64_t ffn = 40) {
   sm::LlamaConfig c;
   c.vocab_size = vocab;
   c.hidden_size = hidden;
-  c.intermediate_size = 40;
+  c.intermediate_size = ffn;
   c.num_layers = layers;
   c.num_heads = 4;
   c.num_kv_heads = 2;
@@ -51,18 +51,19 @@ sp::EagleTargetWeights target_weights(std::int64_t vocab, std::int64_t hidden, s
   return w;
 }
 
-sp::EagleHeadConfig eagle1_config(std::int64_t layers = 1, std::int64_t draft_vocab = 0) {
+sp::EagleHeadConfig eagle1_config(std::int64_t layers = 1, std::int64_t draft_vocab = 0, std::int64_t ffn = 40) {
   sp::EagleHeadConfig c;
   c.version = sp::EagleVersion::kEagle1;
-  c.layer = head_layer(61, 32, layers);
+  c.layer = head_layer(61, 32, layers, ffn);
   c.draft_vocab_size = draft_vocab;
   return c;
 }
 
-sp::EagleHeadConfig eagle3_config(std::int64_t hidden = 32, std::int64_t target_hidden = 32, std::int64_t draft_vocab = 40) {
+sp::EagleHeadConfig eagle3_config(std::int64_t hidden = 32, std::int64_t target_hidden = 32, std::int64_t draft_vocab = 40,
+                                  std::int64_t ffn = 40) {
   sp::EagleHeadConfig c;
   c.version = sp::EagleVersion::kEagle3;
-  c.layer = head_layer(61, hidden, 1);
+  c.layer = head_layer(61, hidden, 1, ffn);
   c.target_hidden_size = target_hidden;
   c.draft_vocab_size = draft_vocab;
   c.feature_layers = {0, 1, 2};
@@ -220,15 +221,17 @@ std::string load_error(const std::filesystem::path& dir, const sp::EagleTargetWe
 
 class EagleHeadForward : public ::testing::TestWithParam<int> {};
 
-sp::EagleHead make_head(int which, const sp::EagleTargetWeights& t) {
+// `ffn`: the layers' MLP width (40 by default; with quantize_weights only widths that are multiples of 32 quantise the down
+// projection, which otherwise stays float32).
+sp::EagleHead make_head(int which, const sp::EagleTargetWeights& t, const sp::EagleHeadOptions& o = {}, std::int64_t ffn = 40) {
   switch (which) {
-    case 0: return sp::EagleHead::random(eagle1_config(1), 11, t);
-    case 1: return sp::EagleHead::random(eagle1_config(2), 12, t);
-    case 2: return sp::EagleHead::random(eagle3_config(), 13, t);
-    case 4: return sp::EagleHead::random(eagle1_config(1, 40), 15, t);  // EAGLE-1 scoring a 40-token draft vocabulary
+    case 0: return sp::EagleHead::random(eagle1_config(1, 0, ffn), 11, t, o);
+    case 1: return sp::EagleHead::random(eagle1_config(2, 0, ffn), 12, t, o);
+    case 2: return sp::EagleHead::random(eagle3_config(32, 32, 40, ffn), 13, t, o);
+    case 4: return sp::EagleHead::random(eagle1_config(1, 40, ffn), 15, t, o);  // EAGLE-1 scoring a 40-token draft vocabulary
     default: {  // EAGLE-3 with its own embedding, a narrower head than the target (target_hidden_size 48 -> 32)
       sp::EagleTargetWeights none;
-      return sp::EagleHead::random(eagle3_config(32, 48, 61), 14, none);
+      return sp::EagleHead::random(eagle3_config(32, 48, 61, ffn), 14, none, o);
     }
   }
 }
@@ -325,19 +328,90 @@ TEST_P(EagleHeadForward, TreeRowsSeeOnlyTheirAncestors) {
   EXPECT_TRUE(close(head.forward(again).logits, bd));
 }
 
+// The head on the target's kernels (Q8_0 on the packed products, 16- and 8-bit activations, and float32 on the streaming
+// kernel) computes every row alone in a fixed order: a row's hidden state and logits are bit-identical whether its
+// request runs alone or beside another, row by row or as one chain, in pieces, as a tree node or as the chain of its path,
+// and (packed) past 16 rows, the attention's blocks, as row by row (float32 products of more than 16 rows go to BLAS).
+// (ctest runs this again on the other instruction sets.)
+TEST_P(EagleHeadForward, RowsAreBitIdenticalAloneBatchedAndInTrees) {
+  const auto t = target_weights(61, 32, 1);
+  for (const auto& [q8, bits] : {std::pair{true, 16}, std::pair{true, 8}, std::pair{false, 16}}) {
+    SCOPED_TRACE(std::string(q8 ? "Q8_0" : "float32") + " bits=" + std::to_string(bits));
+    sp::EagleHeadOptions o;
+    o.quantize_weights = q8;
+    o.activation_bits = bits;
+    sp::EagleHead head = make_head(GetParam(), t, o, 64);  // widths multiples of 32: every matrix quantised ...
+    // ... but EAGLE-3's fc over 3 x 48 target features, which stays float32. More rows than the attention's block of 16
+    // where every product is packed.
+    const std::int64_t n = q8 && GetParam() != 3 ? 21 : 14;
+    const auto toks = random_tokens(n, 61, 31);
+    const at::Tensor feats = random_features(n, head.feature_size(), 32);
+
+    // One chain of n rows (two attention blocks), and the same rows one at a time.
+    const std::int64_t whole = head.allocate_sequence();
+    const auto all = head.forward(chain(whole, toks, feats));
+    const std::int64_t single = head.allocate_sequence();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto o1 = head.forward(chain(single, {toks[static_cast<std::size_t>(i)]}, feats.narrow(0, i, 1)));
+      ASSERT_TRUE(at::equal(o1.logits, all.logits.narrow(0, i, 1))) << "row " << i;
+      ASSERT_TRUE(at::equal(o1.hidden, all.hidden.narrow(0, i, 1))) << "row " << i;
+    }
+    // The same chain in pieces of 7 beside another request's rows, in one ragged batch per piece.
+    const auto other_toks = random_tokens(n, 61, 33);
+    const at::Tensor other_feats = random_features(n, head.feature_size(), 34);
+    const std::int64_t a = head.allocate_sequence(), b = head.allocate_sequence();
+    for (std::int64_t i = 0; i < n; i += 7) {
+      sp::EagleHeadBatch batch;
+      batch.slots = {b, a};
+      batch.cu_num_tokens = {0, 3, 10};
+      batch.token_ids.assign(other_toks.begin() + i, other_toks.begin() + i + 3);
+      batch.token_ids.insert(batch.token_ids.end(), toks.begin() + i, toks.begin() + i + 7);
+      batch.features = at::cat({other_feats.narrow(0, i, 3), feats.narrow(0, i, 7)}, 0);
+      batch.commit = true;
+      const auto out = head.forward(batch);
+      ASSERT_TRUE(at::equal(out.logits.narrow(0, 3, 7), all.logits.narrow(0, i, 7))) << "piece at " << i;
+    }
+    // Drafting rows after the prefix: a tree level of 3 children alone, and beside another request's chain step; each
+    // child's logits equal those of the one-row chain prefix -> child.
+    const at::Tensor hid = random_features(3, head.hidden_size(), 35);
+    const std::vector<std::int64_t> kids = {5, 17, 40};
+    sp::EagleHeadBatch level = chain(whole, kids, hid, false);
+    level.features_are_head_hidden = true;
+    level.parents = {{-1, -1, -1}};
+    const auto alone = head.forward(level);
+    head.truncate(whole, n);
+    sp::EagleHeadBatch beside;
+    beside.slots = {b, whole};
+    beside.cu_num_tokens = {0, 1, 4};
+    beside.token_ids = {9, 5, 17, 40};
+    beside.features = at::cat({random_features(1, head.hidden_size(), 36), hid}, 0);
+    beside.features_are_head_hidden = true;
+    beside.parents = {{-1}, {-1, -1, -1}};
+    const auto both = head.forward(beside);
+    EXPECT_TRUE(at::equal(both.logits.narrow(0, 1, 3), alone.logits));
+    for (std::int64_t k = 0; k < 3; ++k) {
+      head.truncate(whole, n);
+      sp::EagleHeadBatch one = chain(whole, {kids[static_cast<std::size_t>(k)]}, hid.narrow(0, k, 1), false);
+      one.features_are_head_hidden = true;
+      EXPECT_TRUE(at::equal(head.forward(one).logits, alone.logits.narrow(0, k, 1))) << "child " << k;
+    }
+  }
+}
+
 std::string head_name(const ::testing::TestParamInfo<int>& info) {
   static const char* names[] = {"Eagle1", "Eagle1TwoLayers", "Eagle3", "Eagle3OwnEmbedding", "Eagle1DraftVocabulary"};
   return names[info.param];
 }
 INSTANTIATE_TEST_SUITE_P(Heads, EagleHeadForward, ::testing::Values(0, 1, 2, 3, 4), head_name);
 
-TEST(EagleHead, QuantisedLmHeadScoresLikeTheFloatHead) {
-  // EagleHeadOptions::quantize_lm_head: the same head scored through a Q8_0 copy of its LM head (the packed products) gives
-  // the float head's logits to within the rounding of 8-bit weights and activations, for EAGLE-1 (the target's rows, with
-  // and without a draft vocabulary) and EAGLE-3.
+TEST(EagleHead, QuantisedHeadScoresLikeTheFloatHead) {
+  // EagleHeadOptions::quantize_weights: the same head with every matrix a Q8_0 copy on the packed products (fc, q/k/v, o,
+  // gate/up and the LM head; down stays float32, its input width 40 not being a multiple of 32) gives the float head's
+  // logits to within the rounding of 8-bit weights, for EAGLE-1 (the target's rows, with and without a draft vocabulary)
+  // and EAGLE-3.
   const auto t = target_weights(61, 32, 1);
   sp::EagleHeadOptions q8;
-  q8.quantize_lm_head = true;
+  q8.quantize_weights = true;
   for (const auto& [config, seed] : {std::pair{eagle1_config(1), 11}, std::pair{eagle1_config(1, 40), 15}, std::pair{eagle3_config(), 13}}) {
     sp::EagleHead exact = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t);
     sp::EagleHead quantised = sp::EagleHead::random(config, static_cast<std::uint64_t>(seed), t, q8);

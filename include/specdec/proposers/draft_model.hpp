@@ -2,7 +2,7 @@
 //
 // Per step and request it runs up to g sequential batched draft forwards and samples each draft from the draft's processed
 // distribution q (the request's own SamplingParams applied exactly as to the target; temperature 0 = argmax), returning q's
-// rows with the drafts. Sampling uses its own deterministic stream: the race of sampling/residual.hpp keyed by a seed derived
+// rows with the drafts (none for a call whose requests are all greedy: its drafts are deterministic argmaxes). Sampling uses its own deterministic stream: the race of sampling/residual.hpp keyed by a seed derived
 // from the request's seed with Philox under a purpose tag the verifier never uses (kDraftSeedPurpose), at the draft token's
 // sequence position. So drafts do not depend on the batch, and they share no bits with the verifier.
 //
@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/philox.hpp"
+#include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
 
 namespace specdec::proposers {
@@ -121,7 +123,15 @@ class DraftModelProposer {
     std::vector<std::vector<std::int64_t>> tokens(static_cast<std::size_t>(B));
     std::vector<std::vector<at::Tensor>> rows(static_cast<std::size_t>(B));
     std::int32_t max_g = 0;
-    for (const auto& r : requests) max_g = std::max(max_g, r.max_drafts);
+    bool all_greedy = true;
+    for (const auto& r : requests) {
+      max_g = std::max(max_g, r.max_drafts);
+      all_greedy = all_greedy && r.params->greedy();
+    }
+    // Every request greedy: each draft is the argmax of the draft's logits (what q's one-hot row would give), and the
+    // drafts are deterministic, so no row is processed or returned (the verifier accepts each draft exactly when it is
+    // the target's argmax either way).
+    const bool keep_rows = options_.return_probs && !all_greedy;
     std::vector<float> scratch;
     for (std::int32_t d = 0; d < max_g; ++d) {
       models::ForwardBatch fb;
@@ -147,6 +157,17 @@ class DraftModelProposer {
         members.push_back(b);
       }
       const models::ForwardOutput out = model_->forward(fb);
+      if (all_greedy) {
+        const at::Tensor l = out.logits.contiguous();
+        for (std::size_t i = 0; i < members.size(); ++i) {
+          const specdec::detail::RowArgmax scan =
+              specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(l.data_ptr<float>() + static_cast<std::int64_t>(i) * V, V);
+          if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
+            throw error(Status::kInvalidProbability, "DraftModelProposer: draft logits: a row has NaN/inf values or no finite logit");
+          tokens[static_cast<std::size_t>(members[i])].push_back(scan.index);
+        }
+        continue;
+      }
       std::vector<const SamplingParams*> params;
       for (auto b : members) params.push_back(requests[static_cast<std::size_t>(b)].params);
       const at::Tensor q = process_logits(out.logits, params);
@@ -158,7 +179,7 @@ class DraftModelProposer {
         const std::int64_t x = sample_row(qp + static_cast<std::int64_t>(i) * V, V, s.seed, r.position + d,
                                           r.params->greedy(), scratch);
         tokens[static_cast<std::size_t>(b)].push_back(x);
-        if (options_.return_probs) rows[static_cast<std::size_t>(b)].push_back(q[static_cast<std::int64_t>(i)]);
+        if (keep_rows) rows[static_cast<std::size_t>(b)].push_back(q[static_cast<std::int64_t>(i)]);
       }
     }
     DraftBatch batch;
@@ -168,7 +189,7 @@ class DraftModelProposer {
       batch.append(tokens[static_cast<std::size_t>(b)]);
       for (auto& t : rows[static_cast<std::size_t>(b)]) all_rows.push_back(t);
     }
-    if (options_.return_probs && !all_rows.empty()) batch.probs = at::stack(all_rows);
+    if (keep_rows && !all_rows.empty()) batch.probs = at::stack(all_rows);
     return batch;
   }
 

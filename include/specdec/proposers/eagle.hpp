@@ -101,10 +101,19 @@ EagleTargetWeights eagle_target_weights_from_gguf(const std::filesystem::path& p
 struct EagleHeadOptions {
   std::int64_t initial_cache_capacity = 256;  ///< positions per cache slot before the first growth
   std::int64_t initial_cache_slots = 1;
-  /// Score with the LM head quantised to Q8_0 (the models' packed integer products, one int8 activation plane): a quarter
-  /// of its float32 bytes per draft step. The drafts may change slightly; the decoded distribution does not (the verifier
-  /// keeps the target's). Needs a hidden size that is a multiple of 32.
-  bool quantize_lm_head = false;
+  /// Quantise every matrix of the head (fc, the layers' q/k/v, o, gate/up and down, the LM head's draft-vocabulary rows)
+  /// to Q8_0 at load and run it on the models' packed integer products: about a quarter of float32's bytes per draft
+  /// step, and no longer the checkpoint's exact weights. The drafts may change slightly; the decoded distribution does
+  /// not (the verifier keeps the target's). A matrix whose input width is not a multiple of 32 stays float32. Off: the
+  /// checkpoint's float32 weights on the streaming float kernel (the reference the trainer's modules are checked against).
+  bool quantize_weights = false;
+  /// Precision of the activations that meet quantised weights (models::ActivationBits): 16 (two int8 planes) or 8 (one,
+  /// half the integer work of a product).
+  int activation_bits = 16;
+  /// Threads of the pool the head runs on: the process's pool of this many threads, the one a models::LlamaModel of the
+  /// same count (its LlamaOptions::num_threads) runs on, so the target and its head take turns on the same workers.
+  /// 0: every CPU the process may run on (models::available_cpus(), LlamaModel's default).
+  int num_threads = 0;
 };
 
 /// One head forward over a ragged batch: for each of B slots, n_b rows (feature_i, token_i) appended after what the slot
@@ -132,7 +141,10 @@ struct EagleHeadOutput {
   at::Tensor logits;  ///< [N or B, V_d] over the DRAFT vocabulary (draft_to_target() maps its columns)
 };
 
-/// The head: weights plus its own KV cache of numbered slots (one per request). CPU, float32.
+/// The head: weights plus its own KV cache of numbered slots (one per request). CPU: its products, RMSNorms, rotary
+/// embedding and attention are the Llama block's (models/detail/llama_block.hpp, detail::attention_rows) on the target's
+/// thread pool; each row's result is computed alone in a fixed order, so a request's drafts are bit-identical alone or
+/// beside others.
 class EagleHead {
  public:
   /// Builds the head from `config` and the weights `get` returns under the checkpoint names above. Throws specdec::error
