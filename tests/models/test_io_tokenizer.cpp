@@ -225,6 +225,186 @@ TEST(TokenizerSynthetic, SpecErrors) {
   EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "merge 0 'ab' is not of the form 'left right'");
 }
 
+// ------------------------------------------------------------------------------------------------------------------------------
+// SentencePiece on a synthetic vocabulary (the expected ids follow llama.cpp's llm_tokenizer_spm by hand)
+
+namespace {
+
+constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
+
+/// <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> (ids 3..258), then `normal` with their scores, then `extra`.
+struct SpmVocab {
+  std::vector<std::pair<std::string, float>> normal;
+  std::vector<std::pair<std::string, sm::TokenType>> extra;
+  bool add_space_prefix = false;
+  bool with_bytes = true;
+
+  sm::TokenizerSpec spec() const {
+    sm::TokenizerSpec s;
+    s.model = sm::TokenizerModel::kSentencePiece;
+    const auto add = [&](std::string t, sm::TokenType type, float score) {
+      s.tokens.push_back(std::move(t));
+      s.token_types.push_back(type);
+      s.scores.push_back(score);
+    };
+    add("<unk>", sm::TokenType::kUnknown, 0);
+    add("<s>", sm::TokenType::kControl, 0);
+    add("</s>", sm::TokenType::kControl, 0);
+    if (with_bytes) {
+      for (int b = 0; b < 256; ++b) add(fmt_byte(b), sm::TokenType::kByte, 0);
+    }
+    for (const auto& [t, score] : normal) add(t, sm::TokenType::kNormal, score);
+    for (const auto& [t, type] : extra) add(t, type, 0);
+    s.unk_id = 0;
+    s.bos_id = 1;
+    s.eos_id = 2;
+    s.add_bos = true;
+    s.add_space_prefix = add_space_prefix;
+    return s;
+  }
+  static std::string fmt_byte(int b) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+  }
+};
+
+std::string sp(const std::string& s) {  // ' ' -> '▁'
+  std::string out;
+  for (char c : s) out += c == ' ' ? std::string(kSpace) : std::string(1, c);
+  return out;
+}
+
+std::vector<std::string> texts(const sm::Tokenizer& t, const std::vector<std::int32_t>& ids) {
+  std::vector<std::string> out;
+  for (auto id : ids) out.push_back(t.token_text(id));
+  return out;
+}
+
+}  // namespace
+
+TEST(SentencePieceSynthetic, HighestScoreMergesFirstThenLeftmost) {
+  SpmVocab v;
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}};
+  const sm::Tokenizer bc_first(v.spec());
+  EXPECT_EQ(bc_first.model(), sm::TokenizerModel::kSentencePiece);
+  EXPECT_EQ(texts(bc_first, bc_first.encode("abc", {.add_special = false})), (std::vector<std::string>{"a", "bc"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -2}, {"bc", -3}};
+  const sm::Tokenizer ab_first(v.spec());
+  EXPECT_EQ(texts(ab_first, ab_first.encode("abc", {.add_special = false})), (std::vector<std::string>{"ab", "c"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -2}, {"bc", -2}};
+  const sm::Tokenizer tie(v.spec());  // equal scores: the leftmost pair
+  EXPECT_EQ(texts(tie, tie.encode("abc", {.add_special = false})), (std::vector<std::string>{"ab", "c"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}, {"abc", -9}};
+  const sm::Tokenizer whole(v.spec());  // a + bc, then a + bc forms a token of its own, whatever its score
+  EXPECT_EQ(texts(whole, whole.encode("abc", {.add_special = false})), (std::vector<std::string>{"abc"}));
+  v.normal = {{"a", -1}, {"aa", -1}};
+  const sm::Tokenizer aa(v.spec());
+  EXPECT_EQ(texts(aa, aa.encode("aaa", {.add_special = false})), (std::vector<std::string>{"aa", "a"}));
+  // BOS only with add_special (add_bos is set); EOS too where the vocabulary asks for it.
+  EXPECT_EQ(texts(aa, aa.encode("a")), (std::vector<std::string>{"<s>", "a"}));
+  auto with_eos = v.spec();
+  with_eos.add_eos = true;
+  const sm::Tokenizer eos(std::move(with_eos));
+  EXPECT_EQ(texts(eos, eos.encode("a")), (std::vector<std::string>{"<s>", "a", "</s>"}));
+  EXPECT_EQ(texts(eos, eos.encode("a", {.add_special = false})), (std::vector<std::string>{"a"}));
+}
+
+TEST(SentencePieceSynthetic, SpacesBecomeU2581AndThePrefixSpace) {
+  SpmVocab v;
+  v.normal = {{kSpace, -1}, {"a", -1}, {"b", -1}, {sp(" a"), -3}, {"ab", -2}, {sp(" ab"), -5}};
+  const sm::Tokenizer plain(v.spec());
+  EXPECT_FALSE(plain.add_space_prefix());
+  EXPECT_EQ(texts(plain, plain.encode("ab ab", {.add_special = false})),
+            (std::vector<std::string>{"ab", sp(" ab")}));  // "ab" first, then "▁" + "ab" is a token
+  EXPECT_EQ(plain.decode(plain.encode("ab ab", {.add_special = false})), "ab ab");
+  v.add_space_prefix = true;
+  const sm::Tokenizer prefixed(v.spec());
+  EXPECT_TRUE(prefixed.add_space_prefix());
+  EXPECT_EQ(texts(prefixed, prefixed.encode("ab  a", {.add_special = false})),
+            (std::vector<std::string>{sp(" ab"), kSpace, sp(" a")}));
+  EXPECT_EQ(prefixed.decode(prefixed.encode("ab  a", {.add_special = false})), " ab  a");  // the inserted space stays
+  EXPECT_EQ(prefixed.encode("", {.add_special = false}), (std::vector<std::int32_t>{}));
+  EXPECT_EQ(texts(prefixed, prefixed.encode("")), (std::vector<std::string>{"<s>"}));
+}
+
+TEST(SentencePieceSynthetic, ByteFallbackAndItsDecoding) {
+  SpmVocab v;
+  v.normal = {{"a", -1}, {"\xC3\xA9", -1}, {kSpace, -1}};  // 'é' is a token, 'ü' (C3 BC) and U+1F642 are not
+  const sm::Tokenizer tok(v.spec());
+  const auto ids = tok.encode("a\xC3\xBC\xC3\xA9\xF0\x9F\x99\x82", {.add_special = false});
+  EXPECT_EQ(texts(tok, ids), (std::vector<std::string>{"a", "<0xC3>", "<0xBC>", "\xC3\xA9", "<0xF0>", "<0x9F>", "<0x99>",
+                                                       "<0x82>"}));
+  EXPECT_EQ(tok.decode(ids), "a\xC3\xBC\xC3\xA9\xF0\x9F\x99\x82");
+  EXPECT_EQ(tok.token_to_piece(3 + 0x41), "A");
+  // Malformed UTF-8: a lead byte takes its length's worth of bytes as one character; the pieces fall back to bytes. (A
+  // space decodes back only because '▁' is a token: without one it would fall back to the bytes of '▁'.)
+  std::mt19937 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    std::string s(rng() % 40, '\0');
+    for (auto& c : s) {
+      c = static_cast<char>(rng() % 3 == 0 ? 'a' : rng() & 0xFF);
+      if (c == ' ') c = 'b';  // see below
+    }
+    ASSERT_EQ(tok.decode(tok.encode(s, {.add_special = false})), s) << i;
+  }
+  // A lead byte whose character swallows the first byte of an escaped space: the space comes back as the bytes of '▁'
+  // (llama.cpp does the same; only malformed text meets this).
+  EXPECT_EQ(texts(tok, tok.encode("\xE5" "a b", {.add_special = false})),
+            (std::vector<std::string>{"<0xE5>", "<0x61>", "<0xE2>", "<0x96>", "<0x81>", "<0x62>"}));
+  // Without byte tokens a byte falls back to its one-character token, else to unk.
+  SpmVocab nb;
+  nb.with_bytes = false;
+  nb.normal = {{"a", -1}, {"x", -1}};
+  const sm::Tokenizer no_bytes(nb.spec());
+  EXPECT_TRUE(no_bytes.has_byte_token('a'));
+  EXPECT_FALSE(no_bytes.has_byte_token(0xC3));
+  EXPECT_EQ(texts(no_bytes, no_bytes.encode("a\xC3\xBCx", {.add_special = false})),
+            (std::vector<std::string>{"a", "<unk>", "<unk>", "x"}));
+}
+
+TEST(SentencePieceSynthetic, SpecialTokensLongestFirstOverTheWholeText) {
+  SpmVocab v;
+  v.normal = {{"p", -1}, {"q", -1}, {"r", -1}, {"s", -1}, {kSpace, -1}};
+  v.extra = {{"pq", sm::TokenType::kUserDefined}, {"qrs", sm::TokenType::kUserDefined},
+             {"<turn>", sm::TokenType::kControl}, {"<dead>", sm::TokenType::kUnused}};
+  v.add_space_prefix = true;
+  const sm::Tokenizer tok(v.spec());
+  // llama.cpp splits the text at the longest special token everywhere before it tries a shorter one: "qrs" wins over the
+  // leftmost match "pq".
+  EXPECT_EQ(texts(tok, tok.encode("pqrs", {.add_special = false})), (std::vector<std::string>{kSpace, "p", "qrs"}));
+  EXPECT_EQ(texts(tok, tok.encode("pqpq", {.add_special = false})), (std::vector<std::string>{"pq", "pq"}));  // no text
+  // Control tokens only with parse_special; a space goes in front of the text after each special token.
+  EXPECT_EQ(texts(tok, tok.encode("p<turn>s", {.add_special = false, .parse_special = true})),
+            (std::vector<std::string>{kSpace, "p", "<turn>", kSpace, "s"}));
+  const auto literal = tok.encode("<turn>", {.add_special = false});
+  EXPECT_EQ(tok.decode(literal), " <turn>");
+  EXPECT_NE(std::find(literal.begin(), literal.end(), 3 + '<'), literal.end());  // '<' as its byte token
+  // Decoding: control tokens give their text unless skipped; unused tokens give nothing, as in llama.cpp.
+  const std::int32_t turn = *tok.token_id("<turn>");
+  const std::int32_t dead = *tok.token_id("<dead>");
+  const std::vector<std::int32_t> ids{turn, *tok.token_id("p"), dead};
+  EXPECT_EQ(tok.decode(ids), "<turn>p");
+  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "p");
+}
+
+TEST(SentencePieceSynthetic, SpecErrors) {
+  SpmVocab v;
+  v.normal = {{"a", -1}};
+  auto s = v.spec();
+  s.scores.pop_back();
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "259 scores for 260 tokens");
+  s = v.spec();
+  s.merges = {"a b"};
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "a SentencePiece vocabulary has no merges");
+  s = v.spec();
+  s.tokens[3] = "<0xZZ>";
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "byte token 3 is '<0xZZ>', expected the form <0xHH>");
+  sm::TokenizerSpec bpe;
+  bpe.tokens = {"a"};
+  bpe.scores = {0.0f};
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(bpe); }), "belong to SentencePiece, not BPE");
+}
+
 TEST(StreamingDecoder, EmitsOnlyCompleteSequences) {
   const auto tok = synthetic({});
   sm::StreamingDecoder dec(tok);
