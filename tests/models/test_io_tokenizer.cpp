@@ -455,6 +455,35 @@ TEST(ChatTemplate, ChatMLWithDefaultSystemPrompt) {
   EXPECT_EQ(sm::ChatTemplate("").apply(user_only, false), "<|im_start|>user\nHi there<|im_end|>\n");
 }
 
+TEST(ChatTemplate, GemmaTurnsSystemMergedAndTrimmed) {
+  const auto g = sm::ChatTemplate::gemma();
+  EXPECT_EQ(g.kind(), sm::ChatTemplateKind::kGemma);
+  const std::vector<sm::ChatMessage> user_only{{"user", "  Hi there\n"}};
+  EXPECT_EQ(g.apply(user_only, true), "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(g.apply(user_only, false), "<start_of_turn>user\nHi there<end_of_turn>\n");
+  // The system message goes in front of the first user turn, after a blank line; "assistant" is "model".
+  const std::vector<sm::ChatMessage> chat{{"system", " Be brief. "}, {"user", "2+2?"}, {"assistant", "4\n"}, {"user", "3+3?"}};
+  EXPECT_EQ(g.apply(chat, true),
+            "<start_of_turn>user\nBe brief.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n"
+            "<start_of_turn>user\n3+3?<end_of_turn>\n<start_of_turn>model\n");
+  // A system message waits for a turn that is not the model's.
+  const std::vector<sm::ChatMessage> late{{"assistant", "Hello."}, {"system", "S"}, {"assistant", "x"}, {"user", "u"}};
+  EXPECT_EQ(g.apply(late, false),
+            "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>model\nx<end_of_turn>\n"
+            "<start_of_turn>user\nS\n\nu<end_of_turn>\n");
+  EXPECT_EQ(g.apply({}, true), "<start_of_turn>model\n");
+  // Recognised from the template text; anything else named in the error.
+  EXPECT_EQ(sm::ChatTemplate::from_template_text("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}"
+                                                 "{% endfor %}").kind(),
+            sm::ChatTemplateKind::kGemma);
+  const auto chatml = sm::ChatTemplate::from_template_text("<|im_start|>system\nYou are X.<|im_end|>{% ... %}<|im_start|>");
+  EXPECT_EQ(chatml.kind(), sm::ChatTemplateKind::kChatML);
+  EXPECT_EQ(chatml.default_system_prompt(), "You are X.");
+  EXPECT_ERROR_HAS(error_of_call([] { (void)sm::ChatTemplate::from_template_text("[INST] {{ m }} [/INST]"); }),
+                   "is neither ChatML (expected <|im_start|> and <|im_end|>) nor Gemma's (expected <start_of_turn>), got "
+                   "'[INST] {{ m }} [/INST]'");
+}
+
 // ------------------------------------------------------------------------------------------------------------------------------
 // The real SmolLM2 tokenizer
 
