@@ -616,3 +616,74 @@ TEST_F(SmolLM2Tokenizer, EncodesLongTextQuickly) {
   EXPECT_EQ(tok_->decode(tok_->encode(word)), word);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 2.0);
 }
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// The real Gemma 3 tokenizer (SentencePiece, 262,144 tokens; skipped when scripts/fetch-gemma.sh has not fetched it). The
+// expected ids are llama.cpp's (llama-cpp-python 0.3.36, llama_tokenize on the same file); scripts/oracle-tokenizer.sh
+// compares whole corpora.
+
+namespace {
+std::filesystem::path gemma_path() {
+  if (const char* p = std::getenv("SPECDEC_GEMMA_GGUF")) return p;
+  return std::filesystem::path(SPECDEC_SOURCE_DIR) / "models" / "gemma-3-270m-q4_k_m.gguf";
+}
+}  // namespace
+
+class Gemma3Tokenizer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(gemma_path())) return;
+    file_ = new sm::GgufFile(gemma_path());
+    tok_ = new sm::Tokenizer(sm::Tokenizer::from_gguf(*file_));
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete file_;
+    tok_ = nullptr;
+    file_ = nullptr;
+  }
+  void SetUp() override {
+    if (tok_ == nullptr) GTEST_SKIP() << gemma_path() << " is absent (scripts/fetch-gemma.sh downloads it)";
+  }
+  static inline sm::GgufFile* file_ = nullptr;
+  static inline sm::Tokenizer* tok_ = nullptr;
+};
+
+TEST_F(Gemma3Tokenizer, MetadataAndIds) {
+  const auto& t = *tok_;
+  EXPECT_EQ(t.model(), sm::TokenizerModel::kSentencePiece);
+  EXPECT_EQ(t.vocab_size(), 262144);
+  EXPECT_EQ(t.bos_id(), 2);
+  EXPECT_EQ(t.eos_id(), 1);
+  EXPECT_EQ(t.eot_id(), 106);  // <end_of_turn>, found by its text as llama.cpp does
+  EXPECT_EQ(t.unk_id(), 3);
+  EXPECT_EQ(t.pad_id(), 0);
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_FALSE(t.add_space_prefix());
+  EXPECT_EQ(t.end_of_generation_ids(), (std::vector<std::int32_t>{1, 106}));
+  EXPECT_EQ(t.token_text(105), "<start_of_turn>");
+  EXPECT_EQ(t.token_type(107), sm::TokenType::kUserDefined);  // "\n"
+  for (int b = 0; b < 256; ++b) EXPECT_TRUE(t.has_byte_token(static_cast<unsigned char>(b))) << b;
+}
+
+TEST_F(Gemma3Tokenizer, EncodingsEqualLlamaCpp) {
+  const auto& t = *tok_;
+  const auto plain = [&](const std::string& s) { return t.encode(s, {.add_special = false}); };
+  using V = std::vector<std::int32_t>;
+  EXPECT_EQ(plain("Hello world"), (V{9259, 1902}));
+  EXPECT_EQ(plain(" leading  spaces\n\n\nand tabs\t\tend "), (V{5830, 138, 35220, 109, 624, 42364, 255969, 643, 236743}));
+  EXPECT_EQ(plain("na\u00efve caf\u00e9 \u65e5\u672c\u8a9e \U0001F642 \uFDFD"),
+            (V{1789, 238527, 560, 33443, 33375, 238582, 57235, 236743, 253375}));
+  EXPECT_EQ(plain("<start_of_turn>user"), (V{236820, 3041, 236779, 1340, 236779, 887, 236813, 2364}));
+  EXPECT_EQ(plain("def f(x):\n    return x * 2\n"), (V{2063, 517, 236769, 236781, 1473, 107, 140, 2060, 1123, 808, 236743,
+                                                         236778, 107}));
+  EXPECT_EQ(plain("1234567 + 3.14159 = ?"), (V{236770, 236778, 236800, 236812, 236810, 236825, 236832, 900, 236743, 236800,
+                                              236761, 236770, 236812, 236770, 236810, 236819, 578, 2360}));
+  EXPECT_EQ(plain(std::string("\x00\x01\x7f", 3)), (V{238, 249732, 251541}));
+  // The chat prompt Gemma's template writes, with BOS and control tokens parsed.
+  const std::vector<sm::ChatMessage> msgs{{"user", "Hi"}};
+  const auto prompt = sm::ChatTemplate::from_gguf(*file_).apply(msgs, true);
+  EXPECT_EQ(t.encode(prompt, {.add_special = true, .parse_special = true}),
+            (V{2, 105, 2364, 107, 10979, 106, 107, 105, 4368, 107}));
+  EXPECT_EQ(t.decode(t.encode(prompt, {.add_special = false, .parse_special = true})), prompt);
+}
