@@ -680,6 +680,12 @@ TEST_F(Gemma3Tokenizer, EncodingsEqualLlamaCpp) {
   EXPECT_EQ(plain("1234567 + 3.14159 = ?"), (V{236770, 236778, 236800, 236812, 236810, 236825, 236832, 900, 236743, 236800,
                                               236761, 236770, 236812, 236770, 236810, 236819, 578, 2360}));
   EXPECT_EQ(plain(std::string("\x00\x01\x7f", 3)), (V{238, 249732, 251541}));
+  // User-defined tokens split the text always ("<sub>", "</sub>"); "</s>" too is user-defined in the file, but llama.cpp
+  // makes it a control token by its text: matched only with parse_special.
+  EXPECT_EQ(plain("x<sub>2</sub>"), (V{236781, 204, 236778, 213}));
+  EXPECT_EQ(t.token_type(212), sm::TokenType::kControl);
+  EXPECT_EQ(plain("a </s> b"), (V{236746, 1454, 236751, 236813, 518}));
+  EXPECT_EQ(t.encode("a </s> b", {.add_special = false, .parse_special = true}), (V{236746, 236743, 212, 518}));
   // The chat prompt Gemma's template writes, with BOS and control tokens parsed.
   const std::vector<sm::ChatMessage> msgs{{"user", "Hi"}};
   const auto prompt = sm::ChatTemplate::from_gguf(*file_).apply(msgs, true);

@@ -431,6 +431,27 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
       s.token_types.push_back(static_cast<TokenType>(t));
     }
   }
+  // llama.cpp turns tokens it recognises by their text (end of generation, end of turn, fill-in-the-middle markers) into
+  // control tokens whatever the file says: Gemma's user-defined "</s>" is then parsed only with parse_special. (Where a
+  // vocabulary has several end-of-turn or FIM candidates of one kind and names none, llama.cpp takes one of them in its
+  // hash map's order; all of them are taken here.)
+  static constexpr std::string_view kControlByText[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+      "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>", "<|eom_id|>", "<|return|>", "<|call|>", "<|flush|>",
+      "<|calls|>", "</s>", "[EOS]", "<eos>", "<turn|>", "<|tool_response>", "[e~[", "<|fim_prefix|>", "<fim-prefix>",
+      "<fim_prefix>", "<\uFF5Cfim\u2581begin\uFF5C>", "<PRE>", "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>",
+      "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uFF5Cfim\u2581hole\uFF5C>", "<SUF>", "\u2581<SUF>",
+      "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uFF5Cfim\u2581end\uFF5C>",
+      "<MID>", "\u2581<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+      "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+  if (s.token_types.empty()) s.token_types.assign(s.tokens.size(), TokenType::kNormal);
+  if (s.token_types.size() == s.tokens.size()) {
+    for (std::size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.token_types[i] == TokenType::kControl || s.tokens[i].size() > 32) continue;
+      for (std::string_view t : kControlByText)
+        if (s.tokens[i] == t) s.token_types[i] = TokenType::kControl;
+    }
+  }
   if (spm) {
     if (f.contains("tokenizer.ggml.scores")) {
       const auto scores = f.get_double_array("tokenizer.ggml.scores");
