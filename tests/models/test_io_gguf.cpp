@@ -13,6 +13,8 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "gguf_writer.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama_config.hpp"
@@ -878,4 +880,42 @@ TEST(GgufModel, Gemma3ConfigFromTheRealFile) {
   EXPECT_EQ(c.bos_token_id, 2);
   EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{1}));
   EXPECT_FALSE(sm::unsupported_block_options(c).empty());
+}
+
+// Files written by PyPI's gguf (llama.cpp's own writer: its key and tensor names, the calls its converter makes), by
+// tests/models/write_gguf_fixtures.py into the build directory; ctest runs it first where the package is installed and
+// names the directory in SPECDEC_GGUF_PY_FIXTURES (skipped otherwise).
+TEST(LlamaConfigGguf, FilesWrittenByGgufPy) {
+  const char* dir = std::getenv("SPECDEC_GGUF_PY_FIXTURES");
+  if (dir == nullptr || !std::filesystem::exists(std::filesystem::path(dir) / "expected.json"))
+    GTEST_SKIP() << "no fixtures written by PyPI gguf (SPECDEC_GGUF_PY_FIXTURES)";
+  std::ifstream in(std::filesystem::path(dir) / "expected.json");
+  const auto expected = nlohmann::json::parse(in);
+  ASSERT_EQ(expected.size(), 4u);
+  for (const auto& [arch, e] : expected.items()) {
+    SCOPED_TRACE(arch);
+    const sm::GgufFile f(std::filesystem::path(dir) / (arch + ".gguf"));
+    const auto c = sm::llama_config_from_gguf(f);
+    EXPECT_EQ(c.architecture, arch);
+    EXPECT_EQ(c.hidden_size, e["hidden_size"].get<std::int64_t>());
+    EXPECT_EQ(c.num_layers, e["num_layers"].get<std::int64_t>());
+    EXPECT_EQ(c.num_heads, e["num_heads"].get<std::int64_t>());
+    EXPECT_EQ(c.num_kv_heads, e["num_kv_heads"].get<std::int64_t>());
+    EXPECT_EQ(c.head_dim, e["head_dim"].get<std::int64_t>());
+    EXPECT_EQ(c.vocab_size, e["vocab_size"].get<std::int64_t>());
+    EXPECT_EQ(c.rope_theta, e["rope_theta"].get<double>());
+    EXPECT_EQ(c.attention_bias, e["attention_bias"].get<bool>());
+    EXPECT_EQ(c.qk_norm, e["qk_norm"].get<bool>());
+    EXPECT_EQ(c.post_attention_norm, e["post_attention_norm"].get<bool>());
+    EXPECT_EQ(c.post_ffn_norm, e["post_ffn_norm"].get<bool>());
+    EXPECT_EQ(c.ffn_activation == sm::FfnActivation::kGeluTanh, e["gelu"].get<bool>());
+    EXPECT_EQ(c.embedding_scale, e["embedding_scale"].get<double>());
+    EXPECT_EQ(c.sliding_window, e["sliding_window"].get<std::int64_t>());
+    EXPECT_EQ(c.sliding_rope_theta, e["sliding_rope_theta"].get<double>());
+    EXPECT_EQ(c.final_logit_softcap, e["final_logit_softcap"].get<double>());
+    EXPECT_EQ(c.rope_freq_factors, e["rope_freq_factors"].get<std::vector<float>>());
+    EXPECT_EQ(c.gguf_qk_permuted, e["gguf_qk_permuted"].get<bool>());
+    if (e.contains("sliding_layers")) EXPECT_EQ(c.sliding_layers, e["sliding_layers"].get<std::vector<bool>>());
+    EXPECT_EQ(sm::unsupported_block_options(c).empty(), arch == "llama");
+  }
 }
