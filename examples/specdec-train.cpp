@@ -469,6 +469,7 @@ int main(int argc, char** argv) {
     const auto tw = specdec::proposers::eagle_target_weights_from_gguf(model);
     const specdec::models::GgufFile file(model);
     auto target_cfg = specdec::models::llama_config_from_gguf(file);
+    specdec::models::require_block_support(target_cfg, "--model");  // heads and drafts run the same Llama block
     if (target_cfg.num_kv_heads == 0) target_cfg.num_kv_heads = target_cfg.num_heads;
     if (target_cfg.head_dim == 0) target_cfg.head_dim = target_cfg.hidden_size / target_cfg.num_heads;
     if (eagle_cmd->parsed()) {

@@ -59,6 +59,7 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
   GgufFile file(path);
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
+  require_block_support(config, "load_llama_gguf");
   c10::NoGradGuard guard;
   return LlamaModel::from_stored(config, [&](const std::string& hf) -> StoredWeight {
     StoredWeight w;
@@ -132,6 +133,7 @@ AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const Ate
   GgufFile file(path);
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
+  require_block_support(config, "load_aten_llama_gguf");
   c10::NoGradGuard guard;
   return AtenLlamaModel(config, [&](const std::string& hf) -> at::Tensor {
     const GgufName g = gguf_name(hf, config);

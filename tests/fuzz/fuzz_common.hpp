@@ -104,6 +104,25 @@ inline FuzzVocabulary load_fuzz_vocabulary() {
   return v;
 }
 
+/// Whether `text` is valid UTF-8 (RFC 3629: no overlongs, surrogates or code points past U+10FFFF).
+inline bool valid_utf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  for (std::size_t i = 0, n = text.size(); i < n;) {
+    const unsigned c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > n) return false;
+    std::uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    static constexpr std::uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 /// `text` without the bytes the tokenizer has no token for (encode() drops them).
 inline std::string without_dropped_bytes(const models::Tokenizer& tok, std::string_view text) {
   std::string out;

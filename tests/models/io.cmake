@@ -7,6 +7,24 @@ if(TARGET specdec_model_io)
   target_compile_definitions(specdec_io_tests PRIVATE
     SPECDEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SPECDEC_IO_TEST_DATA="${CMAKE_CURRENT_LIST_DIR}/data")
 
+  # GGUF files written by PyPI's gguf (llama.cpp's writer) for LlamaConfigGguf.FilesWrittenByGgufPy: with the llama.cpp
+  # virtualenv's Python (.deps/llama-venv) or the system's; the script writes nothing where the package is missing.
+  set(_specdec_gguf_py "${PROJECT_SOURCE_DIR}/.deps/llama-venv/bin/python")
+  if(NOT EXISTS "${_specdec_gguf_py}")
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    set(_specdec_gguf_py "${Python3_EXECUTABLE}")
+  endif()
+  if(_specdec_gguf_py)
+    set(_specdec_gguf_dir "${CMAKE_CURRENT_BINARY_DIR}/gguf-py-fixtures")
+    add_test(NAME gguf_py_fixtures
+             COMMAND "${_specdec_gguf_py}" "${CMAKE_CURRENT_LIST_DIR}/write_gguf_fixtures.py" "${_specdec_gguf_dir}")
+    set_tests_properties(gguf_py_fixtures PROPERTIES FIXTURES_SETUP gguf_py)
+    add_test(NAME LlamaConfigGguf.FilesWrittenByGgufPy_fixtures
+             COMMAND specdec_io_tests --gtest_filter=LlamaConfigGguf.FilesWrittenByGgufPy)
+    set_tests_properties(LlamaConfigGguf.FilesWrittenByGgufPy_fixtures PROPERTIES FIXTURES_REQUIRED gguf_py
+                         ENVIRONMENT SPECDEC_GGUF_PY_FIXTURES=${_specdec_gguf_dir})
+  endif()
+
   # Reads JSON strings (one per line) on stdin, prints their token ids; used by scripts/validate-tokenizer.sh.
   add_executable(specdec_tokenize_tool ${CMAKE_CURRENT_LIST_DIR}/tokenize_tool.cpp)
   target_link_libraries(specdec_tokenize_tool PRIVATE specdec::model_io nlohmann_json::nlohmann_json)

@@ -13,6 +13,9 @@
 
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
+#include "gguf_writer.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama_config.hpp"
 
@@ -22,99 +25,9 @@ using sm::GgufType;
 
 namespace {
 
-// --------------------------------------------------------------------------------------------------------------------------
-// A minimal GGUF writer (little-endian host assumed, as everywhere this project runs).
-
-struct Bytes {
-  std::vector<std::byte> b;
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const std::byte*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<std::uint64_t>(s.size());
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    b.insert(b.end(), p, p + s.size());
-  }
-  void raw(const std::vector<std::byte>& v) { b.insert(b.end(), v.begin(), v.end()); }
-};
-
-struct Tensor {
-  std::string name;
-  std::vector<std::uint64_t> ne;
-  std::uint32_t type;
-  std::vector<std::byte> data;
-};
-
-struct Writer {
-  std::uint32_t version = 3;
-  std::uint64_t alignment = 32;
-  std::vector<std::pair<std::string, Bytes>> kvs;  // key -> (type + value) bytes
-  std::vector<Tensor> tensors;
-
-  template <class T>
-  void scalar(const std::string& key, GgufType t, T v) {
-    Bytes x;
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(t));
-    x.put<T>(v);
-    kvs.emplace_back(key, std::move(x));
-  }
-  void string(const std::string& key, const std::string& v) {
-    Bytes x;
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kString));
-    x.str(v);
-    kvs.emplace_back(key, std::move(x));
-  }
-  void string_array(const std::string& key, const std::vector<std::string>& v) {
-    Bytes x;
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kArray));
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kString));
-    x.put<std::uint64_t>(v.size());
-    for (const auto& s : v) x.str(s);
-    kvs.emplace_back(key, std::move(x));
-  }
-  template <class T>
-  void array(const std::string& key, GgufType et, const std::vector<T>& v) {
-    Bytes x;
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(GgufType::kArray));
-    x.put<std::uint32_t>(static_cast<std::uint32_t>(et));
-    x.put<std::uint64_t>(v.size());
-    for (const auto& e : v) x.put<T>(e);
-    kvs.emplace_back(key, std::move(x));
-  }
-  void raw_kv(const std::string& key, Bytes value) { kvs.emplace_back(key, std::move(value)); }
-  void tensor(const std::string& name, std::vector<std::uint64_t> ne, GgmlType type, std::vector<std::byte> data) {
-    tensors.push_back({name, std::move(ne), static_cast<std::uint32_t>(type), std::move(data)});
-  }
-
-  std::vector<std::byte> build() const {
-    Bytes out;
-    out.put<std::uint32_t>(0x46554747u);
-    out.put<std::uint32_t>(version);
-    out.put<std::uint64_t>(tensors.size());
-    out.put<std::uint64_t>(kvs.size());
-    for (const auto& [k, v] : kvs) {
-      out.str(k);
-      out.raw(v.b);
-    }
-    std::uint64_t off = 0;
-    for (const auto& t : tensors) {
-      out.str(t.name);
-      out.put<std::uint32_t>(static_cast<std::uint32_t>(t.ne.size()));
-      for (auto d : t.ne) out.put<std::uint64_t>(d);
-      out.put<std::uint32_t>(t.type);
-      out.put<std::uint64_t>(off);
-      off += (t.data.size() + alignment - 1) / alignment * alignment;
-    }
-    while (out.b.size() % alignment != 0) out.b.push_back(std::byte{0});
-    for (const auto& t : tensors) {
-      out.raw(t.data);
-      while (out.b.size() % alignment != 0) out.b.push_back(std::byte{0});
-    }
-    return out.b;
-  }
-};
+using specdec_test::Bytes;
+using specdec_test::Tensor;
+using specdec_test::Writer;
 
 sm::GgufFile parse(const std::vector<std::byte>& b) { return sm::GgufFile::from_bytes(b); }
 
@@ -682,10 +595,327 @@ TEST(LlamaConfigGguf, RejectsOtherArchitecturesAndMissingKeys) {
   Writer w;
   w.string("general.architecture", "gpt2");
   EXPECT_ERROR_HAS(error_of_call([&] { (void)sm::llama_config_from_gguf(parse(w.build())); }),
-                   "general.architecture is 'gpt2', expected 'llama'");
+                   "general.architecture is 'gpt2', which specdec does not run (supported: 'llama', 'qwen2', 'qwen3', "
+                   "'gemma3')");
   Writer w2;
   w2.string("general.architecture", "llama");
   w2.scalar<std::uint32_t>("llama.embedding_length", GgufType::kUint32, 64);
   EXPECT_ERROR_HAS(error_of_call([&] { (void)sm::llama_config_from_gguf(parse(w2.build())); }),
                    "metadata key 'llama.feed_forward_length' is missing");
+}
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// Architectures other than llama: options from the metadata and the tensor names
+
+namespace {
+
+std::vector<std::byte> f32_bytes(std::size_t n, float v = 1.0f) {
+  std::vector<std::byte> out(n * 4);
+  for (std::size_t i = 0; i < n; ++i) std::memcpy(out.data() + 4 * i, &v, 4);
+  return out;
+}
+
+/// A small model of `arch` (hidden 64, 4 heads of 16, 2 kv heads, 12 layers) with the metadata llama.cpp's converter
+/// writes and layer 0's tensors named in `tensors` (F32, contents irrelevant to the config).
+Writer arch_file(const std::string& arch, const std::vector<std::string>& tensors, bool with_key_length = true) {
+  Writer w;
+  w.string("general.architecture", arch);
+  const std::string p = arch + ".";
+  w.scalar<std::uint32_t>(p + "embedding_length", GgufType::kUint32, 64);
+  w.scalar<std::uint32_t>(p + "feed_forward_length", GgufType::kUint32, 128);
+  w.scalar<std::uint32_t>(p + "block_count", GgufType::kUint32, 12);
+  w.scalar<std::uint32_t>(p + "attention.head_count", GgufType::kUint32, 4);
+  w.scalar<std::uint32_t>(p + "attention.head_count_kv", GgufType::kUint32, 2);
+  if (with_key_length) {
+    w.scalar<std::uint32_t>(p + "attention.key_length", GgufType::kUint32, 16);
+    w.scalar<std::uint32_t>(p + "attention.value_length", GgufType::kUint32, 16);
+  }
+  w.scalar<float>(p + "attention.layer_norm_rms_epsilon", GgufType::kFloat32, 1e-6f);
+  w.scalar<float>(p + "rope.freq_base", GgufType::kFloat32, 1e6f);
+  w.scalar<std::uint32_t>(p + "context_length", GgufType::kUint32, 4096);
+  w.scalar<std::uint32_t>(p + "vocab_size", GgufType::kUint32, 100);
+  w.tensor("token_embd.weight", {64, 100}, GgmlType::kF32, f32_bytes(6400));
+  for (const auto& t : tensors) w.tensor("blk.0." + t, {16}, GgmlType::kF32, f32_bytes(16));
+  return w;
+}
+
+const std::vector<std::string> kLlamaTensors = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                                                "attn_output.weight", "ffn_norm.weight", "ffn_gate.weight",
+                                                "ffn_up.weight", "ffn_down.weight"};
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+sm::LlamaConfig config_of(const Writer& w) { return sm::llama_config_from_gguf(parse(w.build())); }
+
+}  // namespace
+
+TEST(LlamaConfigGguf, LlamaHasNoExtraOptionsAndRunsOnTheBlock) {
+  const auto c = config_of(arch_file("llama", kLlamaTensors));
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_FALSE(c.attention_bias || c.qk_norm || c.post_attention_norm || c.post_ffn_norm || c.norm_weight_plus_one);
+  EXPECT_EQ(c.ffn_activation, sm::FfnActivation::kSilu);
+  EXPECT_EQ(c.embedding_scale, 1.0);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.sliding_layers.empty());
+  EXPECT_FALSE(c.is_sliding_layer(0));
+  EXPECT_EQ(c.final_logit_softcap, 0.0);
+  EXPECT_EQ(c.attention_scale, 0.0);
+  EXPECT_TRUE(c.rope_freq_factors.empty());
+  EXPECT_TRUE(c.gguf_qk_permuted);
+  EXPECT_TRUE(sm::unsupported_block_options(c).empty());
+  EXPECT_NO_THROW(sm::require_block_support(c, "loader"));
+  // Llama with q/k/v biases (llama.cpp loads them where present): read, and refused until the block has them.
+  const auto b = config_of(arch_file("llama", with(kLlamaTensors, {"attn_q.bias", "attn_k.bias", "attn_v.bias"})));
+  EXPECT_TRUE(b.attention_bias);
+  EXPECT_EQ(sm::unsupported_block_options(b), (std::vector<std::string>{"q/k/v biases"}));
+}
+
+TEST(LlamaConfigGguf, Qwen2HasQkvBiases) {
+  const auto c = config_of(arch_file("qwen2", with(kLlamaTensors, {"attn_q.bias", "attn_k.bias", "attn_v.bias"})));
+  EXPECT_EQ(c.architecture, "qwen2");
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm || c.post_attention_norm || c.post_ffn_norm);
+  EXPECT_FALSE(c.gguf_qk_permuted);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::require_block_support(c, "load_llama_gguf"); }),
+                   "load_llama_gguf: 'qwen2' needs q/k/v biases, q/k rows already in rotate_half order (llama.cpp's NeoX "
+                   "RoPE), which the Llama block does not support yet");
+  // The architecture implies the biases: a file without them is refused, and so is one with only some.
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen2", kLlamaTensors)); }),
+                   "architecture 'qwen2' has q/k/v biases, but the file has no tensor blk.0.attn_q.bias");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen2", with(kLlamaTensors, {"attn_q.bias"}))); }),
+                   "'qwen2' has only some of the tensors of q/k/v biases: blk.0.attn_q.bias, blk.0.attn_k.bias (missing), "
+                   "blk.0.attn_v.bias (missing)");
+  // Tensors no option accounts for are refused, never ignored.
+  EXPECT_ERROR_HAS(error_of_call([&] {
+                     (void)config_of(arch_file("qwen2", with(kLlamaTensors, {"attn_q.bias", "attn_k.bias", "attn_v.bias",
+                                                                             "attn_output.bias"})));
+                   }),
+                   "tensor blk.0.attn_output.bias ('qwen2') is not supported");
+}
+
+TEST(LlamaConfigGguf, Qwen3HasQkNorm) {
+  const auto c = config_of(arch_file("qwen3", with(kLlamaTensors, {"attn_q_norm.weight", "attn_k_norm.weight"})));
+  EXPECT_EQ(c.architecture, "qwen3");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias || c.post_attention_norm || c.post_ffn_norm);
+  EXPECT_EQ(c.ffn_activation, sm::FfnActivation::kSilu);
+  const auto missing = sm::unsupported_block_options(c);
+  EXPECT_NE(std::find(missing.begin(), missing.end(), "QK-norm"), missing.end());
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen3", kLlamaTensors)); }),
+                   "architecture 'qwen3' has QK-norm, but the file has no tensor blk.0.attn_q_norm.weight");
+}
+
+TEST(LlamaConfigGguf, Gemma3OptionsSlidingLayersAndSoftCap) {
+  const auto gemma_tensors = with(kLlamaTensors, {"attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight",
+                                                  "post_ffw_norm.weight"});
+  Writer w = arch_file("gemma3", gemma_tensors);
+  w.scalar<std::uint32_t>("gemma3.attention.sliding_window", GgufType::kUint32, 512);
+  const auto c = config_of(w);
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_TRUE(c.qk_norm && c.post_attention_norm && c.post_ffn_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_FALSE(c.norm_weight_plus_one);  // the converter stored 1 + w
+  EXPECT_EQ(c.ffn_activation, sm::FfnActivation::kGeluTanh);
+  EXPECT_EQ(c.embedding_scale, static_cast<double>(std::sqrt(64.0f)));
+  EXPECT_EQ(c.sliding_window, 512);
+  // Every sixth layer attends globally: 5 and 11 of 12.
+  std::vector<bool> expect(12, true);
+  expect[5] = expect[11] = false;
+  EXPECT_EQ(c.sliding_layers, expect);
+  EXPECT_TRUE(c.is_sliding_layer(0));
+  EXPECT_FALSE(c.is_sliding_layer(5));
+  EXPECT_FALSE(c.is_sliding_layer(12));
+  EXPECT_EQ(c.sliding_rope_theta, 10000.0);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.final_logit_softcap, 0.0);
+  EXPECT_EQ(c.attention_scale, 0.0);
+  EXPECT_FALSE(c.gguf_qk_permuted);
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::require_block_support(c, "load_llama_gguf"); }),
+                   "load_llama_gguf: 'gemma3' needs QK-norm, a post-attention norm, a post-FFN norm, gelu_tanh gating, "
+                   "embeddings scaled by 8, a 512-token sliding window, q/k rows already in rotate_half order");
+
+  // The pattern and the sliding RoPE base from their keys; a soft-cap where the metadata has one.
+  Writer w2 = arch_file("gemma3", gemma_tensors);
+  w2.scalar<std::uint32_t>("gemma3.attention.sliding_window", GgufType::kUint32, 4);
+  w2.scalar<std::uint32_t>("gemma3.attention.sliding_window_pattern", GgufType::kUint32, 4);
+  w2.scalar<float>("gemma3.rope.freq_base_swa", GgufType::kFloat32, 5000.0f);
+  w2.scalar<float>("gemma3.final_logit_softcapping", GgufType::kFloat32, 30.0f);
+  const auto c2 = config_of(w2);
+  std::vector<bool> every4(12, true);
+  every4[3] = every4[7] = every4[11] = false;
+  EXPECT_EQ(c2.sliding_layers, every4);
+  EXPECT_EQ(c2.sliding_rope_theta, 5000.0);
+  EXPECT_EQ(c2.final_logit_softcap, 30.0);
+  Writer w3 = arch_file("gemma3", gemma_tensors);
+  w3.scalar<std::uint32_t>("gemma3.attention.sliding_window", GgufType::kUint32, 8);
+  std::vector<std::uint8_t> flags(12, 0);
+  flags[2] = flags[9] = 1;
+  w3.array<std::uint8_t>("gemma3.attention.sliding_window_pattern", GgufType::kBool, flags);
+  std::vector<bool> two(12, false);
+  two[2] = two[9] = true;
+  EXPECT_EQ(config_of(w3).sliding_layers, two);
+  Writer w4 = arch_file("gemma3", gemma_tensors);
+  w4.scalar<std::uint32_t>("gemma3.attention.sliding_window", GgufType::kUint32, 8);
+  w4.array<std::uint8_t>("gemma3.attention.sliding_window_pattern", GgufType::kBool, std::vector<std::uint8_t>(3, 1));
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(w4); }),
+                   "gemma3.attention.sliding_window_pattern must be 12 bools (one per layer), got 3 of type bool");
+  // No window: no sliding layers.
+  EXPECT_EQ(config_of(arch_file("gemma3", gemma_tensors)).sliding_window, 0);
+  EXPECT_TRUE(config_of(arch_file("gemma3", gemma_tensors)).sliding_layers.empty());
+  // Gemma's norms are implied.
+  EXPECT_ERROR_HAS(error_of_call([&] {
+                     (void)config_of(arch_file("gemma3", with(kLlamaTensors, {"attn_q_norm.weight", "attn_k_norm.weight"})));
+                   }),
+                   "architecture 'gemma3' has a post-attention norm, but the file has no tensor "
+                   "blk.0.post_attention_norm.weight");
+  // A file of metadata alone takes the architecture's options as implied.
+  Writer meta;
+  for (const auto& kv : arch_file("gemma3", {}).kvs) meta.kvs.push_back(kv);
+  const auto m = config_of(meta);
+  EXPECT_TRUE(m.qk_norm && m.post_attention_norm && m.post_ffn_norm);
+}
+
+TEST(LlamaConfigGguf, ValueLengthMustEqualKeyLength) {
+  Writer w = arch_file("llama", kLlamaTensors, /*with_key_length=*/false);
+  w.scalar<std::uint32_t>("llama.attention.key_length", GgufType::kUint32, 16);
+  w.scalar<std::uint32_t>("llama.attention.value_length", GgufType::kUint32, 32);
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(w); }),
+                   "llama.attention.value_length 32 differs from key_length 16 (not supported)");
+}
+
+TEST(LlamaConfigGguf, Llama3RopeFactorsFromTheTensorMatchTheFormula) {
+  // rope_freqs.weight as llama.cpp's converter computes it from Llama 3.1's rope_scaling.
+  const double theta = 500000.0, factor = 8.0, low = 1.0, high = 4.0, old_ctx = 64.0;
+  const int hd = 16;
+  std::vector<float> factors;
+  for (int j = 0; j < hd / 2; ++j) {
+    const double freq = static_cast<double>(static_cast<float>(1.0 / std::pow(theta, 2.0 * j / hd)));
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < old_ctx / high) factors.push_back(1.0f);
+    else if (wavelen > old_ctx / low) factors.push_back(static_cast<float>(factor));
+    else {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  ASSERT_EQ(factors.front(), 1.0f);
+  ASSERT_EQ(factors.back(), 8.0f);
+  Writer w = arch_file("llama", kLlamaTensors);
+  std::vector<std::byte> bytes(factors.size() * 4);
+  std::memcpy(bytes.data(), factors.data(), bytes.size());
+  w.tensor("rope_freqs.weight", {factors.size()}, GgmlType::kF32, bytes);
+  auto c = config_of(w);
+  ASSERT_EQ(c.rope_freq_factors, factors);
+  EXPECT_TRUE(sm::unsupported_block_options(c).empty());  // rope_inverse_frequencies applies them
+  c.rope_theta = theta;
+  sm::LlamaConfig ref = c;
+  ref.rope_freq_factors.clear();
+  ref.rope_scaling = {sm::RopeScalingType::kLlama3, factor, low, high, static_cast<std::int64_t>(old_ctx)};
+  const auto a = sm::rope_inverse_frequencies(c, hd);
+  const auto b = sm::rope_inverse_frequencies(ref, hd);
+  ASSERT_EQ(a.size(), b.size());
+  bool some_scaled = false;
+  for (std::size_t j = 0; j < a.size(); ++j) {
+    EXPECT_NEAR(a[j], b[j], 1e-6 * b[j]) << j;
+    some_scaled = some_scaled || factors[j] != 1.0f;
+  }
+  EXPECT_TRUE(some_scaled);
+  // The wrong length is refused.
+  Writer bad = arch_file("llama", kLlamaTensors);
+  bad.tensor("rope_freqs.weight", {3}, GgmlType::kF32, f32_bytes(3));
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(bad); }), "rope_freqs.weight has 3 elements, expected head_dim / 2 = 8");
+}
+
+TEST(LlamaConfigGguf, ValidateChecksTheNewOptions) {
+  auto c = config_of(arch_file("llama", kLlamaTensors));
+  auto bad = c;
+  bad.sliding_window = 16;
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "sliding_layers has 0 entries for 12 layers");
+  bad.sliding_layers.assign(12, true);
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "sliding_rope_theta must be positive with a sliding window");
+  bad = c;
+  bad.sliding_layers.assign(12, true);
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "sliding_layers is set without a sliding_window");
+  bad = c;
+  bad.embedding_scale = 0.0;
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "embedding_scale must be finite and positive, got 0");
+  bad = c;
+  bad.final_logit_softcap = -1.0;
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "final_logit_softcap must be finite and >= 0, got -1");
+  bad = c;
+  bad.rope_freq_factors = {1.0f, 2.0f};
+  EXPECT_ERROR_HAS(error_of_call([&] { bad.validate(); }), "rope_freq_factors has 2 entries, expected head_dim / 2 = 8");
+}
+
+TEST(GgufModel, Gemma3ConfigFromTheRealFile) {
+  const char* env = std::getenv("SPECDEC_GEMMA_GGUF");
+  const std::filesystem::path path =
+      env ? std::filesystem::path(env) : std::filesystem::path(SPECDEC_SOURCE_DIR) / "models" / "gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/fetch-gemma.sh downloads it)";
+  const sm::GgufFile f(path);
+  const auto c = sm::llama_config_from_gguf(f);
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_EQ(c.vocab_size, 262144);
+  EXPECT_EQ(c.hidden_size, 640);
+  EXPECT_EQ(c.intermediate_size, 2048);
+  EXPECT_EQ(c.num_layers, 18);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.max_position_embeddings, 32768);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.qk_norm && c.post_attention_norm && c.post_ffn_norm);
+  EXPECT_EQ(c.ffn_activation, sm::FfnActivation::kGeluTanh);
+  EXPECT_EQ(c.embedding_scale, static_cast<double>(std::sqrt(640.0f)));
+  EXPECT_EQ(c.sliding_window, 512);
+  for (int il = 0; il < 18; ++il) EXPECT_EQ(c.is_sliding_layer(il), il % 6 != 5) << il;
+  EXPECT_EQ(c.sliding_rope_theta, 10000.0);
+  EXPECT_EQ(c.final_logit_softcap, 0.0);
+  EXPECT_EQ(c.bos_token_id, 2);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{1}));
+  EXPECT_FALSE(sm::unsupported_block_options(c).empty());
+}
+
+// Files written by PyPI's gguf (llama.cpp's own writer: its key and tensor names, the calls its converter makes), by
+// tests/models/write_gguf_fixtures.py into the build directory; ctest runs it first where the package is installed and
+// names the directory in SPECDEC_GGUF_PY_FIXTURES (skipped otherwise).
+TEST(LlamaConfigGguf, FilesWrittenByGgufPy) {
+  const char* dir = std::getenv("SPECDEC_GGUF_PY_FIXTURES");
+  if (dir == nullptr || !std::filesystem::exists(std::filesystem::path(dir) / "expected.json"))
+    GTEST_SKIP() << "no fixtures written by PyPI gguf (SPECDEC_GGUF_PY_FIXTURES)";
+  std::ifstream in(std::filesystem::path(dir) / "expected.json");
+  const auto expected = nlohmann::json::parse(in);
+  ASSERT_EQ(expected.size(), 4u);
+  for (const auto& [arch, e] : expected.items()) {
+    SCOPED_TRACE(arch);
+    const sm::GgufFile f(std::filesystem::path(dir) / (arch + ".gguf"));
+    const auto c = sm::llama_config_from_gguf(f);
+    EXPECT_EQ(c.architecture, arch);
+    EXPECT_EQ(c.hidden_size, e["hidden_size"].get<std::int64_t>());
+    EXPECT_EQ(c.num_layers, e["num_layers"].get<std::int64_t>());
+    EXPECT_EQ(c.num_heads, e["num_heads"].get<std::int64_t>());
+    EXPECT_EQ(c.num_kv_heads, e["num_kv_heads"].get<std::int64_t>());
+    EXPECT_EQ(c.head_dim, e["head_dim"].get<std::int64_t>());
+    EXPECT_EQ(c.vocab_size, e["vocab_size"].get<std::int64_t>());
+    EXPECT_EQ(c.rope_theta, e["rope_theta"].get<double>());
+    EXPECT_EQ(c.attention_bias, e["attention_bias"].get<bool>());
+    EXPECT_EQ(c.qk_norm, e["qk_norm"].get<bool>());
+    EXPECT_EQ(c.post_attention_norm, e["post_attention_norm"].get<bool>());
+    EXPECT_EQ(c.post_ffn_norm, e["post_ffn_norm"].get<bool>());
+    EXPECT_EQ(c.ffn_activation == sm::FfnActivation::kGeluTanh, e["gelu"].get<bool>());
+    EXPECT_EQ(c.embedding_scale, e["embedding_scale"].get<double>());
+    EXPECT_EQ(c.sliding_window, e["sliding_window"].get<std::int64_t>());
+    EXPECT_EQ(c.sliding_rope_theta, e["sliding_rope_theta"].get<double>());
+    EXPECT_EQ(c.final_logit_softcap, e["final_logit_softcap"].get<double>());
+    EXPECT_EQ(c.rope_freq_factors, e["rope_freq_factors"].get<std::vector<float>>());
+    EXPECT_EQ(c.gguf_qk_permuted, e["gguf_qk_permuted"].get<bool>());
+    if (e.contains("sliding_layers")) EXPECT_EQ(c.sliding_layers, e["sliding_layers"].get<std::vector<bool>>());
+    EXPECT_EQ(sm::unsupported_block_options(c).empty(), arch == "llama");
+  }
 }

@@ -225,6 +225,186 @@ TEST(TokenizerSynthetic, SpecErrors) {
   EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "merge 0 'ab' is not of the form 'left right'");
 }
 
+// ------------------------------------------------------------------------------------------------------------------------------
+// SentencePiece on a synthetic vocabulary (the expected ids follow llama.cpp's llm_tokenizer_spm by hand)
+
+namespace {
+
+constexpr const char* kSpace = "\xE2\x96\x81";  // '▁'
+
+/// <unk> <s> </s>, the 256 byte tokens <0x00>..<0xFF> (ids 3..258), then `normal` with their scores, then `extra`.
+struct SpmVocab {
+  std::vector<std::pair<std::string, float>> normal;
+  std::vector<std::pair<std::string, sm::TokenType>> extra;
+  bool add_space_prefix = false;
+  bool with_bytes = true;
+
+  sm::TokenizerSpec spec() const {
+    sm::TokenizerSpec s;
+    s.model = sm::TokenizerModel::kSentencePiece;
+    const auto add = [&](std::string t, sm::TokenType type, float score) {
+      s.tokens.push_back(std::move(t));
+      s.token_types.push_back(type);
+      s.scores.push_back(score);
+    };
+    add("<unk>", sm::TokenType::kUnknown, 0);
+    add("<s>", sm::TokenType::kControl, 0);
+    add("</s>", sm::TokenType::kControl, 0);
+    if (with_bytes) {
+      for (int b = 0; b < 256; ++b) add(fmt_byte(b), sm::TokenType::kByte, 0);
+    }
+    for (const auto& [t, score] : normal) add(t, sm::TokenType::kNormal, score);
+    for (const auto& [t, type] : extra) add(t, type, 0);
+    s.unk_id = 0;
+    s.bos_id = 1;
+    s.eos_id = 2;
+    s.add_bos = true;
+    s.add_space_prefix = add_space_prefix;
+    return s;
+  }
+  static std::string fmt_byte(int b) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    return std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+  }
+};
+
+std::string sp(const std::string& s) {  // ' ' -> '▁'
+  std::string out;
+  for (char c : s) out += c == ' ' ? std::string(kSpace) : std::string(1, c);
+  return out;
+}
+
+std::vector<std::string> texts(const sm::Tokenizer& t, const std::vector<std::int32_t>& ids) {
+  std::vector<std::string> out;
+  for (auto id : ids) out.push_back(t.token_text(id));
+  return out;
+}
+
+}  // namespace
+
+TEST(SentencePieceSynthetic, HighestScoreMergesFirstThenLeftmost) {
+  SpmVocab v;
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}};
+  const sm::Tokenizer bc_first(v.spec());
+  EXPECT_EQ(bc_first.model(), sm::TokenizerModel::kSentencePiece);
+  EXPECT_EQ(texts(bc_first, bc_first.encode("abc", {.add_special = false})), (std::vector<std::string>{"a", "bc"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -2}, {"bc", -3}};
+  const sm::Tokenizer ab_first(v.spec());
+  EXPECT_EQ(texts(ab_first, ab_first.encode("abc", {.add_special = false})), (std::vector<std::string>{"ab", "c"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -2}, {"bc", -2}};
+  const sm::Tokenizer tie(v.spec());  // equal scores: the leftmost pair
+  EXPECT_EQ(texts(tie, tie.encode("abc", {.add_special = false})), (std::vector<std::string>{"ab", "c"}));
+  v.normal = {{"a", -1}, {"b", -1}, {"c", -1}, {"ab", -3}, {"bc", -2}, {"abc", -9}};
+  const sm::Tokenizer whole(v.spec());  // a + bc, then a + bc forms a token of its own, whatever its score
+  EXPECT_EQ(texts(whole, whole.encode("abc", {.add_special = false})), (std::vector<std::string>{"abc"}));
+  v.normal = {{"a", -1}, {"aa", -1}};
+  const sm::Tokenizer aa(v.spec());
+  EXPECT_EQ(texts(aa, aa.encode("aaa", {.add_special = false})), (std::vector<std::string>{"aa", "a"}));
+  // BOS only with add_special (add_bos is set); EOS too where the vocabulary asks for it.
+  EXPECT_EQ(texts(aa, aa.encode("a")), (std::vector<std::string>{"<s>", "a"}));
+  auto with_eos = v.spec();
+  with_eos.add_eos = true;
+  const sm::Tokenizer eos(std::move(with_eos));
+  EXPECT_EQ(texts(eos, eos.encode("a")), (std::vector<std::string>{"<s>", "a", "</s>"}));
+  EXPECT_EQ(texts(eos, eos.encode("a", {.add_special = false})), (std::vector<std::string>{"a"}));
+}
+
+TEST(SentencePieceSynthetic, SpacesBecomeU2581AndThePrefixSpace) {
+  SpmVocab v;
+  v.normal = {{kSpace, -1}, {"a", -1}, {"b", -1}, {sp(" a"), -3}, {"ab", -2}, {sp(" ab"), -5}};
+  const sm::Tokenizer plain(v.spec());
+  EXPECT_FALSE(plain.add_space_prefix());
+  EXPECT_EQ(texts(plain, plain.encode("ab ab", {.add_special = false})),
+            (std::vector<std::string>{"ab", sp(" ab")}));  // "ab" first, then "▁" + "ab" is a token
+  EXPECT_EQ(plain.decode(plain.encode("ab ab", {.add_special = false})), "ab ab");
+  v.add_space_prefix = true;
+  const sm::Tokenizer prefixed(v.spec());
+  EXPECT_TRUE(prefixed.add_space_prefix());
+  EXPECT_EQ(texts(prefixed, prefixed.encode("ab  a", {.add_special = false})),
+            (std::vector<std::string>{sp(" ab"), kSpace, sp(" a")}));
+  EXPECT_EQ(prefixed.decode(prefixed.encode("ab  a", {.add_special = false})), " ab  a");  // the inserted space stays
+  EXPECT_EQ(prefixed.encode("", {.add_special = false}), (std::vector<std::int32_t>{}));
+  EXPECT_EQ(texts(prefixed, prefixed.encode("")), (std::vector<std::string>{"<s>"}));
+}
+
+TEST(SentencePieceSynthetic, ByteFallbackAndItsDecoding) {
+  SpmVocab v;
+  v.normal = {{"a", -1}, {"\xC3\xA9", -1}, {kSpace, -1}};  // 'é' is a token, 'ü' (C3 BC) and U+1F642 are not
+  const sm::Tokenizer tok(v.spec());
+  const auto ids = tok.encode("a\xC3\xBC\xC3\xA9\xF0\x9F\x99\x82", {.add_special = false});
+  EXPECT_EQ(texts(tok, ids), (std::vector<std::string>{"a", "<0xC3>", "<0xBC>", "\xC3\xA9", "<0xF0>", "<0x9F>", "<0x99>",
+                                                       "<0x82>"}));
+  EXPECT_EQ(tok.decode(ids), "a\xC3\xBC\xC3\xA9\xF0\x9F\x99\x82");
+  EXPECT_EQ(tok.token_to_piece(3 + 0x41), "A");
+  // Malformed UTF-8: a lead byte takes its length's worth of bytes as one character; the pieces fall back to bytes. (A
+  // space decodes back only because '▁' is a token: without one it would fall back to the bytes of '▁'.)
+  std::mt19937 rng(7);
+  for (int i = 0; i < 500; ++i) {
+    std::string s(rng() % 40, '\0');
+    for (auto& c : s) {
+      c = static_cast<char>(rng() % 3 == 0 ? 'a' : rng() & 0xFF);
+      if (c == ' ') c = 'b';  // see below
+    }
+    ASSERT_EQ(tok.decode(tok.encode(s, {.add_special = false})), s) << i;
+  }
+  // A lead byte whose character swallows the first byte of an escaped space: the space comes back as the bytes of '▁'
+  // (llama.cpp does the same; only malformed text meets this).
+  EXPECT_EQ(texts(tok, tok.encode("\xE5" "a b", {.add_special = false})),
+            (std::vector<std::string>{"<0xE5>", "<0x61>", "<0xE2>", "<0x96>", "<0x81>", "<0x62>"}));
+  // Without byte tokens a byte falls back to its one-character token, else to unk.
+  SpmVocab nb;
+  nb.with_bytes = false;
+  nb.normal = {{"a", -1}, {"x", -1}};
+  const sm::Tokenizer no_bytes(nb.spec());
+  EXPECT_TRUE(no_bytes.has_byte_token('a'));
+  EXPECT_FALSE(no_bytes.has_byte_token(0xC3));
+  EXPECT_EQ(texts(no_bytes, no_bytes.encode("a\xC3\xBCx", {.add_special = false})),
+            (std::vector<std::string>{"a", "<unk>", "<unk>", "x"}));
+}
+
+TEST(SentencePieceSynthetic, SpecialTokensLongestFirstOverTheWholeText) {
+  SpmVocab v;
+  v.normal = {{"p", -1}, {"q", -1}, {"r", -1}, {"s", -1}, {kSpace, -1}};
+  v.extra = {{"pq", sm::TokenType::kUserDefined}, {"qrs", sm::TokenType::kUserDefined},
+             {"<turn>", sm::TokenType::kControl}, {"<dead>", sm::TokenType::kUnused}};
+  v.add_space_prefix = true;
+  const sm::Tokenizer tok(v.spec());
+  // llama.cpp splits the text at the longest special token everywhere before it tries a shorter one: "qrs" wins over the
+  // leftmost match "pq".
+  EXPECT_EQ(texts(tok, tok.encode("pqrs", {.add_special = false})), (std::vector<std::string>{kSpace, "p", "qrs"}));
+  EXPECT_EQ(texts(tok, tok.encode("pqpq", {.add_special = false})), (std::vector<std::string>{"pq", "pq"}));  // no text
+  // Control tokens only with parse_special; a space goes in front of the text after each special token.
+  EXPECT_EQ(texts(tok, tok.encode("p<turn>s", {.add_special = false, .parse_special = true})),
+            (std::vector<std::string>{kSpace, "p", "<turn>", kSpace, "s"}));
+  const auto literal = tok.encode("<turn>", {.add_special = false});
+  EXPECT_EQ(tok.decode(literal), " <turn>");
+  EXPECT_NE(std::find(literal.begin(), literal.end(), 3 + '<'), literal.end());  // '<' as its byte token
+  // Decoding: control tokens give their text unless skipped; unused tokens give nothing, as in llama.cpp.
+  const std::int32_t turn = *tok.token_id("<turn>");
+  const std::int32_t dead = *tok.token_id("<dead>");
+  const std::vector<std::int32_t> ids{turn, *tok.token_id("p"), dead};
+  EXPECT_EQ(tok.decode(ids), "<turn>p");
+  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), "p");
+}
+
+TEST(SentencePieceSynthetic, SpecErrors) {
+  SpmVocab v;
+  v.normal = {{"a", -1}};
+  auto s = v.spec();
+  s.scores.pop_back();
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "259 scores for 260 tokens");
+  s = v.spec();
+  s.merges = {"a b"};
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "a SentencePiece vocabulary has no merges");
+  s = v.spec();
+  s.tokens[3] = "<0xZZ>";
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(s); }), "byte token 3 is '<0xZZ>', expected the form <0xHH>");
+  sm::TokenizerSpec bpe;
+  bpe.tokens = {"a"};
+  bpe.scores = {0.0f};
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::Tokenizer t(bpe); }), "belong to SentencePiece, not BPE");
+}
+
 TEST(StreamingDecoder, EmitsOnlyCompleteSequences) {
   const auto tok = synthetic({});
   sm::StreamingDecoder dec(tok);
@@ -273,6 +453,35 @@ TEST(ChatTemplate, ChatMLWithDefaultSystemPrompt) {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n");
   EXPECT_EQ(sm::apply_chat_template({}, true), "<|im_start|>assistant\n");
   EXPECT_EQ(sm::ChatTemplate("").apply(user_only, false), "<|im_start|>user\nHi there<|im_end|>\n");
+}
+
+TEST(ChatTemplate, GemmaTurnsSystemMergedAndTrimmed) {
+  const auto g = sm::ChatTemplate::gemma();
+  EXPECT_EQ(g.kind(), sm::ChatTemplateKind::kGemma);
+  const std::vector<sm::ChatMessage> user_only{{"user", "  Hi there\n"}};
+  EXPECT_EQ(g.apply(user_only, true), "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(g.apply(user_only, false), "<start_of_turn>user\nHi there<end_of_turn>\n");
+  // The system message goes in front of the first user turn, after a blank line; "assistant" is "model".
+  const std::vector<sm::ChatMessage> chat{{"system", " Be brief. "}, {"user", "2+2?"}, {"assistant", "4\n"}, {"user", "3+3?"}};
+  EXPECT_EQ(g.apply(chat, true),
+            "<start_of_turn>user\nBe brief.\n\n2+2?<end_of_turn>\n<start_of_turn>model\n4<end_of_turn>\n"
+            "<start_of_turn>user\n3+3?<end_of_turn>\n<start_of_turn>model\n");
+  // A system message waits for a turn that is not the model's.
+  const std::vector<sm::ChatMessage> late{{"assistant", "Hello."}, {"system", "S"}, {"assistant", "x"}, {"user", "u"}};
+  EXPECT_EQ(g.apply(late, false),
+            "<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>model\nx<end_of_turn>\n"
+            "<start_of_turn>user\nS\n\nu<end_of_turn>\n");
+  EXPECT_EQ(g.apply({}, true), "<start_of_turn>model\n");
+  // Recognised from the template text; anything else named in the error.
+  EXPECT_EQ(sm::ChatTemplate::from_template_text("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role }}"
+                                                 "{% endfor %}").kind(),
+            sm::ChatTemplateKind::kGemma);
+  const auto chatml = sm::ChatTemplate::from_template_text("<|im_start|>system\nYou are X.<|im_end|>{% ... %}<|im_start|>");
+  EXPECT_EQ(chatml.kind(), sm::ChatTemplateKind::kChatML);
+  EXPECT_EQ(chatml.default_system_prompt(), "You are X.");
+  EXPECT_ERROR_HAS(error_of_call([] { (void)sm::ChatTemplate::from_template_text("[INST] {{ m }} [/INST]"); }),
+                   "is neither ChatML (expected <|im_start|> and <|im_end|>) nor Gemma's (expected <start_of_turn>), got "
+                   "'[INST] {{ m }} [/INST]'");
 }
 
 // ------------------------------------------------------------------------------------------------------------------------------
@@ -406,4 +615,81 @@ TEST_F(SmolLM2Tokenizer, EncodesLongTextQuickly) {
   const auto t1 = std::chrono::steady_clock::now();
   EXPECT_EQ(tok_->decode(tok_->encode(word)), word);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 2.0);
+}
+
+// ------------------------------------------------------------------------------------------------------------------------------
+// The real Gemma 3 tokenizer (SentencePiece, 262,144 tokens; skipped when scripts/fetch-gemma.sh has not fetched it). The
+// expected ids are llama.cpp's (llama-cpp-python 0.3.36, llama_tokenize on the same file); scripts/oracle-tokenizer.sh
+// compares whole corpora.
+
+namespace {
+std::filesystem::path gemma_path() {
+  if (const char* p = std::getenv("SPECDEC_GEMMA_GGUF")) return p;
+  return std::filesystem::path(SPECDEC_SOURCE_DIR) / "models" / "gemma-3-270m-q4_k_m.gguf";
+}
+}  // namespace
+
+class Gemma3Tokenizer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(gemma_path())) return;
+    file_ = new sm::GgufFile(gemma_path());
+    tok_ = new sm::Tokenizer(sm::Tokenizer::from_gguf(*file_));
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete file_;
+    tok_ = nullptr;
+    file_ = nullptr;
+  }
+  void SetUp() override {
+    if (tok_ == nullptr) GTEST_SKIP() << gemma_path() << " is absent (scripts/fetch-gemma.sh downloads it)";
+  }
+  static inline sm::GgufFile* file_ = nullptr;
+  static inline sm::Tokenizer* tok_ = nullptr;
+};
+
+TEST_F(Gemma3Tokenizer, MetadataAndIds) {
+  const auto& t = *tok_;
+  EXPECT_EQ(t.model(), sm::TokenizerModel::kSentencePiece);
+  EXPECT_EQ(t.vocab_size(), 262144);
+  EXPECT_EQ(t.bos_id(), 2);
+  EXPECT_EQ(t.eos_id(), 1);
+  EXPECT_EQ(t.eot_id(), 106);  // <end_of_turn>, found by its text as llama.cpp does
+  EXPECT_EQ(t.unk_id(), 3);
+  EXPECT_EQ(t.pad_id(), 0);
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_FALSE(t.add_space_prefix());
+  EXPECT_EQ(t.end_of_generation_ids(), (std::vector<std::int32_t>{1, 106}));
+  EXPECT_EQ(t.token_text(105), "<start_of_turn>");
+  EXPECT_EQ(t.token_type(107), sm::TokenType::kUserDefined);  // "\n"
+  for (int b = 0; b < 256; ++b) EXPECT_TRUE(t.has_byte_token(static_cast<unsigned char>(b))) << b;
+}
+
+TEST_F(Gemma3Tokenizer, EncodingsEqualLlamaCpp) {
+  const auto& t = *tok_;
+  const auto plain = [&](const std::string& s) { return t.encode(s, {.add_special = false}); };
+  using V = std::vector<std::int32_t>;
+  EXPECT_EQ(plain("Hello world"), (V{9259, 1902}));
+  EXPECT_EQ(plain(" leading  spaces\n\n\nand tabs\t\tend "), (V{5830, 138, 35220, 109, 624, 42364, 255969, 643, 236743}));
+  EXPECT_EQ(plain("na\u00efve caf\u00e9 \u65e5\u672c\u8a9e \U0001F642 \uFDFD"),
+            (V{1789, 238527, 560, 33443, 33375, 238582, 57235, 236743, 253375}));
+  EXPECT_EQ(plain("<start_of_turn>user"), (V{236820, 3041, 236779, 1340, 236779, 887, 236813, 2364}));
+  EXPECT_EQ(plain("def f(x):\n    return x * 2\n"), (V{2063, 517, 236769, 236781, 1473, 107, 140, 2060, 1123, 808, 236743,
+                                                         236778, 107}));
+  EXPECT_EQ(plain("1234567 + 3.14159 = ?"), (V{236770, 236778, 236800, 236812, 236810, 236825, 236832, 900, 236743, 236800,
+                                              236761, 236770, 236812, 236770, 236810, 236819, 578, 2360}));
+  EXPECT_EQ(plain(std::string("\x00\x01\x7f", 3)), (V{238, 249732, 251541}));
+  // User-defined tokens split the text always ("<sub>", "</sub>"); "</s>" too is user-defined in the file, but llama.cpp
+  // makes it a control token by its text: matched only with parse_special.
+  EXPECT_EQ(plain("x<sub>2</sub>"), (V{236781, 204, 236778, 213}));
+  EXPECT_EQ(t.token_type(212), sm::TokenType::kControl);
+  EXPECT_EQ(plain("a </s> b"), (V{236746, 1454, 236751, 236813, 518}));
+  EXPECT_EQ(t.encode("a </s> b", {.add_special = false, .parse_special = true}), (V{236746, 236743, 212, 518}));
+  // The chat prompt Gemma's template writes, with BOS and control tokens parsed.
+  const std::vector<sm::ChatMessage> msgs{{"user", "Hi"}};
+  const auto prompt = sm::ChatTemplate::from_gguf(*file_).apply(msgs, true);
+  EXPECT_EQ(t.encode(prompt, {.add_special = true, .parse_special = true}),
+            (V{2, 105, 2364, 107, 10979, 106, 107, 105, 4368, 107}));
+  EXPECT_EQ(t.decode(t.encode(prompt, {.add_special = false, .parse_special = true})), prompt);
 }

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -11,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "gguf_writer.hpp"
+#include "specdec/models/aten_llama.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/tokenizer.hpp"
@@ -63,6 +67,8 @@ std::unique_ptr<sm::LlamaModel> SmolLM2::model_;
 std::unique_ptr<sm::Tokenizer> SmolLM2::tokenizer_;
 
 std::int64_t top1(const at::Tensor& row) { return row.argmax().item<std::int64_t>(); }
+
+std::string fmt_name(const char* tensor, const char* kind) { return std::string("blk.0.") + tensor + "." + kind; }
 
 }  // namespace
 
@@ -205,4 +211,51 @@ TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {
   }
   model_->free_sequence(a);
   model_->free_sequence(b);
+}
+
+// The loaders refuse a model whose options the Llama block cannot run yet, naming them, rather than run other math: a
+// small qwen2 file (q/k/v biases, q/k rows in rotate_half order) and Gemma 3 270M where it has been fetched.
+TEST(GgufLoaders, RefuseOptionsTheBlockCannotRun) {
+  using specdec_test::GgmlType;
+  using specdec_test::GgufType;
+  specdec_test::Writer w;
+  w.string("general.architecture", "qwen2");
+  w.scalar<std::uint32_t>("qwen2.embedding_length", GgufType::kUint32, 32);
+  w.scalar<std::uint32_t>("qwen2.feed_forward_length", GgufType::kUint32, 64);
+  w.scalar<std::uint32_t>("qwen2.block_count", GgufType::kUint32, 1);
+  w.scalar<std::uint32_t>("qwen2.attention.head_count", GgufType::kUint32, 2);
+  w.scalar<float>("qwen2.attention.layer_norm_rms_epsilon", GgufType::kFloat32, 1e-6f);
+  w.scalar<std::uint32_t>("qwen2.vocab_size", GgufType::kUint32, 16);
+  const auto f32 = [](std::size_t n) { return std::vector<std::byte>(n * 4); };
+  w.tensor("token_embd.weight", {32, 16}, GgmlType::kF32, f32(32 * 16));
+  w.tensor("output_norm.weight", {32}, GgmlType::kF32, f32(32));
+  for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output"}) w.tensor(fmt_name(t, "weight"), {32, 32}, GgmlType::kF32, f32(1024));
+  for (const char* t : {"attn_q", "attn_k", "attn_v"}) w.tensor(fmt_name(t, "bias"), {32}, GgmlType::kF32, f32(32));
+  for (const char* t : {"attn_norm", "ffn_norm"}) w.tensor(fmt_name(t, "weight"), {32}, GgmlType::kF32, f32(32));
+  w.tensor(fmt_name("ffn_gate", "weight"), {32, 64}, GgmlType::kF32, f32(2048));
+  w.tensor(fmt_name("ffn_up", "weight"), {32, 64}, GgmlType::kF32, f32(2048));
+  w.tensor(fmt_name("ffn_down", "weight"), {64, 32}, GgmlType::kF32, f32(2048));
+  const auto path = std::filesystem::temp_directory_path() / ("specdec_qwen2_" + std::to_string(::getpid()) + ".gguf");
+  specdec_test::write_file(path, w.build());
+  const auto error_of = [](auto&& load) -> std::string {
+    try {
+      load();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string packed = error_of([&] { (void)sm::load_llama_gguf(path); });
+  const std::string aten = error_of([&] { (void)sm::load_aten_llama_gguf(path); });
+  std::filesystem::remove(path);
+  EXPECT_NE(packed.find("load_llama_gguf: 'qwen2' needs q/k/v biases"), std::string::npos) << packed;
+  EXPECT_NE(packed.find("which the Llama block does not support yet"), std::string::npos) << packed;
+  EXPECT_NE(aten.find("load_aten_llama_gguf: 'qwen2' needs q/k/v biases"), std::string::npos) << aten;
+
+  const std::filesystem::path gemma = std::filesystem::path(SPECDEC_MODELS_DIR) / "gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(gemma)) GTEST_SKIP() << gemma << " is absent (scripts/fetch-gemma.sh downloads it)";
+  const std::string g = error_of([&] { (void)sm::load_llama_gguf(gemma); });
+  EXPECT_NE(g.find("load_llama_gguf: 'gemma3' needs QK-norm, a post-attention norm, a post-FFN norm, gelu_tanh gating"),
+            std::string::npos)
+      << g;
 }

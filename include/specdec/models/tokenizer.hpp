@@ -1,6 +1,6 @@
-// Byte-level BPE tokenizer (GPT-2 style, tokenizer.ggml.model == "gpt2") built from GGUF metadata. Torch-free.
+// The two tokenizers of GGUF files, built from their metadata. Torch-free.
 //
-// Encoding: the text is split at special tokens (when asked), then pre-tokenized into words over Unicode code points, and each
+// Byte-level BPE (GPT-2 style, tokenizer.ggml.model == "gpt2"; SmolLM2, Qwen, Llama 3). Encoding: the text is split at special tokens (when asked), then pre-tokenized into words over Unicode code points, and each
 // word's UTF-8 bytes are merged by BPE rank. Pre-tokenizers:
 //   kGpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   kSmollm: every \p{N} code point is isolated first (Hugging Face Digits(individual_digits=true); llama.cpp's "smollm" pre
@@ -10,6 +10,16 @@
 // byte of s has a token. A byte the vocabulary lacks (SmolLM2 has no token for 21 bytes: 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D,
 // 0xC0, 0xC1, 0xF1, 0xF2, 0xF5..0xFF) is dropped, exactly as Hugging Face's BPE without unk_token and llama.cpp do;
 // has_byte_token() tells which bytes survive.
+//
+// SentencePiece (tokenizer.ggml.model == "llama"; Gemma, Llama 2, Mistral), as llama.cpp encodes it. The text is split at
+// special tokens (user-defined ones always, control ones with parse_special; longest first, each token over the whole text
+// before the next), then each piece between them: a space is prepended when add_space_prefix is set and the piece opens the
+// text or follows a special token; every ' ' becomes U+2581 '▁'; the piece is cut into UTF-8 characters (a lead byte's
+// length, however malformed what follows), and the adjacent pair whose concatenation is a token of the highest score is merged
+// (ties: the leftmost) until no pair forms a token. A piece that is no token is written as its bytes' byte tokens
+// (`<0x41>`, or the byte's own one-character token): byte fallback. A byte with neither gives unk (or nothing without one).
+// Decoding turns '▁' back into ' ' and byte tokens into their byte; with add_space_prefix set, decode(encode(s)) has the
+// space the encoder inserted in front.
 #pragma once
 
 #include <cstdint>
@@ -39,25 +49,36 @@ enum class TokenType : std::int32_t {
 
 enum class PreTokenizer : std::uint8_t { kGpt2, kSmollm };
 
+/// Which algorithm the vocabulary belongs to (tokenizer.ggml.model).
+enum class TokenizerModel : std::uint8_t {
+  kBpe,            ///< "gpt2": byte-level BPE over merges
+  kSentencePiece,  ///< "llama": SentencePiece over scores, with byte fallback
+};
+
 struct EncodeOptions {
   bool add_special = true;     ///< prepend BOS when the model asks for it (tokenizer.ggml.add_bos_token)
   bool parse_special = false;  ///< match control tokens ("<|im_start|>") in the text instead of encoding their characters
 };
 
-/// Everything a byte-level BPE tokenizer is built from (what the GGUF metadata holds).
+/// Everything a tokenizer is built from (what the GGUF metadata holds).
 struct TokenizerSpec {
-  std::vector<std::string> tokens;    ///< vocabulary in byte-level form ("Ġthe")
+  std::vector<std::string> tokens;    ///< vocabulary: byte-level form for BPE ("Ġthe"), '▁' for spaces for SentencePiece
   std::vector<TokenType> token_types; ///< empty = all kNormal
-  std::vector<std::string> merges;    ///< "Ġ t" = merge "Ġ" and "t"; earlier = higher priority
-  PreTokenizer pre_tokenizer = PreTokenizer::kSmollm;
+  std::vector<std::string> merges;    ///< BPE: "Ġ t" = merge "Ġ" and "t"; earlier = higher priority
+  PreTokenizer pre_tokenizer = PreTokenizer::kSmollm;  ///< BPE only
   std::optional<std::int32_t> bos_id, eos_id, eot_id, unk_id, pad_id;
   bool add_bos = false;
+  TokenizerModel model = TokenizerModel::kBpe;
+  std::vector<float> scores;          ///< SentencePiece: one per token (higher merges first); empty = all 0
+  bool add_space_prefix = false;      ///< SentencePiece: ' ' before the text and after each special token
+  bool add_eos = false;               ///< append EOS when encoding with add_special (tokenizer.ggml.add_eos_token)
 };
 
 class Tokenizer {
  public:
-  /// Reads tokenizer.ggml.* from a GGUF file. Throws specdec::error for a non-"gpt2" model, an unknown pre-tokenizer, or
-  /// inconsistent arrays.
+  /// Reads tokenizer.ggml.* from a GGUF file: "gpt2" (BPE) or "llama" (SentencePiece; its defaults where a key is absent
+  /// are llama.cpp's: add_bos and add_space_prefix on, bos 1, eos 2, unk 0, and an eot found by its text such as
+  /// <end_of_turn>). Throws specdec::error for another model, an unknown pre-tokenizer, or inconsistent arrays.
   static Tokenizer from_gguf(const GgufFile& file);
   explicit Tokenizer(TokenizerSpec spec);
 
@@ -67,19 +88,23 @@ class Tokenizer {
 
   std::vector<std::int32_t> encode(std::string_view text, EncodeOptions options = {}) const;
   /// Concatenated bytes of the tokens (possibly invalid UTF-8 when cut mid-character). Control tokens give their text unless
-  /// skip_special. Throws for an id outside [0, vocab_size).
+  /// skip_special; SentencePiece's unused and undefined tokens give nothing, as in llama.cpp. Throws for an id outside
+  /// [0, vocab_size).
   std::string decode(std::span<const std::int32_t> ids, bool skip_special = false) const;
   /// Raw bytes of one token.
   std::string token_to_piece(std::int32_t id) const;
 
   std::int32_t vocab_size() const noexcept;
-  /// Whether `byte` has a single-byte token (bytes without one are dropped by encode()).
+  /// Whether `byte` has a single-byte token (BPE drops bytes without one; SentencePiece writes unk for them).
   bool has_byte_token(unsigned char byte) const noexcept;
   /// The vocabulary string as stored (byte-level form).
   const std::string& token_text(std::int32_t id) const;
   std::optional<std::int32_t> token_id(std::string_view token_text) const;
   TokenType token_type(std::int32_t id) const;
   PreTokenizer pre_tokenizer() const noexcept;
+  TokenizerModel model() const noexcept;
+  /// SentencePiece: whether encode() puts a space in front of the text (and after each special token).
+  bool add_space_prefix() const noexcept;
 
   std::optional<std::int32_t> bos_id() const noexcept;
   std::optional<std::int32_t> eos_id() const noexcept;

@@ -1,8 +1,10 @@
 // LlamaConfig loaders: GGUF metadata and Hugging Face config.json.
 #include "specdec/models/llama_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <fstream>
 #include <limits>
 #include <iterator>
@@ -29,6 +31,14 @@ std::int32_t token_id_of(std::int64_t v, std::string_view what) {
   return static_cast<std::int32_t>(v);
 }
 }  // namespace
+
+const char* to_string(FfnActivation activation) noexcept {
+  switch (activation) {
+    case FfnActivation::kSilu: return "silu";
+    case FfnActivation::kGeluTanh: return "gelu_tanh";
+  }
+  return "unknown";
+}
 
 const char* to_string(RopeScalingType type) noexcept {
   switch (type) {
@@ -64,17 +74,117 @@ void LlamaConfig::validate() const {
       fail(fmt::format("llama config: llama3 rope scaling needs high_freq_factor ({}) > low_freq_factor ({})",
                        rope_scaling.high_freq_factor, rope_scaling.low_freq_factor));
   }
+  const auto finite_non_negative = [](const char* name, double v) {
+    if (!(std::isfinite(v) && v >= 0.0)) fail(fmt::format("llama config: {} must be finite and >= 0, got {}", name, v));
+  };
+  if (!(std::isfinite(embedding_scale) && embedding_scale > 0.0))
+    fail(fmt::format("llama config: embedding_scale must be finite and positive, got {}", embedding_scale));
+  finite_non_negative("final_logit_softcap", final_logit_softcap);
+  finite_non_negative("attention_scale", attention_scale);
+  finite_non_negative("sliding_rope_theta", sliding_rope_theta);
+  if (sliding_window < 0) fail(fmt::format("llama config: sliding_window must be >= 0, got {}", sliding_window));
+  if (sliding_window > 0) {
+    if (sliding_layers.size() != static_cast<std::size_t>(num_layers))
+      fail(fmt::format("llama config: sliding_layers has {} entries for {} layers", sliding_layers.size(), num_layers));
+    if (!(sliding_rope_theta > 0.0))
+      fail(fmt::format("llama config: sliding_rope_theta must be positive with a sliding window, got {}", sliding_rope_theta));
+  } else if (!sliding_layers.empty()) {
+    fail("llama config: sliding_layers is set without a sliding_window");
+  }
+  if (!rope_freq_factors.empty()) {
+    if (rope_freq_factors.size() != static_cast<std::size_t>(head_dim / 2))
+      fail(fmt::format("llama config: rope_freq_factors has {} entries, expected head_dim / 2 = {}", rope_freq_factors.size(),
+                       head_dim / 2));
+    for (float f : rope_freq_factors)
+      if (!(std::isfinite(f) && f > 0.0f)) fail(fmt::format("llama config: rope_freq_factors holds {}, expected > 0", f));
+  }
   if (bos_token_id && (*bos_token_id < 0 || *bos_token_id >= vocab_size))
     fail(fmt::format("llama config: bos_token_id {} is outside [0, {})", *bos_token_id, vocab_size));
   for (auto id : eos_token_ids)
     if (id < 0 || id >= vocab_size) fail(fmt::format("llama config: eos_token_id {} is outside [0, {})", id, vocab_size));
 }
 
+namespace {
+
+/// The architecture's options (see LlamaConfig), from the metadata keys with prefix `p` and the tensor names.
+void read_gguf_options(const GgufFile& f, const std::string& p, LlamaConfig& c) {
+  const std::string& arch = c.architecture;
+  // A file of metadata alone (a tokenizer shipped without weights) shows no tensors: the architecture's options are
+  // taken as implied, and checked against the tensors only where there are some.
+  const bool has_tensors = !f.tensors().empty();
+  const auto has = [&](const char* name) { return f.find_tensor(fmt::format("blk.0.{}", name)) != nullptr; };
+  const auto option = [&](bool implied, std::initializer_list<const char*> names, const char* what) {
+    bool any = false, all = true;
+    for (const char* n : names) {
+      if (has(n)) any = true;
+      else all = false;
+    }
+    if (!has_tensors) return implied;
+    if (any && !all) {
+      std::string list;
+      for (const char* n : names) list += fmt::format("{}blk.0.{}{}", list.empty() ? "" : ", ", n, has(n) ? "" : " (missing)");
+      fail(fmt::format("llama config: '{}' has only some of the tensors of {}: {}", arch, what, list));
+    }
+    if (implied && !all)
+      fail(fmt::format("llama config: architecture '{}' has {}, but the file has no tensor blk.0.{}", arch, what,
+                       *names.begin()));
+    return all;
+  };
+  const bool qwen2 = arch == "qwen2", qwen3 = arch == "qwen3", gemma3 = arch == "gemma3";
+  c.attention_bias = option(qwen2, {"attn_q.bias", "attn_k.bias", "attn_v.bias"}, "q/k/v biases");
+  c.qk_norm = option(qwen3 || gemma3, {"attn_q_norm.weight", "attn_k_norm.weight"}, "QK-norm");
+  c.post_attention_norm = option(gemma3, {"post_attention_norm.weight"}, "a post-attention norm");
+  c.post_ffn_norm = option(gemma3, {"post_ffw_norm.weight"}, "a post-FFN norm");
+  // Tensors that no option accounts for would be ignored: refuse rather than run different math.
+  for (const char* name : {"attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias", "attn_qkv.weight",
+                           "ffn_gate_inp.weight", "ffn_gate_exps.weight", "attn_sinks.weight"})
+    if (has(name)) fail(fmt::format("llama config: tensor blk.0.{} ('{}') is not supported", name, arch));
+  if (f.find_tensor("output.bias") != nullptr) fail(fmt::format("llama config: tensor output.bias ('{}') is not supported", arch));
+  c.gguf_qk_permuted = arch == "llama";
+  if (gemma3) {
+    c.ffn_activation = FfnActivation::kGeluTanh;
+    c.embedding_scale = static_cast<double>(std::sqrt(static_cast<float>(c.hidden_size)));
+    // As llama.cpp: 27B (62 layers) scales by 1 / sqrt(hidden / heads), the others by 1 / sqrt(head_dim).
+    if (c.num_layers == 62 && c.num_heads > 0) c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.hidden_size / c.num_heads));
+    const std::int64_t window = f.get_integer_optional(p + "attention.sliding_window").value_or(0);
+    if (window > 0) {
+      c.sliding_window = window;
+      c.sliding_rope_theta = f.get_double_optional(p + "rope.freq_base_swa").value_or(10000.0);
+      const std::string key = p + "attention.sliding_window_pattern";
+      const auto* v = f.find(key);
+      if (v != nullptr && v->type == GgufType::kArray) {
+        const auto& a = f.get_array(key);
+        if (a.element_type != GgufType::kBool || a.elements.size() != static_cast<std::size_t>(c.num_layers))
+          fail(fmt::format("llama config: {} must be {} bools (one per layer), got {} of type {}", key, c.num_layers,
+                           a.elements.size(), to_string(a.element_type)));
+        for (const auto& e : a.elements) c.sliding_layers.push_back(std::get<bool>(e.data));
+      } else {
+        const std::int64_t n = v != nullptr ? f.get_integer(key) : 6;  // every n-th layer global; 0 = all sliding
+        if (n < 0) fail(fmt::format("llama config: {} must be >= 0, got {}", key, n));
+        for (std::int64_t il = 0; il < c.num_layers; ++il) c.sliding_layers.push_back(n == 0 || il % n < n - 1);
+      }
+    }
+  }
+  if (auto cap = f.get_double_optional(p + "final_logit_softcapping")) c.final_logit_softcap = *cap;
+  // Llama 3.x RoPE scaling: the converter writes the per-frequency factors as a tensor.
+  if (const auto* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->num_elements != c.head_dim / 2)
+      fail(fmt::format("llama config: rope_freqs.weight has {} elements, expected head_dim / 2 = {}", t->num_elements,
+                       c.head_dim / 2));
+    c.rope_freq_factors = f.dequantize(*t);
+  }
+}
+
+}  // namespace
+
 LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   LlamaConfig c;
   const std::string& arch = f.get_string("general.architecture");
-  if (arch != "llama")
-    fail(fmt::format("llama config: general.architecture is '{}', expected 'llama'", arch));
+  if (std::find(std::begin(kGgufArchitectures), std::end(kGgufArchitectures), arch) == std::end(kGgufArchitectures)) {
+    std::string list;
+    for (auto a : kGgufArchitectures) list += fmt::format("{}'{}'", list.empty() ? "" : ", ", a);
+    fail(fmt::format("llama config: general.architecture is '{}', which specdec does not run (supported: {})", arch, list));
+  }
   c.architecture = arch;
   const std::string p = arch + ".";
   c.hidden_size = f.get_integer(p + "embedding_length");
@@ -84,6 +194,8 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   c.num_kv_heads = f.get_integer_optional(p + "attention.head_count_kv").value_or(c.num_heads);
   if (auto kl = f.get_integer_optional(p + "attention.key_length")) {
     c.head_dim = *kl;
+    if (auto vl = f.get_integer_optional(p + "attention.value_length"); vl && *vl != *kl)
+      fail(fmt::format("llama config: {}attention.value_length {} differs from key_length {} (not supported)", p, *vl, *kl));
   } else {
     if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
       fail(fmt::format("llama config: embedding_length {} is not a multiple of head_count {}", c.hidden_size, c.num_heads));
@@ -115,6 +227,7 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   if (auto o = f.get_integer_optional(p + "rope.scaling.original_context_length"))
     c.rope_scaling.original_max_position_embeddings = *o;
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  read_gguf_options(f, p, c);
   if (auto b = f.get_integer_optional("tokenizer.ggml.bos_token_id")) c.bos_token_id = token_id_of(*b, "tokenizer.ggml.bos_token_id");
   if (auto e = f.get_integer_optional("tokenizer.ggml.eos_token_id"))
     c.eos_token_ids.push_back(token_id_of(*e, "tokenizer.ggml.eos_token_id"));
@@ -124,6 +237,31 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
   }
   c.validate();
   return c;
+}
+
+std::vector<std::string> unsupported_block_options(const LlamaConfig& c) {
+  std::vector<std::string> out;
+  if (c.attention_bias) out.emplace_back("q/k/v biases");
+  if (c.qk_norm) out.emplace_back("QK-norm");
+  if (c.post_attention_norm) out.emplace_back("a post-attention norm");
+  if (c.post_ffn_norm) out.emplace_back("a post-FFN norm");
+  if (c.ffn_activation != FfnActivation::kSilu) out.emplace_back(fmt::format("{} gating", to_string(c.ffn_activation)));
+  if (c.embedding_scale != 1.0) out.emplace_back(fmt::format("embeddings scaled by {}", c.embedding_scale));
+  if (c.norm_weight_plus_one) out.emplace_back("(1 + w) RMSNorm");
+  if (c.sliding_window > 0) out.emplace_back(fmt::format("a {}-token sliding window", c.sliding_window));
+  if (c.final_logit_softcap > 0.0) out.emplace_back(fmt::format("a final logit soft-cap of {}", c.final_logit_softcap));
+  if (c.attention_scale > 0.0) out.emplace_back(fmt::format("an attention scale of {}", c.attention_scale));
+  // The loaders restore rotate_half order from llama.cpp's interleaved q/k rows, which only 'llama' files have.
+  if (c.architecture != "llama") out.emplace_back("q/k rows already in rotate_half order (llama.cpp's NeoX RoPE)");
+  return out;
+}
+
+void require_block_support(const LlamaConfig& c, std::string_view who) {
+  const auto missing = unsupported_block_options(c);
+  if (missing.empty()) return;
+  std::string list;
+  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+  fail(fmt::format("{}: '{}' needs {}, which the Llama block does not support yet", who, c.architecture, list));
 }
 
 LlamaConfig llama_config_from_hf_json(const std::filesystem::path& path) {
@@ -247,6 +385,8 @@ std::vector<float> rope_inverse_frequencies(const LlamaConfig& c, std::int64_t h
   for (std::int64_t j = 0; j < half; ++j)
     inv[static_cast<std::size_t>(j)] =
         static_cast<float>(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * j) / static_cast<double>(head_dim)));
+  if (!c.rope_freq_factors.empty() && c.rope_freq_factors.size() == inv.size())
+    for (std::size_t j = 0; j < inv.size(); ++j) inv[j] = static_cast<float>(inv[j] / c.rope_freq_factors[j]);
   const RopeScaling& s = c.rope_scaling;
   if (s.type == RopeScalingType::kLinear) {
     for (auto& f : inv) f = static_cast<float>(f / s.factor);

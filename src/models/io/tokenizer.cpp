@@ -1,4 +1,4 @@
-// Byte-level BPE tokenizer: see include/specdec/models/tokenizer.hpp.
+// Byte-level BPE and SentencePiece tokenizers: see include/specdec/models/tokenizer.hpp.
 #include "specdec/models/tokenizer.hpp"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <limits>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -232,6 +233,9 @@ struct Tokenizer::Impl {
   std::unordered_map<std::uint64_t, Merge> merges;
   std::vector<std::int32_t> specials_parse;   // control + user-defined, longest first
   std::vector<std::int32_t> specials_always;  // user-defined, longest first
+  // SentencePiece: control, user-defined and unknown tokens in llama.cpp's order (std::sort by length, longest first, over
+  // ascending ids: the same library sort on the same input gives the same order among tokens of equal length).
+  std::vector<std::int32_t> specials_spm;
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
@@ -243,6 +247,13 @@ struct Tokenizer::Impl {
 
   void bpe(std::string_view word, std::vector<std::int32_t>& out) const;
   void bpe_uncached(std::string_view word, std::vector<std::int32_t>& out) const;
+  void spm_encode(std::string_view text, EncodeOptions options, std::vector<std::int32_t>& out) const;
+  void spm_piece(std::string_view escaped, std::vector<std::int32_t>& out) const;
+  std::optional<std::int32_t> find(std::string_view text) const {
+    const auto it = text_to_id.find(std::string(text));
+    if (it == text_to_id.end()) return std::nullopt;
+    return it->second;
+  }
 };
 
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
@@ -268,8 +279,73 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_unique<Impl>()) {
   check_id("unk", spec.unk_id);
   check_id("pad", spec.pad_id);
 
+  if (spec.model == TokenizerModel::kSentencePiece) {
+    if (spec.scores.empty()) spec.scores.assign(n, 0.0f);
+    if (spec.scores.size() != n)
+      fail(fmt::format("tokenizer: {} scores for {} tokens, expected one per token", spec.scores.size(), n));
+    if (!spec.merges.empty()) fail("tokenizer: a SentencePiece vocabulary has no merges");
+  } else if (!spec.scores.empty() || spec.add_space_prefix) {
+    fail("tokenizer: scores and add_space_prefix belong to SentencePiece, not BPE");
+  }
   const auto& bl = byte_level();
   m.byte_token.fill(-1);
+  if (spec.model == TokenizerModel::kSentencePiece) {
+    m.bytes.resize(n);
+    m.text_to_id.reserve(n * 2);
+    for (std::size_t id = 0; id < n; ++id) {
+      const std::string& t = spec.tokens[id];
+      if (!t.empty()) m.text_to_id.emplace(t, static_cast<std::int32_t>(id));  // first occurrence wins on duplicates
+      const TokenType type = spec.token_types[id];
+      switch (type) {
+        case TokenType::kNormal: {  // '▁' stands for a space
+          std::string& b = m.bytes[id];
+          for (std::size_t i = 0; i < t.size();) {
+            if (t.compare(i, 3, "\xE2\x96\x81") == 0) {
+              b += ' ';
+              i += 3;
+            } else {
+              b += t[i++];
+            }
+          }
+          break;
+        }
+        case TokenType::kByte: {  // "<0xHH>"
+          const auto hex = [](char c) -> int {
+            if (c >= '0' && c <= '9') return c - '0';
+            if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+            if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+            return -1;
+          };
+          if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>' || hex(t[3]) < 0 || hex(t[4]) < 0)
+            fail(fmt::format("tokenizer: byte token {} is '{}', expected the form <0xHH>", id, t));
+          m.bytes[id] = std::string(1, static_cast<char>(hex(t[3]) * 16 + hex(t[4])));
+          break;
+        }
+        case TokenType::kControl:
+        case TokenType::kUserDefined:
+        case TokenType::kUnknown:
+          m.bytes[id] = t;
+          if (!t.empty()) m.specials_spm.push_back(static_cast<std::int32_t>(id));
+          break;
+        case TokenType::kUnused:
+        case TokenType::kUndefined:
+          break;  // decoded as nothing, as llama.cpp does
+      }
+    }
+    // llama.cpp's order: std::sort (not stable) of the ascending ids by length, longest first.
+    std::sort(m.specials_spm.begin(), m.specials_spm.end(),
+              [&](std::int32_t a, std::int32_t b) { return spec.tokens[a].size() > spec.tokens[b].size(); });
+    // A byte's token: "<0xHH>" (any type), else the byte as a one-character token.
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) {
+      const char name[] = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+      auto id = m.find(std::string_view(name, 6));
+      if (!id) id = m.find(std::string(1, static_cast<char>(b)));
+      if (id) m.byte_token[static_cast<std::size_t>(b)] = *id;
+    }
+    m.spec = std::move(spec);
+    return;
+  }
   m.bytes.resize(n);
   m.text_to_id.reserve(n * 2);
   for (std::size_t id = 0; id < n; ++id) {
@@ -328,12 +404,24 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_unique<Impl>()) {
 
 Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   const std::string& model = f.get_string("tokenizer.ggml.model");
-  if (model != "gpt2") fail(fmt::format("tokenizer: tokenizer.ggml.model is '{}', expected 'gpt2' (byte-level BPE)", model));
   TokenizerSpec s;
+  if (model == "llama") {
+    s.model = TokenizerModel::kSentencePiece;
+  } else if (model != "gpt2") {
+    fail(fmt::format("tokenizer: tokenizer.ggml.model is '{}', expected 'gpt2' (byte-level BPE) or 'llama' (SentencePiece)",
+                     model));
+  }
+  const bool spm = s.model == TokenizerModel::kSentencePiece;
   const std::string pre = f.contains("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : std::string("default");
-  if (pre == "smollm") s.pre_tokenizer = PreTokenizer::kSmollm;
-  else if (pre == "gpt-2" || pre == "gpt2" || pre == "default") s.pre_tokenizer = PreTokenizer::kGpt2;
-  else fail(fmt::format("tokenizer: tokenizer.ggml.pre '{}' is not supported (expected smollm, gpt-2 or default)", pre));
+  if (spm) {
+    // llama.cpp runs SentencePiece the same whatever tokenizer.ggml.pre says.
+  } else if (pre == "smollm") {
+    s.pre_tokenizer = PreTokenizer::kSmollm;
+  } else if (pre == "gpt-2" || pre == "gpt2" || pre == "default") {
+    s.pre_tokenizer = PreTokenizer::kGpt2;
+  } else {
+    fail(fmt::format("tokenizer: tokenizer.ggml.pre '{}' is not supported (expected smollm, gpt-2 or default)", pre));
+  }
   s.tokens = f.get_string_array("tokenizer.ggml.tokens");
   if (f.contains("tokenizer.ggml.token_type")) {
     const auto types = f.get_integer_array("tokenizer.ggml.token_type");
@@ -343,7 +431,36 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
       s.token_types.push_back(static_cast<TokenType>(t));
     }
   }
-  s.merges = f.get_string_array("tokenizer.ggml.merges");
+  // llama.cpp turns tokens it recognises by their text (end of generation, end of turn, fill-in-the-middle markers) into
+  // control tokens whatever the file says: Gemma's user-defined "</s>" is then parsed only with parse_special. (Where a
+  // vocabulary has several end-of-turn or FIM candidates of one kind and names none, llama.cpp takes one of them in its
+  // hash map's order; all of them are taken here.)
+  static constexpr std::string_view kControlByText[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
+      "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>", "<|eom_id|>", "<|return|>", "<|call|>", "<|flush|>",
+      "<|calls|>", "</s>", "[EOS]", "<eos>", "<turn|>", "<|tool_response>", "[e~[", "<|fim_prefix|>", "<fim-prefix>",
+      "<fim_prefix>", "<\uFF5Cfim\u2581begin\uFF5C>", "<PRE>", "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>",
+      "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uFF5Cfim\u2581hole\uFF5C>", "<SUF>", "\u2581<SUF>",
+      "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uFF5Cfim\u2581end\uFF5C>",
+      "<MID>", "\u2581<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+      "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+  if (s.token_types.empty()) s.token_types.assign(s.tokens.size(), TokenType::kNormal);
+  if (s.token_types.size() == s.tokens.size()) {
+    for (std::size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.token_types[i] == TokenType::kControl || s.tokens[i].size() > 32) continue;
+      for (std::string_view t : kControlByText)
+        if (s.tokens[i] == t) s.token_types[i] = TokenType::kControl;
+    }
+  }
+  if (spm) {
+    if (f.contains("tokenizer.ggml.scores")) {
+      const auto scores = f.get_double_array("tokenizer.ggml.scores");
+      s.scores.reserve(scores.size());
+      for (double v : scores) s.scores.push_back(static_cast<float>(v));
+    }
+  } else {
+    s.merges = f.get_string_array("tokenizer.ggml.merges");
+  }
   const auto id = [&](const char* key) -> std::optional<std::int32_t> {
     const auto v = f.get_integer_optional(key);
     if (!v) return std::nullopt;
@@ -356,7 +473,28 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   s.eot_id = id("tokenizer.ggml.eot_token_id");
   s.unk_id = id("tokenizer.ggml.unknown_token_id");
   s.pad_id = id("tokenizer.ggml.padding_token_id");
-  s.add_bos = f.contains("tokenizer.ggml.add_bos_token") ? f.get<bool>("tokenizer.ggml.add_bos_token") : false;
+  const auto flag = [&](const char* key, bool absent) {
+    return f.contains(key) ? f.get<bool>(key) : absent;
+  };
+  s.add_bos = flag("tokenizer.ggml.add_bos_token", spm);
+  s.add_eos = flag("tokenizer.ggml.add_eos_token", false);
+  if (spm) {
+    // llama.cpp's defaults for a SentencePiece vocabulary where the keys are absent (ids outside it are dropped).
+    s.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true);
+    const auto in_vocab = [&](std::int32_t v) -> std::optional<std::int32_t> {
+      if (static_cast<std::size_t>(v) < s.tokens.size()) return v;
+      return std::nullopt;
+    };
+    if (!s.bos_id) s.bos_id = in_vocab(1);
+    if (!s.eos_id) s.eos_id = in_vocab(2);
+    if (!s.unk_id) s.unk_id = in_vocab(0);
+    // The end-of-turn token found by its text when the file does not name it (llama.cpp does the same).
+    if (!s.eot_id) {
+      for (std::size_t i = 0; i < s.tokens.size() && !s.eot_id; ++i)
+        for (std::string_view t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>"})
+          if (s.tokens[i] == t) s.eot_id = static_cast<std::int32_t>(i);
+    }
+  }
   return Tokenizer(std::move(s));
 }
 
@@ -434,17 +572,157 @@ void Tokenizer::Impl::bpe(std::string_view word, std::vector<std::int32_t>& out)
   }
 }
 
+void Tokenizer::Impl::spm_piece(std::string_view text, std::vector<std::int32_t>& out) const {
+  // llama.cpp's llm_tokenizer_spm_session: symbols are UTF-8 characters (the lead byte's length, cut at the end), merged
+  // pairwise by the score of the token they form.
+  struct Symbol {
+    std::int32_t prev, next;
+    std::size_t offset, n;
+  };
+  std::vector<Symbol> sym;
+  sym.reserve(text.size());
+  static constexpr std::size_t kLength[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  for (std::size_t off = 0; off < text.size();) {
+    const std::size_t len = std::min(kLength[static_cast<unsigned char>(text[off]) >> 4], text.size() - off);
+    const auto k = static_cast<std::int32_t>(sym.size());
+    sym.push_back({k - 1, off + len == text.size() ? -1 : k + 1, off, len});
+    off += len;
+  }
+  if (sym.empty()) return;
+  struct Bigram {
+    std::int32_t left, right;
+    float score;
+    std::size_t size;
+  };
+  struct Lower {  // the queue's top: the highest score, then the leftmost
+    bool operator()(const Bigram& l, const Bigram& r) const {
+      return l.score < r.score || (l.score == r.score && l.left > r.left);
+    }
+  };
+  std::priority_queue<Bigram, std::vector<Bigram>, Lower> queue;
+  std::unordered_map<std::string, std::pair<std::int32_t, std::int32_t>> rev_merge;
+  const auto try_add = [&](std::int32_t left, std::int32_t right) {
+    if (left < 0 || right < 0) return;
+    std::string pair(text.substr(sym[left].offset, sym[left].n + sym[right].n));
+    const auto id = find(pair);
+    if (!id) return;
+    queue.push({left, right, spec.scores[static_cast<std::size_t>(*id)], pair.size()});
+    rev_merge[std::move(pair)] = {left, right};
+  };
+  for (std::int32_t i = 1; i < static_cast<std::int32_t>(sym.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;  // one side was merged meanwhile
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  // A symbol that is no token: split back along the merge that made it, or written byte by byte. `depth` bounds the
+  // walk (llama.cpp recurses without a bound; a finished symbol is always a token or a single character, so it stops).
+  const auto resegment = [&](auto& self, std::size_t offset, std::size_t n, int depth) -> void {
+    const std::string_view piece = text.substr(offset, n);
+    if (const auto id = find(piece)) {
+      out.push_back(*id);
+      return;
+    }
+    if (depth < 64) {
+      if (const auto it = rev_merge.find(std::string(piece)); it != rev_merge.end()) {
+        const Symbol& a = sym[it->second.first];
+        const Symbol& c = sym[it->second.second];
+        self(self, a.offset, a.n, depth + 1);
+        self(self, c.offset, c.n, depth + 1);
+        return;
+      }
+    }
+    for (char ch : piece) {
+      const std::int32_t id = byte_token[static_cast<unsigned char>(ch)];
+      if (id >= 0) out.push_back(id);
+      else if (spec.unk_id) out.push_back(*spec.unk_id);
+    }
+  };
+  for (std::int32_t i = 0; i != -1; i = sym[i].next) resegment(resegment, sym[i].offset, sym[i].n, 0);
+}
+
+void Tokenizer::Impl::spm_encode(std::string_view text, EncodeOptions options, std::vector<std::int32_t>& out) const {
+  // Fragments: raw text [offset, offset + length) or a special token (length < 0 marks the token, id in offset).
+  struct Fragment {
+    std::size_t offset;
+    std::size_t length;
+    std::int32_t token;  // -1: raw text
+  };
+  std::vector<Fragment> frags;
+  if (!text.empty()) frags.push_back({0, text.size(), -1});
+  std::vector<Fragment> next;
+  for (const std::int32_t id : specials_spm) {
+    const TokenType type = spec.token_types[static_cast<std::size_t>(id)];
+    if (!options.parse_special && (type == TokenType::kControl || type == TokenType::kUnknown)) continue;
+    const std::string& s = spec.tokens[static_cast<std::size_t>(id)];
+    next.clear();
+    bool split = false;
+    for (const Fragment& f : frags) {
+      if (f.token >= 0) {
+        next.push_back(f);
+        continue;
+      }
+      std::size_t b = f.offset;
+      const std::size_t e = f.offset + f.length;
+      for (;;) {
+        const std::size_t at = text.substr(0, e).find(s, b);
+        if (at == std::string_view::npos) break;
+        if (at > b) next.push_back({b, at - b, -1});
+        next.push_back({0, 0, id});
+        split = true;
+        b = at + s.size();
+      }
+      if (b < e) next.push_back({b, e - b, -1});
+    }
+    if (split) frags.swap(next);
+  }
+  bool prev_special = true;  // a space goes in front of the first piece too
+  std::string piece;
+  for (const Fragment& f : frags) {
+    if (f.token >= 0) {
+      out.push_back(f.token);
+      prev_special = true;
+      continue;
+    }
+    piece.clear();
+    if (spec.add_space_prefix && prev_special) piece += "\xE2\x96\x81";
+    for (char c : text.substr(f.offset, f.length)) {
+      if (c == ' ') piece += "\xE2\x96\x81";
+      else piece += c;
+    }
+    spm_piece(piece, out);
+    prev_special = false;
+  }
+}
+
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
   const auto& m = *impl_;
   std::vector<std::int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (options.add_special && m.spec.add_bos && m.spec.bos_id) out.push_back(*m.spec.bos_id);
+  if (m.spec.model == TokenizerModel::kSentencePiece) {
+    m.spm_encode(text, options, out);
+    if (options.add_special && m.spec.add_eos && m.spec.eos_id) out.push_back(*m.spec.eos_id);
+    return out;
+  }
   const auto& specials = options.parse_special ? m.specials_parse : m.specials_always;
   const auto encode_text = [&](std::string_view piece) {
     for (auto w : detail::pre_tokenize(piece, m.spec.pre_tokenizer)) m.bpe(w, out);
   };
+  const auto finish = [&] {
+    if (options.add_special && m.spec.add_eos && m.spec.eos_id) out.push_back(*m.spec.eos_id);
+  };
   if (specials.empty()) {
     encode_text(text);
+    finish();
     return out;
   }
   std::size_t start = 0;
@@ -468,6 +746,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, EncodeOptions
     start = i;
   }
   encode_text(text.substr(start));
+  finish();
   return out;
 }
 
@@ -506,6 +785,8 @@ TokenType Tokenizer::token_type(std::int32_t id) const {
 }
 
 PreTokenizer Tokenizer::pre_tokenizer() const noexcept { return impl_->spec.pre_tokenizer; }
+TokenizerModel Tokenizer::model() const noexcept { return impl_->spec.model; }
+bool Tokenizer::add_space_prefix() const noexcept { return impl_->spec.add_space_prefix; }
 std::optional<std::int32_t> Tokenizer::bos_id() const noexcept { return impl_->spec.bos_id; }
 std::optional<std::int32_t> Tokenizer::eos_id() const noexcept { return impl_->spec.eos_id; }
 std::optional<std::int32_t> Tokenizer::eot_id() const noexcept { return impl_->spec.eot_id; }
