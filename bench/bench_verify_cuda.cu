@@ -143,8 +143,10 @@ struct Problem {
     cudaDeviceSynchronize();
   }
 
-  sc::ChainVerifyParams<T, std::int32_t> params(int c) const {
-    sc::ChainVerifyParams<T, std::int32_t> a;
+  /// The fields every verifier's parameters share, for input copy c.
+  template <class P>
+  P common_params(int c) const {
+    P a;
     a.batch_size = B;
     a.vocab_size = V;
     a.num_draft_tokens = N;
@@ -157,47 +159,26 @@ struct Problem {
     a.output_token_ids = out.ptr;
     a.output_stride = K + 1;
     a.num_accepted = nacc.ptr;
-    a.accepted = flags.ptr;
     a.status = status.ptr;
+    return a;
+  }
+
+  sc::ChainVerifyParams<T, std::int32_t> params(int c) const {
+    auto a = common_params<sc::ChainVerifyParams<T, std::int32_t>>(c);
+    a.accepted = flags.ptr;
     return a;
   }
 
   sc::TreeVerifyParams<T, std::int32_t> tree_params(int c) const {
-    sc::TreeVerifyParams<T, std::int32_t> a;
-    a.batch_size = B;
-    a.vocab_size = V;
-    a.num_draft_tokens = N;
-    a.cu_num_draft_tokens = cu.ptr;
-    a.draft_token_ids = ids.ptr;
+    auto a = common_params<sc::TreeVerifyParams<T, std::int32_t>>(c);
     a.parents = parents.ptr;
-    a.draft_probs = draft[c]->ptr;
-    a.target_probs = target[c]->ptr;
-    a.seeds = seeds.ptr;
-    a.positions = positions.ptr;
-    a.output_token_ids = out.ptr;
-    a.output_stride = K + 1;
-    a.num_accepted = nacc.ptr;
     a.accepted_nodes = nodes.ptr;
-    a.status = status.ptr;
     return a;
   }
 
   sc::BlockVerifyParams<T, std::int32_t> block_params(int c) const {
-    sc::BlockVerifyParams<T, std::int32_t> a;
-    a.batch_size = B;
-    a.vocab_size = V;
-    a.num_draft_tokens = N;
-    a.cu_num_draft_tokens = cu.ptr;
-    a.draft_token_ids = ids.ptr;
-    a.draft_probs = draft[c]->ptr;
-    a.target_probs = target[c]->ptr;
-    a.seeds = seeds.ptr;
-    a.positions = positions.ptr;
-    a.output_token_ids = out.ptr;
-    a.output_stride = K + 1;
-    a.num_accepted = nacc.ptr;
+    auto a = common_params<sc::BlockVerifyParams<T, std::int32_t>>(c);
     a.accepted = flags.ptr;
-    a.status = status.ptr;
     return a;
   }
 

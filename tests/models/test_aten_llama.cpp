@@ -175,16 +175,21 @@ TEST(AtenLlama, SmolLM2OnCuda) {
 }
 
 // The committed draft checkpoint (a small Llama, float16 safetensors, tracked in git so it travels to a GPU machine that
-// cannot download the bundled GGUF): CUDA logits against the CPU ones, and greedy speculative decoding on CUDA equal to
-// plain decoding there.
+// cannot download the bundled GGUF) on `device`, and a text of its vocabulary.
+sm::AtenLlamaModel draft_checkpoint(at::Device device) {
+  sm::AtenLlamaOptions o;
+  o.device = device;
+  return sm::load_aten_llama_safetensors(std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft", o);
+}
+const std::vector<std::int64_t> kDraftText = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+
+// The draft checkpoint: CUDA logits against the CPU ones, and greedy speculative decoding on CUDA equal to plain
+// decoding there.
 TEST(AtenLlama, DraftCheckpointOnCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
-  auto cpu = sm::load_aten_llama_safetensors(dir);
-  sm::AtenLlamaOptions o;
-  o.device = at::Device(at::kCUDA, 0);
-  auto gpu = sm::load_aten_llama_safetensors(dir, o);
-  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  auto cpu = draft_checkpoint(at::kCPU);
+  auto gpu = draft_checkpoint(at::Device(at::kCUDA, 0));
+  const std::vector<std::int64_t>& text = kDraftText;
   const auto a = run(cpu, cpu.allocate_sequence(), text).logits;
   const auto b = run(gpu, gpu.allocate_sequence(), text).logits;
   EXPECT_TRUE(b.is_cuda());
@@ -215,13 +220,10 @@ TEST(AtenLlama, DraftCheckpointOnCuda) {
 /// timed_forward runs the forward (the cache advances) and returns its time on the model's device (CUDA events on a
 /// GPU, the host clock on the CPU).
 TEST(AtenLlama, TimedForwardTimesTheDeviceWork) {
-  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
   std::vector<at::Device> devices{at::kCPU};
   if (at::hasCUDA()) devices.push_back(at::Device(at::kCUDA, 0));
   for (const at::Device device : devices) {
-    sm::AtenLlamaOptions o;
-    o.device = device;
-    auto m = sm::load_aten_llama_safetensors(dir, o);
+    auto m = draft_checkpoint(device);
     const std::int64_t slot = m.allocate_sequence();
     sm::ForwardBatch b;
     b.slots = {slot};
@@ -265,10 +267,8 @@ std::int64_t device_segments_allocated() {
 /// sampled, n-gram drafts.
 TEST(AtenLlama, AtMostOneHostSyncPerDecodeStepOnCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  sm::AtenLlamaOptions o;
-  o.device = at::Device(at::kCUDA, 0);
-  auto gpu = sm::load_aten_llama_safetensors(std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft", o);
-  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  auto gpu = draft_checkpoint(at::Device(at::kCUDA, 0));
+  const std::vector<std::int64_t>& text = kDraftText;
   for (const int batch : {1, 4}) {
     for (const float temperature : {0.0f, 0.7f}) {
       std::vector<specdec::decoder::GenerationRequest> rs(static_cast<std::size_t>(batch));
@@ -307,12 +307,9 @@ TEST(AtenLlama, AtMostOneHostSyncPerDecodeStepOnCuda) {
 /// tokens; the report gives how many of the tokens agreed, and greedy runs must agree in full.
 TEST(AtenLlama, CpuAndCudaGiveTheSameTokens) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  const auto dir = std::filesystem::path(SPECDEC_MODELS_DIR) / "smollm2-135m-draft";
-  auto cpu = sm::load_aten_llama_safetensors(dir);
-  sm::AtenLlamaOptions o;
-  o.device = at::Device(at::kCUDA, 0);
-  auto gpu = sm::load_aten_llama_safetensors(dir, o);
-  const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042};
+  auto cpu = draft_checkpoint(at::kCPU);
+  auto gpu = draft_checkpoint(at::Device(at::kCUDA, 0));
+  const std::vector<std::int64_t>& text = kDraftText;
   for (const float temperature : {0.0f, 1.0f}) {
     std::vector<specdec::decoder::GenerationRequest> rs(3);
     for (int i = 0; i < 3; ++i) {
