@@ -158,7 +158,9 @@ class DraftModelProposer {
       }
       const models::ForwardOutput out = model_->forward(fb);
       if (all_greedy) {
-        const at::Tensor l = out.logits.contiguous();
+        // The argmax is taken on the host: a draft model on a device sends its float32 logits down once per draft
+        // (as the processed rows below do).
+        const at::Tensor l = out.logits.to(at::kCPU, at::kFloat).contiguous();
         for (std::size_t i = 0; i < members.size(); ++i) {
           const specdec::detail::RowArgmax scan =
               specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(l.data_ptr<float>() + static_cast<std::int64_t>(i) * V, V);
