@@ -326,16 +326,7 @@ void scan_python_file(const std::string& text, Corpus& c) {
     }
   }
   // Functions: a "def" line and the lines indented deeper than it, 5..28 lines, without nested defs/classes.
-  std::vector<std::string> lines;
-  {
-    std::size_t a = 0;
-    while (a <= text.size()) {
-      std::size_t b = text.find('\n', a);
-      if (b == std::string::npos) b = text.size();
-      lines.push_back(text.substr(a, b - a));
-      a = b + 1;
-    }
-  }
+  std::vector<std::string> lines = split_lines(text);
   auto indent_of = [](const std::string& l) { return l.find_first_not_of(' '); };
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const auto ind = indent_of(lines[i]);
