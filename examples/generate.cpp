@@ -303,8 +303,8 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
 }
 
 #if defined(SPECDEC_HAVE_EAGLE)
-RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<GenerationRequest>& requests,
-                     const DecoderOptions& options, const Tokenizer& tokenizer, const RunSettings& how) {
+/// The EAGLE proposer the flags describe (--eagle-head, --tree*, --draft-min-prob, --draft-weights), on the target's pool.
+specdec::proposers::EagleProposer make_eagle(const Options& o, const LlamaModel& target) {
   const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
   if (!fs::exists(head_dir / "config.json"))
     fail(fmt::format("--eagle-head: '{}' holds no config.json (an EAGLE head checkpoint directory is expected)",
@@ -320,7 +320,12 @@ RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<Gen
   specdec::proposers::EagleHeadOptions ho;
   ho.quantize_weights = o.draft_weights == "q8_0";
   ho.num_threads = o.threads;  // the target's pool
-  specdec::proposers::EagleProposer eagle(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
+  return specdec::proposers::EagleProposer(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
+}
+
+RunOutcome run_eagle(const Options& o, LlamaModel& target, const std::vector<GenerationRequest>& requests,
+                     const DecoderOptions& options, const Tokenizer& tokenizer, const RunSettings& how) {
+  specdec::proposers::EagleProposer eagle = make_eagle(o, target);
   return run(eagle, target, requests, options, tokenizer, o.tree ? "speculative (EAGLE-2 tree)" : "speculative (EAGLE)",
              how);
 }
@@ -540,18 +545,18 @@ Prepared check_options(Options& o, const CLI::App& app) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     const std::string& m = members[i];
     if (chain) {
-      if (m != "ngram" && m != "suffix" && m != "draft")
-        bad_value("--proposer", "a chain of distinct members from ngram, suffix and draft, separated by commas",
+      if (m != "ngram" && m != "suffix" && m != "draft" && m != "eagle")
+        bad_value("--proposer", "a chain of distinct members from ngram, suffix, draft and eagle, separated by commas",
                   fmt::format("'{}' in '{}'", m, p.proposer));
       for (std::size_t k = 0; k < i; ++k)
         if (members[k] == m)
           bad_value("--proposer", "a chain of distinct members", fmt::format("'{}' twice in '{}'", m, p.proposer));
     }
   }
+  const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = has_member(p.proposer, "eagle");
 #if !defined(SPECDEC_HAVE_EAGLE)
-  if (p.proposer == "eagle") bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'eagle'");
+  if (uses_eagle) bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'" + p.proposer + "'");
 #endif
-  const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = p.proposer == "eagle";
   const bool uses_ngram = has_member(p.proposer, "ngram"), uses_suffix = has_member(p.proposer, "suffix");
 
   // Prompts.
@@ -602,17 +607,17 @@ Prepared check_options(Options& o, const CLI::App& app) {
   if (given("--draft-model") && !uses_draft)
     fail(fmt::format("--draft-model: applies to --proposer draft or a chain with draft, got --proposer {}", p.proposer));
   if (given("--eagle-head") && !uses_eagle)
-    fail(fmt::format("--eagle-head: applies to --proposer eagle, got --proposer {}", p.proposer));
+    fail(fmt::format("--eagle-head: applies to --proposer eagle or a chain with eagle, got --proposer {}", p.proposer));
   if (o.baseline_last && !o.compare) fail("--baseline-last: applies with --compare (it orders the baseline's run)");
   if (given("--dtype") && o.device == "cpu")
     fail(fmt::format("--dtype: applies with --device other than cpu (the CPU forward runs the GGUF's own block formats; "
                      "see --activation-bits), got --dtype {} with --device cpu", o.dtype));
   if (o.device != "cpu" && uses_eagle)
-    fail(fmt::format("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features), got "
-                     "--device {}", o.device));
+    fail(fmt::format("--proposer {}: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features), got "
+                     "--device {}", p.proposer, o.device));
   if (p.proposer == "none" && given("-g")) warn("-g: ignored with --proposer none (no drafts)");
   for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob"})
-    if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without --proposer eagle", flag));
+    if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without eagle in --proposer", flag));
   for (const char* flag : {"--ngram-min-n", "--ngram-max-n"})
     if (given(flag) && !uses_ngram) warn(fmt::format("{}: ignored without ngram in --proposer", flag));
   for (const char* flag : {"--suffix-alpha", "--suffix-min-match"})
@@ -877,6 +882,9 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
     std::optional<specdec::proposers::NgramProposer> ngram;
     std::optional<specdec::proposers::SuffixProposer> suffix;
     std::optional<specdec::proposers::DraftModelProposer<LlamaModel>> dp;
+#if defined(SPECDEC_HAVE_EAGLE)
+    std::optional<specdec::proposers::EagleProposer> eagle;
+#endif
     specdec::proposers::ProposerChain chain;
     for (const std::string& name : proposer_names(proposer)) {
       if (name == "ngram" && !ngram) {
@@ -886,9 +894,16 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
       } else if (name == "draft" && !dp) {
         draft_model.emplace(load_draft_model(o));
         chain.add(dp.emplace(*draft_model, target.vocab_size()), name);
+#if defined(SPECDEC_HAVE_EAGLE)
+      } else if (name == "eagle" && !eagle) {
+        if constexpr (std::is_same_v<Target, LlamaModel>)
+          chain.add(eagle.emplace(make_eagle(o, target)), name);
+        else
+          fail("--proposer: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features)");
+#endif
       } else {
-        fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix and draft, separated by commas; "
-                         "got '{}' in '{}'", name, proposer));
+        fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix, draft and eagle, separated by "
+                         "commas; got '{}' in '{}'", name, proposer));
       }
     }
     std::vector<GenerationRequest> chain_requests = requests;

@@ -153,7 +153,8 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   refused({"--suffix-min-match", "99"}, {"--suffix-min-match", "99"});
   refused({"--proposer", "bogus"}, {"--proposer", "bogus"});
   refused({"--proposer", "suffix,suffix"}, {"--proposer", "suffix"});
-  refused({"--proposer", "suffix,eagle"}, {"--proposer", "eagle"});
+  refused({"--proposer", "suffix,bogus"}, {"--proposer", "bogus"});
+  refused({"--proposer", "eagle,suffix,eagle"}, {"--proposer", "eagle"});
   refused({"--verify", "maybe"}, {"--verify", "maybe"});
   refused({"--prompt", ""}, {"--prompt", "empty"});
   refused({"--prompt", "ok \xff"}, {"--prompt", "byte offset 3", "UTF-8"});
@@ -204,7 +205,7 @@ TEST_F(Cli, GenerateWarnsAboutFlagsTheRunWouldIgnore) {
       {{"--threads", std::to_string(cpus() + 1)}, "--threads " + std::to_string(cpus() + 1) + ": more threads than"},
       {{"--top-k", "5"}, "--top-k: ignored at temperature 0"},
       {{"--seed", "3"}, "--seed: ignored at temperature 0"},
-      {{"--tree-nodes", "4"}, "--tree-nodes: ignored without --proposer eagle"},
+      {{"--tree-nodes", "4"}, "--tree-nodes: ignored without eagle in --proposer"},
       {{"--ngram-max-n", "3"}, "--ngram-max-n: ignored without ngram"},
       {{"--suffix-alpha", "2", "--proposer", "ngram"}, "--suffix-alpha: ignored without suffix"},
       {{"--fixed-g", "--probe-backoff", "2"}, "--probe-backoff: ignored with --fixed-g"},
@@ -237,6 +238,9 @@ TEST_F(Cli, TrainRefusesBadFlagsWithoutAStackTraceOrAFile) {
   expect_refused(kTrain, {"data", "--out", "missing/set.bin"}, {"--out", "missing", "does not exist"});
   expect_refused(kTrain, {"eagle", "--data", "a.bin", "--out", "head", "--lr", "-1"}, {"--lr", "-1"});
   expect_refused(kTrain, {"eagle", "--data", "a.bin", "--out", "head", "--ttt-steps", "0"}, {"--ttt-steps", "0"});
+  expect_refused(kTrain, {"eagle", "--data", "a.bin", "--out", "head", "--eval-every", "5"}, {"--eval-every", "held-out"});
+  expect_refused(kTrain, {"eagle", "--data", "a.bin", "--out", "head", "--holdout", "2", "--snapshots", "snaps"},
+                 {"--snapshots", "--eval-every"});
   expect_refused(kTrain, {"draft", "--data", "a.bin", "--out", "d", "--heads", "7"}, {"--heads", "7", "divisor"});
   expect_refused(kTrain, {"draft", "--data", "a.bin", "--out", "d", "--tokens-per-step", "0"}, {"--tokens-per-step", "0"});
 }

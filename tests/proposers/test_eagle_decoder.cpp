@@ -5,7 +5,9 @@
 //    head fed the target features of the whole context;
 //  - at temperature > 0 on an 8-token vocabulary, the first token and the first two tokens under EAGLE speculation (sampled
 //    chain, argmax chain, tree; float32 heads and heads on the packed Q8_0 products) are distributed as the target's
-//    (docs/design.md's 6-sigma bound per category).
+//    (docs/design.md's 6-sigma bound per category);
+//  - in a ProposerChain after an n-gram member (the chain routes target features): the same greedy output, the head state
+//    still follows every accepted token whichever member drafted, and the same 6-sigma joint law of the first two tokens.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -21,6 +23,8 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/eagle.hpp"
+#include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/sampling/logits.hpp"
 
 namespace sp = specdec::proposers;
@@ -253,6 +257,38 @@ TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {
 }
 
 // After every step, the proposer's next drafts equal a fresh head's drafts computed from the whole context's target features.
+namespace {
+
+// The drafts of a fresh head (seed 91, as the tests' proposers) fed the target features of the whole context, computed in one
+// target forward, for the request `q` describes.
+sp::DraftBatch fresh_head_drafts(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode, const std::vector<std::int64_t>& ctx,
+                                 sp::ProposeRequest q, const specdec::SamplingParams& params) {
+  sp::EagleProposer fresh = make_proposer(t, v, mode, sp::EagleChainSampling::kSample, 91);
+  sm::LlamaModel ref_target = t.make();
+  const std::int64_t slot = ref_target.allocate_sequence();
+  auto fb = sm::make_chain_batch(slot, {ctx.begin(), ctx.end() - 1});
+  const auto spec = fresh.target_feature_spec();
+  fb.return_final_hidden = spec.final_hidden;
+  fb.hidden_layers = spec.layers;
+  const auto out = ref_target.forward(fb);
+  sp::TargetFeatures f;
+  f.start = 0;
+  f.rows = static_cast<std::int64_t>(ctx.size()) - 1;
+  f.hidden_pre_norm = out.hidden_pre_norm;
+  f.hidden_post_norm = out.hidden_post_norm;
+  f.layer_hidden = out.layer_hidden;
+  sp::RequestContext rc;
+  rc.id = 0;
+  rc.context = ctx;
+  rc.params = &params;
+  rc.features = &f;
+  fresh.begin_request(rc);
+  q.id = 0;
+  return fresh.propose(std::span<const sp::ProposeRequest>(&q, 1));
+}
+
+}  // namespace
+
 TEST(EagleDecoder, HeadStateFollowsAcceptedTokens) {
   const Target t = make_target(8, 3, 5);
   sm::LlamaModel target = t.make();
@@ -289,29 +325,7 @@ TEST(EagleDecoder, HeadStateFollowsAcceptedTokens) {
         q.position = static_cast<std::int64_t>(ctx.size());
         const sp::DraftBatch got = proposer.propose(std::span<const sp::ProposeRequest>(&q, 1));
 
-        // A fresh head (same weights) fed the features of the whole context, computed in one target forward.
-        sp::EagleProposer fresh = make_proposer(t, v, mode, sp::EagleChainSampling::kSample, 91);
-        sm::LlamaModel ref_target = t.make();
-        const std::int64_t slot = ref_target.allocate_sequence();
-        auto fb = sm::make_chain_batch(slot, {ctx.begin(), ctx.end() - 1});
-        const auto spec = fresh.target_feature_spec();
-        fb.return_final_hidden = spec.final_hidden;
-        fb.hidden_layers = spec.layers;
-        const auto out = ref_target.forward(fb);
-        sp::TargetFeatures f;
-        f.start = 0;
-        f.rows = static_cast<std::int64_t>(ctx.size()) - 1;
-        f.hidden_pre_norm = out.hidden_pre_norm;
-        f.hidden_post_norm = out.hidden_post_norm;
-        f.layer_hidden = out.layer_hidden;
-        sp::RequestContext rc;
-        rc.id = 0;
-        rc.context = ctx;
-        rc.params = &r.params;
-        rc.features = &f;
-        fresh.begin_request(rc);
-        q.id = 0;
-        const sp::DraftBatch want = fresh.propose(std::span<const sp::ProposeRequest>(&q, 1));
+        const sp::DraftBatch want = fresh_head_drafts(t, v, mode, ctx, q, r.params);
         EXPECT_EQ(got.token_ids, want.token_ids) << "step " << step;
         EXPECT_EQ(got.parents, want.parents) << "step " << step;
         EXPECT_EQ(proposer.pending_rows(id), 0);
@@ -323,15 +337,43 @@ TEST(EagleDecoder, HeadStateFollowsAcceptedTokens) {
 
 namespace {
 
+// The target's processed distribution of the first token after `prompt` and the joint law of the first two ([V], [V * V]).
+void target_first_two(sm::LlamaModel& target, const std::vector<std::int64_t>& prompt, const specdec::SamplingParams& params,
+                      std::int64_t V, std::vector<double>& p1, std::vector<double>& p12) {
+  p1.assign(static_cast<std::size_t>(V), 0.0);
+  p12.assign(static_cast<std::size_t>(V * V), 0.0);
+  const std::int64_t s = target.allocate_sequence();
+  auto fb = sm::make_chain_batch(s, prompt);
+  fb.last_logits_only = true;
+  const at::Tensor l = target.forward(fb).logits[0].contiguous();
+  const auto q = specdec::logits_to_probs(std::span<const float>(l.data_ptr<float>(), V), params);
+  for (std::int64_t a = 0; a < V; ++a) {
+    p1[static_cast<std::size_t>(a)] = q[static_cast<std::size_t>(a)];
+    if (q[static_cast<std::size_t>(a)] == 0.f) continue;
+    const std::int64_t s2 = target.allocate_sequence();
+    auto prompt2 = prompt;
+    prompt2.push_back(a);
+    auto fb2 = sm::make_chain_batch(s2, prompt2);
+    fb2.last_logits_only = true;
+    const at::Tensor l2 = target.forward(fb2).logits[0].contiguous();
+    const auto q2 = specdec::logits_to_probs(std::span<const float>(l2.data_ptr<float>(), V), params);
+    for (std::int64_t b = 0; b < V; ++b)
+      p12[static_cast<std::size_t>(a * V + b)] = static_cast<double>(q[static_cast<std::size_t>(a)]) * q2[static_cast<std::size_t>(b)];
+    target.free_sequence(s2);
+  }
+  target.free_sequence(s);
+}
+
 // Runs n requests (seeds 0..n-1) with the same prompt and returns the counts of the first token and of the first two tokens.
-void sample_first_tokens(sm::LlamaModel& target, sp::EagleProposer& proposer, const std::vector<std::int64_t>& prompt,
+template <class P>
+void sample_first_tokens(sm::LlamaModel& target, P& proposer, const std::vector<std::int64_t>& prompt,
                          const specdec::SamplingParams& params, std::int32_t g, std::int64_t n, std::int64_t vocab,
                          std::vector<std::int64_t>& first, std::vector<std::int64_t>& pairs, std::int64_t& accepted,
                          double& drafts_per_forward) {
   sd::DecoderOptions opts;
   opts.num_speculative_tokens = g;
   opts.calibrate = false;
-  sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+  sd::SpeculativeDecoder<P, sm::LlamaModel> dec(proposer, target, opts);
   first.assign(static_cast<std::size_t>(vocab), 0);
   pairs.assign(static_cast<std::size_t>(vocab * vocab), 0);
   const std::int64_t chunk = 200;
@@ -366,29 +408,8 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
   params.top_k = 6;
 
   // The target's distributions of the first token and of the second given the first.
-  std::vector<double> p1(V), p12(V * V);
-  {
-    const std::int64_t s = target.allocate_sequence();
-    auto fb = sm::make_chain_batch(s, prompt);
-    fb.last_logits_only = true;
-    const at::Tensor l = target.forward(fb).logits[0].contiguous();
-    const auto q = specdec::logits_to_probs(std::span<const float>(l.data_ptr<float>(), V), params);
-    for (std::int64_t a = 0; a < V; ++a) {
-      p1[static_cast<std::size_t>(a)] = q[static_cast<std::size_t>(a)];
-      if (q[static_cast<std::size_t>(a)] == 0.f) continue;
-      const std::int64_t s2 = target.allocate_sequence();
-      auto prompt2 = prompt;
-      prompt2.push_back(a);
-      auto fb2 = sm::make_chain_batch(s2, prompt2);
-      fb2.last_logits_only = true;
-      const at::Tensor l2 = target.forward(fb2).logits[0].contiguous();
-      const auto q2 = specdec::logits_to_probs(std::span<const float>(l2.data_ptr<float>(), V), params);
-      for (std::int64_t b = 0; b < V; ++b)
-        p12[static_cast<std::size_t>(a * V + b)] = static_cast<double>(q[static_cast<std::size_t>(a)]) * q2[static_cast<std::size_t>(b)];
-      target.free_sequence(s2);
-    }
-    target.free_sequence(s);
-  }
+  std::vector<double> p1, p12;
+  target_first_two(target, prompt, params, V, p1, p12);
 
   struct Case {
     sp::EagleVersion v;
@@ -434,4 +455,96 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
       EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
     }
   }
+}
+
+// The chain asks its members for target features only when one reads them, and refuses two that read different ones.
+TEST(EagleChain, FeatureSpecIsTheFeatureMembers) {
+  const Target t = make_target(61, 4, 1);
+  sp::NgramProposer ngram;
+  sp::ProposerChain lookups;
+  lookups.add(ngram, "ngram");
+  EXPECT_FALSE(lookups.target_feature_spec().final_hidden);
+  EXPECT_TRUE(lookups.target_feature_spec().layers.empty());
+  sp::EagleProposer e1 = make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain);
+  sp::EagleProposer e3 = make_proposer(t, sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(e1, "eagle");
+  EXPECT_EQ(chain.target_feature_spec().final_hidden, e1.target_feature_spec().final_hidden);
+  EXPECT_EQ(chain.target_feature_spec().layers, e1.target_feature_spec().layers);
+  EXPECT_THROW(chain.add(e3, "eagle3"), specdec::error);
+  EXPECT_EQ(chain.size(), 2u);
+}
+
+// n-gram first, EAGLE where the n-gram finds nothing: the target's greedy output, both members draft, and after every step
+// the head's next drafts equal a fresh head's computed from the whole context (its state followed the tokens the n-gram's
+// drafts put into the context as well as its own).
+TEST(EagleChain, AfterAnNgramKeepsGreedyOutputAndHeadState) {
+  const Target t = make_target(61, 4, 1);
+  sm::LlamaModel target = t.make();
+  const auto prompts = greedy_prompts();
+  const auto want = greedy_outputs(target, prompts);
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
+      for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
+        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + " batch=" + std::to_string(batch));
+        sp::NgramProposer ngram(sp::NgramOptions{1, 2, 8, 1});
+        sp::EagleProposer eagle = make_proposer(t, v, mode, sp::EagleChainSampling::kSample, 91);
+        sp::ProposerChain chain;
+        chain.add(ngram, "ngram").add(eagle, "eagle");
+        sd::DecoderOptions opts;
+        opts.num_speculative_tokens = 3;
+        opts.calibrate = false;
+        sd::SpeculativeDecoder<sp::ProposerChain, sm::LlamaModel> dec(chain, target, opts);
+        const auto reqs = greedy_requests(std::span(prompts).first(batch));
+        std::vector<sd::RequestId> ids;
+        for (const auto& r : reqs) ids.push_back(dec.add_request(r));
+        bool first_done = false;
+        for (int step = 0; step < 64 && dec.num_running() > 0; ++step) {
+          for (const auto id : dec.step()) first_done = first_done || id == ids[0];
+          if (first_done) continue;
+          const std::vector<std::int64_t> ctx(dec.context(ids[0]).begin(), dec.context(ids[0]).end());
+          specdec::SamplingParams greedy_params;
+          greedy_params.temperature = 0.f;
+          sp::ProposeRequest q;
+          q.id = ids[0];
+          q.context = ctx;
+          q.params = &greedy_params;
+          q.max_drafts = 3;
+          q.position = static_cast<std::int64_t>(ctx.size());
+          const sp::DraftBatch got = eagle.propose(std::span<const sp::ProposeRequest>(&q, 1));
+          const sp::DraftBatch fresh = fresh_head_drafts(t, v, mode, ctx, q, greedy_params);
+          EXPECT_EQ(got.token_ids, fresh.token_ids) << "step " << step;
+          EXPECT_EQ(got.parents, fresh.parents) << "step " << step;
+        }
+        for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(dec.take_result(ids[i]).tokens, want[i]) << "request " << i;
+        EXPECT_GT(chain.drafted_by(0), 0) << "the n-gram never drafted";
+        EXPECT_GT(chain.drafted_by(1), 0) << "EAGLE never drafted";
+      }
+}
+
+// The joint law of the first two tokens at temperature 0.9 with the n-gram's deterministic drafts and EAGLE's sampled ones
+// mixed in one batch (6 sigma per category).
+TEST(EagleChain, SampledOutputIsDistributedAsTheTarget) {
+  const std::int64_t V = 8;
+  const Target t = make_target(V, 3, 9, 4.0);
+  sm::LlamaModel target = t.make();
+  const std::vector<std::int64_t> prompt = {3, 1, 4, 1, 5, 1};
+  specdec::SamplingParams params;
+  params.temperature = 0.9f;
+  params.top_k = 6;
+  std::vector<double> p1, p12;
+  target_first_two(target, prompt, params, V, p1, p12);
+  sp::NgramProposer ngram(sp::NgramOptions{1, 2, 8, 1});
+  sp::EagleProposer eagle = make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 123);
+  sp::ProposerChain chain;
+  chain.add(ngram, "ngram").add(eagle, "eagle");
+  std::vector<std::int64_t> first, pairs;
+  std::int64_t accepted = 0;
+  double drafts_per_forward = 0;
+  sample_first_tokens(target, chain, prompt, params, 3, 2000, V, first, pairs, accepted, drafts_per_forward);
+  EXPECT_TRUE(specdec::test::matches_distribution(first, p1));
+  EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
+  EXPECT_GT(accepted, 50) << "too few accepted drafts for the test to exercise speculation";
+  EXPECT_GT(chain.drafted_by(0), 100) << "the n-gram rarely drafted";
+  EXPECT_GT(chain.drafted_by(1), 100) << "EAGLE rarely drafted";
 }

@@ -68,7 +68,11 @@ class SpeculativeDecoder {
                         " tokens but the target's has " + std::to_string(vocab_size_) +
                         "; a draft model must share the target's vocabulary (tokenizer)");
     }
-    if constexpr (proposers::wants_target_features<Draft>) feature_spec_ = proposer_->target_feature_spec();
+    if constexpr (proposers::wants_target_features<Draft>) {
+      // An empty spec (a ProposerChain without a feature member) asks for nothing.
+      auto spec = proposer_->target_feature_spec();
+      if (spec.final_hidden || !spec.layers.empty()) feature_spec_ = std::move(spec);
+    }
     if constexpr (models::HasMaxSequenceLength<Target>)
       max_sequence_length_ = static_cast<std::int64_t>(target_->max_sequence_length());
   }

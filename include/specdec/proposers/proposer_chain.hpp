@@ -13,10 +13,14 @@
 // keep their own state in step with the context, as the draft model's cache catches up with tokens it did not draft) and
 // end_request. Members are held by reference and must outlive the chain.
 //
-// Capabilities: the chain may return trees (a member that does not support them never returns one). Members that read
-// target hidden states (EAGLE) are refused by add(): the chain does not route features yet. The chain has no vocab_size():
-// the decoder's per-step check of draft ids and probability rows against the target's vocabulary still applies, and
-// add() refuses members whose vocabularies differ from each other.
+// Capabilities: the chain may return trees (a member that does not support them never returns one). A member that reads
+// target hidden states (EAGLE) makes the chain ask for them: target_feature_spec() is that member's (members that read
+// features must all want the same ones), and the decoder then hands every member the rows at begin_request and observe;
+// the others ignore them. A feature member keeps its own state in step when another member drafted (EAGLE queues the
+// rows and runs them through its head when it next drafts). Add every member before the decoder is built: the decoder
+// reads the spec once. Without a feature member the spec is empty and the decoder computes no features. The chain has no
+// vocab_size(): the decoder's per-step check of draft ids and probability rows against the target's vocabulary still
+// applies, and add() refuses members whose vocabularies differ from each other.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -49,9 +53,15 @@ class ProposerChain {
   ProposerChain& add(P& member, std::string name = "member") {
     if (live_ > 0) throw error(Status::kInvalidArgument, "ProposerChain::add: " + name + ": requests are live; add members first");
     if constexpr (wants_target_features<P>) {
-      throw error(Status::kInvalidArgument,
-                  "ProposerChain::add: " + name + ": members that read target hidden states are not supported in a chain");
-    } else {
+      const TargetFeatureSpec spec = member.target_feature_spec();
+      if (wants_features_ && (spec.final_hidden != spec_.final_hidden || spec.layers != spec_.layers))
+        throw error(Status::kInvalidArgument, "ProposerChain::add: " + name +
+                                                  ": reads other target hidden states than an earlier member; members that "
+                                                  "read features must want the same ones");
+      spec_ = spec;
+      wants_features_ = spec.final_hidden || !spec.layers.empty();
+    }
+    {
       if constexpr (has_vocab_size<P>) {
         const std::int64_t v = member.vocab_size();
         if (vocab_size_ >= 0 && v != vocab_size_)
@@ -71,6 +81,8 @@ class ProposerChain {
   }
 
   std::size_t size() const { return members_.size(); }
+  /// The target hidden states the chain's feature members read (empty when none does: the decoder then computes none).
+  TargetFeatureSpec target_feature_spec() const { return spec_; }
   /// Whether every member's drafts are lookups (has_lookup_drafts), as each said when it was added.
   bool drafts_are_lookups() const { return !members_.empty() && lookups_; }
   const std::string& name(std::size_t i) const { return members_.at(i)->name; }
@@ -240,6 +252,8 @@ class ProposerChain {
   std::vector<std::int64_t> drafted_by_;
   std::int64_t vocab_size_ = -1;
   std::int64_t live_ = 0;
+  TargetFeatureSpec spec_;
+  bool wants_features_ = false;
   bool lookups_ = true;
 };
 
