@@ -263,6 +263,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   eagle_cmd->add_option("--holdout", holdout, "records kept out of training (the last ones): per-step accuracy reported on them")
       ->capture_default_str();
+  std::vector<std::string> holdout_data;
+  std::int64_t holdout_records = 0;
+  std::string snapshots;
+  eagle_cmd->add_option("--holdout-data", holdout_data, "held-out set(s) (`data --holdout-out`): per-step accuracy reported on them");
+  eagle_cmd->add_option("--holdout-records", holdout_records, "use at most this many held-out records (the first ones; 0 = all)")
+      ->capture_default_str()->check(int_range(0, 1'000'000'000));
+  eagle_cmd->add_option("--eval-every", eopt.eval_every,
+                        "report the held-out accuracy every N optimizer steps (a learning curve; 0 = before and after only)")
+      ->capture_default_str()->check(int_range(0, 1'000'000'000));
+  eagle_cmd->add_option("--snapshots", snapshots, "with --eval-every: also save the head at each report, as DIR/rows-<rows seen>")
+      ->check(output_path(true));
 
   auto* draft_cmd = app.add_subcommand("draft", "distil a small draft model on a training set");
   TrainOptions topt;
@@ -296,6 +307,9 @@ int main(int argc, char** argv) {
         fail(fmt::format("--kv-heads: expected a divisor of --heads = {}, got {}", heads, kv_heads));
     }
     if (eagle_cmd->parsed() && holdout < 0) fail(fmt::format("--holdout: expected an integer >= 0, got {}", holdout));
+    if (eagle_cmd->parsed() && eopt.eval_every > 0 && holdout == 0 && holdout_data.empty())
+      fail("--eval-every: needs held-out records (--holdout or --holdout-data)");
+    if (eagle_cmd->parsed() && !snapshots.empty() && eopt.eval_every == 0) fail("--snapshots: needs --eval-every");
     if (eagle_cmd->parsed() && draft_vocab < 0)
       fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}", draft_vocab));
     at::set_num_threads(threads);
@@ -479,6 +493,13 @@ int main(int argc, char** argv) {
         fail(fmt::format("--holdout: expected in [0, {}), got {}", data.size(), holdout));
       std::vector<Record> held(std::make_move_iterator(data.end() - holdout), std::make_move_iterator(data.end()));
       data.resize(data.size() - static_cast<std::size_t>(holdout));
+      if (!holdout_data.empty()) {
+        std::int64_t HH = 0;
+        auto more = read_record_files(holdout_data, &HH);
+        if (HH != H) fail(fmt::format("--holdout-data: features of width {}, the training set's are {}", HH, H));
+        held.insert(held.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+      }
+      if (holdout_records > 0 && static_cast<std::int64_t>(held.size()) > holdout_records) held.resize(static_cast<std::size_t>(holdout_records));
       const auto version = e_version == 3 ? specdec::proposers::EagleVersion::kEagle3 : specdec::proposers::EagleVersion::kEagle1;
       const std::int64_t want_h = (e_version == 3 ? 3 : 1) * target_cfg.hidden_size;
       if (H != want_h)
@@ -510,14 +531,21 @@ int main(int argc, char** argv) {
         fmt::print("eagle: draft vocabulary of {} tokens covers {:.2f}% of the target's argmax tokens in the data\n", draft_vocab,
                    100 * coverage);
       }
-      auto report = [&](const char* when) {
+      auto report = [&](const std::string& when) {
         if (held.empty()) return;
         const int k = std::max(eopt.ttt_steps, 3);
         const auto all = eagle_step_accuracy(m, held, k, eopt.max_len, false);
         const auto ans = eagle_step_accuracy(m, held, k, eopt.max_len, true);
-        fmt::print("eagle: held-out ({} records) accuracy by draft step {}: all rows {:.3f}, answer rows {:.3f}\n", held.size(), when,
-                   fmt::join(all, " "), fmt::join(ans, " "));
+        // Greedy chain of 4 drafts with these conditional acceptance rates (the last one for the later drafts).
+        double tau = 1, run = 1;
+        for (int j = 0; j < 4; ++j) tau += (run *= ans[static_cast<std::size_t>(std::min(j, k - 1))]);
+        fmt::print("eagle: held-out ({} records) accuracy by draft step {}: all rows {:.3f}, answer rows {:.3f}; chain of 4 tau {:.2f}\n",
+                   held.size(), when, fmt::join(all, " "), fmt::join(ans, " "), tau);
         std::fflush(stdout);
+      };
+      eopt.on_eval = [&](std::int64_t step, std::int64_t rows_seen) {
+        report(fmt::format("at step {} ({} rows)", step, rows_seen));
+        if (!snapshots.empty()) m.save(fs::path(snapshots) / fmt::format("rows-{:09d}", rows_seen), tw);
       };
       report("before");
       const auto res = eopt.minutes > 0 ? train_eagle(m, data, eopt) : TrainResult{};

@@ -29,6 +29,10 @@ struct TrainOptions {
   std::uint64_t seed = 1;
   fs::path checkpoint;          // resumable state (parameters + optimizer + step); empty = none
   bool verbose = true;
+  /// Every `eval_every` optimizer steps (0 = never), `on_eval(step, rows seen)` runs between steps (held-out accuracy and
+  /// snapshots for a learning curve); its time counts against the wall-clock budget like the steps'.
+  std::int64_t eval_every = 0;
+  std::function<void(std::int64_t, std::int64_t)> on_eval;
 };
 
 struct TrainResult {
@@ -130,6 +134,7 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
       std::fflush(stdout);
     }
     if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) save_checkpoint(el2);
+    if (o.eval_every > 0 && o.on_eval && step % o.eval_every == 0) o.on_eval(step, rows_done);
   }
   res.seconds = elapsed_before + seconds_since(t0);
   save_checkpoint(res.seconds);
