@@ -95,6 +95,7 @@ struct Options {
   bool fixed_g = false;       // --fixed-g / --no-adaptive: exactly g drafts per step
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
   bool no_shadow_probes = false;  // probes that verify a draft instead of shadow probes (lookup proposers)
+  bool no_confidence_cut = false; // EAGLE chains: choose g before proposing instead of cutting by the head's confidences
   bool no_cut_lookups = false;    // choose g before proposing (lookup proposers), as before AdaptiveSpeculation::cut_lookups
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
@@ -625,7 +626,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
   if (given("--draft-weights") && !uses_draft && !uses_eagle)
     warn("--draft-weights: ignored without a draft model or EAGLE head in --proposer");
   if (o.fixed_g)
-    for (const char* flag : {"--cost-model", "--probe-backoff", "--no-shadow-probes", "--no-cut-lookups",
+    for (const char* flag : {"--cost-model", "--probe-backoff", "--no-shadow-probes", "--no-cut-lookups", "--no-confidence-cut",
                              "--sampled-cost-slope", "--sampled-draft-cost"})
       if (given(flag)) warn(fmt::format("{}: ignored with --fixed-g (the adaptive policy is off)", flag));
   if (!o.fixed_g && (o.adaptive_all || p.params.greedy()))
@@ -823,6 +824,7 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.shadow_probes = !o.no_shadow_probes;
   spec_options.adaptive.cut_lookups = !o.no_cut_lookups;
+  spec_options.adaptive.confidence_cut = !o.no_confidence_cut;
   spec_options.adaptive.sampled = o.adaptive_all;
   if (o.adaptive && !o.adaptive_all) {
     const double slope = o.sampled_cost_slope;
@@ -1073,6 +1075,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-shadow-probes", o.no_shadow_probes,
                "adaptive policy with a lookup proposer (ngram, suffix): probe by verifying one draft after plain steps "
                "(--probe-backoff) instead of comparing each plain step's token with an unverified lookup draft");
+  app.add_flag("--no-confidence-cut", o.no_confidence_cut,
+               "EAGLE chains under the adaptive policy: choose g before proposing from the request's history instead of "
+               "proposing at the bound and cutting each chain by the head's own confidences");
   app.add_flag("--no-cut-lookups", o.no_cut_lookups,
                "adaptive policy with a lookup proposer: choose g before proposing (plain steps ask for one draft to compare) "
                "instead of proposing g, choosing how many to verify from the proposal and learning from every proposed "

@@ -550,6 +550,19 @@ int main(int argc, char** argv) {
       report("before");
       const auto res = eopt.minutes > 0 ? train_eagle(m, data, eopt) : TrainResult{};
       report("after");
+      if (!held.empty()) {
+        // Calibration of the answer rows: is the head's confidence the chance its draft is the target's argmax?
+        const auto st = eagle_step_stats(m, held, std::max(eopt.ttt_steps, 3), eopt.max_len, true, 10);
+        for (std::size_t k = 0; k < st.bin_rows.size(); ++k) {
+          std::string line;
+          for (std::size_t b = 0; b < st.bin_rows[k].size(); ++b)
+            if (st.bin_rows[k][b] > 0)
+              line += fmt::format(" [{:.1f},{:.1f}): {:.0f} rows, mean confidence {:.3f}, accepted {:.3f};", 0.1 * static_cast<double>(b),
+                                  0.1 * static_cast<double>(b + 1), st.bin_rows[k][b], st.bin_confidence[k][b] / st.bin_rows[k][b],
+                                  st.bin_hits[k][b] / st.bin_rows[k][b]);
+          fmt::print("eagle: held-out calibration, step {}:{}\n", k + 1, line);
+        }
+      }
       m.save(e_out, tw);
       auto loaded = specdec::proposers::load_eagle_head(e_out, tw);
       fmt::print("eagle: done: {} steps, {} rows in {}; loss {:.4f} -> {:.4f}, top1 {:.3f}; saved {} ({} bytes)\n", res.steps,

@@ -148,6 +148,15 @@ void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int3
            std::to_string(max_drafts[static_cast<std::size_t>(b)]));
     }
   }
+  if (!d.confidence.empty()) {
+    if (static_cast<std::int64_t>(d.confidence.size()) != N)
+      fail(who + std::to_string(d.confidence.size()) + " confidences; expected none or one per draft (" + std::to_string(N) + ")");
+    for (std::int64_t j = 0; j < N; ++j) {
+      const float c = d.confidence[static_cast<std::size_t>(j)];
+      if (!(c == -1.f || (c >= 0.f && c <= 1.f)))
+        fail(who + "confidence[" + std::to_string(j) + "] = " + std::to_string(c) + "; expected a value in [0, 1], or -1 for none");
+    }
+  }
   for (std::int64_t j = 0; j < N; ++j) {
     const std::int64_t x = d.token_ids[static_cast<std::size_t>(j)];
     if (x < 0 || x >= V)
@@ -218,27 +227,33 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int6
 proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const std::int32_t> limit) {
   proposers::DraftBatch out;
   out.cu_num_drafts.push_back(0);
-  std::vector<std::int64_t> tokens, parents, renumber;
+  std::vector<std::int64_t> tokens, parents, renumber, kept;
   for (std::int64_t b = 0; b < d.num_requests(); ++b) {
     const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
     const auto depth = draft_depths(d, b);
     const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
     const bool cuts = std::any_of(depth.begin(), depth.end(), [&](std::int32_t x) { return x > limit[static_cast<std::size_t>(b)]; });
-    if (cuts && d.probs.defined())  // rows of probs follow the drafts: only deterministic batches are cut
-      throw error(Status::kInvalidArgument, "cut_drafts: request " + std::to_string(b) + ": a batch with draft probabilities");
+    if (cuts && d.request_has_probs(b))  // a sampled request's drafts are verified as drawn: only deterministic ones are cut
+      throw error(Status::kInvalidArgument, "cut_drafts: request " + std::to_string(b) + ": drafts with draft probabilities");
     tokens.clear();
     parents.clear();
     renumber.assign(depth.size() + 1, 0);  // old node index -> new (node 0, the root, stays 0)
     for (std::size_t j = 0; j < depth.size(); ++j) {
       if (depth[j] > limit[static_cast<std::size_t>(b)]) continue;
+      kept.push_back(s + static_cast<std::int64_t>(j));
       tokens.push_back(d.token_ids[static_cast<std::size_t>(s) + j]);
       if (tree) parents.push_back(renumber[static_cast<std::size_t>(d.parents[static_cast<std::size_t>(b)][j])]);
       renumber[j + 1] = static_cast<std::int64_t>(tokens.size());
     }
     out.append(tokens, parents);
   }
-  out.probs = d.probs;  // defined only when nothing was cut (above)
+  const bool all_kept = static_cast<std::int64_t>(kept.size()) == static_cast<std::int64_t>(d.token_ids.size());
+  // The rows of the drafts kept (those of a cut request are never read: its drafts are deterministic).
+  if (d.probs.defined())
+    out.probs = all_kept ? d.probs : d.probs.index_select(0, at::tensor(kept, at::kLong).to(d.probs.device()));
   out.has_probs = d.has_probs;
+  if (!d.confidence.empty())
+    for (const auto j : kept) out.confidence.push_back(d.confidence[static_cast<std::size_t>(j)]);
   return out;
 }
 

@@ -1,9 +1,26 @@
 // EagleProposer: drafting chains and EAGLE-2 trees with an EAGLE head from the target's features (see eagle.hpp).
 #include "eagle_internal.hpp"
+#include "specdec/sampling/logits_simd.hpp"
 
 namespace specdec::proposers {
 
 using namespace eagle_internal;
+
+namespace {
+
+/// The largest probability of softmax(logits[0 .. n)) whose largest logit is `max_logit`: 1 / sum_x exp(l_x - max), the
+/// sum with the sampler's vectorised weights and tile masses (bit-identical on every CPU path). `scratch` holds n floats.
+double top_probability(const float* logits, std::int64_t n, float max_logit, std::vector<float>& scratch) {
+  scratch.resize(static_cast<std::size_t>(n));
+  const auto path = specdec::detail::best_logits_path();
+  specdec::detail::logit_weights(path, logits, n, max_logit, 1.0f, scratch.data());
+  std::vector<float> masses(static_cast<std::size_t>(specdec::num_tiles(n)));
+  specdec::detail::tile_masses(path, scratch.data(), n, masses.data());
+  const float total = specdec::detail::combine_tiles(masses.data(), static_cast<std::int64_t>(masses.size()), 1);
+  return total > 0.f ? std::min(1.0, 1.0 / static_cast<double>(total)) : 1.0;
+}
+
+}  // namespace
 
 struct EagleProposer::Impl {
   struct Request {
@@ -109,6 +126,7 @@ EagleHead& EagleProposer::head() noexcept { return impl_->head; }
 const EagleHead& EagleProposer::head() const noexcept { return impl_->head; }
 const EagleProposerOptions& EagleProposer::options() const noexcept { return impl_->opts; }
 void EagleProposer::set_mode(EagleDraftMode mode) noexcept { impl_->opts.mode = mode; }
+bool EagleProposer::reports_confidence() const noexcept { return impl_->opts.mode == EagleDraftMode::kChain; }
 std::int64_t EagleProposer::pending_rows(RequestId id) const {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) fail(fmt::format("EagleProposer::pending_rows: id: expected an active request, got {}", id));
@@ -219,6 +237,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   std::vector<std::vector<std::int64_t>> tree_parents(static_cast<std::size_t>(B));
   // Chain sampling: per request, its drafts' processed rows over the draft vocabulary in by_target order ([g * Vd]).
   std::vector<std::vector<float>> probs_rows(static_cast<std::size_t>(B));
+  std::vector<std::vector<float>> confidences(static_cast<std::size_t>(B));  // chains: DraftBatch::confidence
   bool any_probs = false;
 
   if (opts.mode == EagleDraftMode::kChain) {
@@ -237,7 +256,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     }
     std::int32_t max_g = 0;
     for (auto i : active) max_g = std::max(max_g, reqs[static_cast<std::size_t>(i)].max_drafts);
-    std::vector<float> draft_logits(static_cast<std::size_t>(Vd)), probs(static_cast<std::size_t>(Vd));
+    std::vector<float> draft_logits(static_cast<std::size_t>(Vd)), probs(static_cast<std::size_t>(Vd)), weights;
     for (std::int32_t s = 0; s < max_g; ++s) {
       EagleHeadBatch step;
       std::vector<at::Tensor> feats;
@@ -251,17 +270,13 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
         at::Tensor lg = logits[a].contiguous();
         const float* lp = lg.data_ptr<float>();
         std::int64_t token = -1;
-        double confidence = 1.0;  // the head's probability of this draft (min_draft_prob)
+        double confidence = 1.0;  // the head's largest probability at this step (min_draft_prob, DraftBatch::confidence)
         if (!any_probs || !sampled[a]) {
           std::int64_t best = 0;
           for (std::int64_t d = 1; d < Vd; ++d)
             if (lp[d] > lp[best]) best = d;
           token = d2t[static_cast<std::size_t>(best)];
-          if (opts.min_draft_prob > 0) {
-            double z = 0.0;
-            for (std::int64_t d = 0; d < Vd; ++d) z += std::exp(static_cast<double>(lp[d]) - static_cast<double>(lp[best]));
-            confidence = 1.0 / z;
-          }
+          confidence = top_probability(lp, Vd, lp[best], weights);
         }
         if (any_probs) {
           // The draft distribution, processed with the request's params over the draft vocabulary in target-id order
@@ -301,6 +316,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
         if (any_probs)
           probs_rows[static_cast<std::size_t>(i)].insert(probs_rows[static_cast<std::size_t>(i)].end(), probs.begin(), probs.end());
         drafts[static_cast<std::size_t>(i)].push_back(token);
+        confidences[static_cast<std::size_t>(i)].push_back(static_cast<float>(confidence));
         if (s + 1 < q.max_drafts) {
           step.slots.push_back(rs[static_cast<std::size_t>(i)]->slot);
           step.token_ids.push_back(token);
@@ -393,6 +409,9 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   for (std::int64_t i = 0; i < B; ++i) {
     if (opts.mode == EagleDraftMode::kTree) out.append(drafts[static_cast<std::size_t>(i)], tree_parents[static_cast<std::size_t>(i)]);
     else out.append(drafts[static_cast<std::size_t>(i)]);
+    if (opts.mode == EagleDraftMode::kChain)
+      out.confidence.insert(out.confidence.end(), confidences[static_cast<std::size_t>(i)].begin(),
+                            confidences[static_cast<std::size_t>(i)].end());
   }
   if (opts.mode == EagleDraftMode::kTree && out.parents.empty()) out.parents.assign(static_cast<std::size_t>(B), {});
   if (any_probs) {  // the rows over the whole target vocabulary (0 outside the draft vocabulary)

@@ -44,10 +44,16 @@ TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, cons
   }, "eagle");
 }
 
-std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
-                                               bool answers_only) {
+EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
+                                bool answers_only, int bins) {
   torch::NoGradGuard ng;
-  std::vector<double> hit(static_cast<std::size_t>(steps), 0.0), rows(static_cast<std::size_t>(steps), 0.0);
+  EagleStepStats st;
+  const auto K = static_cast<std::size_t>(steps);
+  st.accuracy.assign(K, 0.0);
+  st.bin_rows.assign(K, std::vector<double>(static_cast<std::size_t>(bins), 0.0));
+  st.bin_hits = st.bin_rows;
+  st.bin_confidence = st.bin_rows;
+  std::vector<double> hit(K, 0.0), rows(K, 0.0);
   for (const auto& r : data) {
     const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
     const std::int64_t n = T - 1;
@@ -59,16 +65,36 @@ std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vect
     // row i predicts token i+2; an answer token has index >= prompt_length
     const std::int64_t first_answer_row = std::max<std::int64_t>(0, r.prompt_length - 2);
     for (int k = 1; k <= steps; ++k) {
+      const auto kk = static_cast<std::size_t>(k - 1);
       const std::int64_t b = std::max<std::int64_t>(k - 1, answers_only ? first_answer_row : 0);
       if (b >= n) continue;
-      auto am = m.logits(outs[static_cast<std::size_t>(k - 1)].narrow(0, b, n - b)).argmax(-1);
+      auto logits = m.logits(outs[kk].narrow(0, b, n - b));
+      auto [top, am] = torch::softmax(logits, -1).max(-1);
       if (m.draft_ids.defined()) am = m.draft_ids.index({am});
-      hit[static_cast<std::size_t>(k - 1)] += am.eq(want.narrow(0, b, n - b)).sum().item<double>();
-      rows[static_cast<std::size_t>(k - 1)] += static_cast<double>(n - b);
+      auto ok = am.eq(want.narrow(0, b, n - b));
+      hit[kk] += ok.sum().item<double>();
+      rows[kk] += static_cast<double>(n - b);
+      if (bins > 0) {
+        const auto top_a = top.contiguous();
+        const auto ok_a = ok.contiguous();
+        const float* tp = top_a.data_ptr<float>();
+        const bool* op = ok_a.data_ptr<bool>();
+        for (std::int64_t i = 0; i < n - b; ++i) {
+          const auto bin = static_cast<std::size_t>(std::min<double>(bins - 1, std::floor(tp[i] * bins)));
+          st.bin_rows[kk][bin] += 1;
+          st.bin_hits[kk][bin] += op[i] ? 1 : 0;
+          st.bin_confidence[kk][bin] += tp[i];
+        }
+      }
     }
   }
-  for (std::size_t k = 0; k < hit.size(); ++k) hit[k] = rows[k] > 0 ? hit[k] / rows[k] : 0.0;
-  return hit;
+  for (std::size_t k = 0; k < K; ++k) st.accuracy[k] = rows[k] > 0 ? hit[k] / rows[k] : 0.0;
+  return st;
+}
+
+std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
+                                        bool answers_only) {
+  return eagle_step_stats(m, data, steps, max_len, answers_only, 0).accuracy;
 }
 
 TrainResult train_draft(DraftTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {

@@ -546,6 +546,133 @@ TEST(DecoderAdaptive, CutLookupsProposeAtTheBoundOnceAStepAndLearnFromEveryEmitt
   EXPECT_EQ(res3[0].metrics.shadow_accepted, 0);
 }
 
+// A proposer that reports confidences (has_draft_confidence): it drafts the reference, except at positions p with
+// p % 4 == 3, where it drafts a wrong token; it is 0.95 sure of a right draft and 0.05 of a wrong one.
+struct ConfidentProposer {
+  std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references;
+  std::map<sp::RequestId, const std::vector<std::int64_t>*> live;
+  std::vector<std::int32_t> asked;
+  bool reports = true;
+  bool reports_confidence() const { return reports; }
+  void begin_request(const sp::RequestContext& c) {
+    live[c.id] = &references.at(std::vector<std::int64_t>(c.context.begin(), c.context.end()));
+  }
+  void end_request(sp::RequestId id) { live.erase(id); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> requests) {
+    sp::DraftBatch d;
+    d.cu_num_drafts.push_back(0);
+    for (const auto& r : requests) {
+      asked.push_back(r.max_drafts);
+      const auto& ref = *live.at(r.id);
+      std::vector<std::int64_t> tokens;
+      for (std::int64_t p = r.position; p < r.position + r.max_drafts && p < static_cast<std::int64_t>(ref.size()); ++p) {
+        const bool right = p % 4 != 3;
+        tokens.push_back(right ? ref[static_cast<std::size_t>(p)] : (ref[static_cast<std::size_t>(p)] + 1) % 64);
+        if (reports) d.confidence.push_back(right ? 0.95f : 0.05f);
+      }
+      d.append(tokens);
+    }
+    return d;
+  }
+  void observe(std::span<const sp::StepFeedback>) {}
+};
+
+// With confidences, every step proposes at the bound and the policy cuts each chain where its expected tokens per second
+// peak: here just before the first wrong draft, so every verified draft is accepted. Without them (or with
+// confidence_cut off) g is chosen before proposing from the history, and wrong drafts get verified.
+TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
+  Fixture f(2, 60);
+  auto run = [&](bool reports, bool cut) {
+    ConfidentProposer p;
+    p.reports = reports;
+    for (std::size_t b = 0; b < f.requests.size(); ++b) {
+      std::vector<std::int64_t> r = f.requests[b].prompt;
+      r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
+      p.references[f.requests[b].prompt] = r;
+    }
+    auto o = Fixture::options(6, 0.2);
+    o.adaptive.confidence_cut = cut;
+    sd::SpeculativeDecoder dec(p, f.target, o);
+    const auto res = dec.generate(f.requests);
+    for (std::size_t b = 0; b < res.size(); ++b) EXPECT_EQ(res[b].tokens, f.reference[b]) << "request " << b;
+    return std::make_pair(p, res);
+  };
+  const auto [p, res] = run(true, true);
+  for (const auto& r : res) {
+    EXPECT_GT(r.metrics.accepted, 20);
+    EXPECT_EQ(r.metrics.accepted, r.metrics.drafted);  // cut before every wrong draft
+  }
+  std::int64_t at_bound = 0;
+  for (const auto a : p.asked) at_bound += a == 6 ? 1 : 0;
+  EXPECT_GE(at_bound, static_cast<std::int64_t>(p.asked.size()) - 4) << "steps did not propose at the bound";
+  for (const bool reports : {false, true}) {
+    SCOPED_TRACE(reports ? "confidence_cut off" : "no confidences");
+    const auto [q, res2] = run(reports, false);
+    std::int64_t wrong = 0;
+    for (const auto& r : res2) wrong += r.metrics.drafted - r.metrics.accepted;
+    EXPECT_GT(wrong, 0);
+  }
+}
+
+// A chain reports confidences when a member does: its drafts carry them, and -1 where a member without them drafted.
+TEST(ProposerChain, ConfidencesOfTheMemberThatDrafted) {
+  Fixture f(1, 8);
+  ConfidentProposer c;
+  std::vector<std::int64_t> ref = f.requests[0].prompt;
+  ref.insert(ref.end(), f.reference[0].begin(), f.reference[0].end());
+  c.references[f.requests[0].prompt] = ref;
+  RecordingLookup l;
+  l.references[f.requests[0].prompt] = ref;
+  sp::ProposerChain lookups;
+  lookups.add(l, "lookup");
+  EXPECT_FALSE(lookups.reports_confidence());
+  sp::ProposerChain chain;
+  chain.add(l, "lookup").add(c, "confident");
+  EXPECT_TRUE(chain.reports_confidence());
+  sp::RequestContext ctx;
+  ctx.id = 1;
+  ctx.context = f.requests[0].prompt;
+  ctx.params = &f.requests[0].params;
+  chain.begin_request(ctx);
+  sp::ProposeRequest q;
+  q.id = 1;
+  q.context = f.requests[0].prompt;
+  q.params = &f.requests[0].params;
+  q.max_drafts = 3;
+  q.position = static_cast<std::int64_t>(f.requests[0].prompt.size());
+  const auto d = chain.propose(std::span(&q, 1));  // the lookup member drafts
+  ASSERT_EQ(d.num_drafts(0), 3);
+  EXPECT_EQ(d.confidence, std::vector<float>(3, -1.f));
+  const std::int32_t confident_first[] = {1, 0};
+  q.members = confident_first;
+  const auto d2 = chain.propose(std::span(&q, 1));
+  ASSERT_EQ(d2.num_drafts(0), 3);
+  ASSERT_EQ(d2.confidence.size(), 3u);
+  for (std::int64_t j = 0; j < 3; ++j)
+    EXPECT_EQ(d2.confidence[static_cast<std::size_t>(j)], (q.position + j) % 4 != 3 ? 0.95f : 0.05f);
+  chain.end_request(1);
+}
+
+// cut_drafts keeps the confidences and probability rows of the drafts it keeps (a deterministic request beside a sampled
+// one), and refuses to cut a sampled request.
+TEST(DecoderDetail, CutDraftsKeepsConfidencesAndRowsOfTheDraftsKept) {
+  sp::DraftBatch d;
+  d.append(std::vector<std::int64_t>{1, 2, 3});
+  d.append(std::vector<std::int64_t>{4, 5});
+  d.confidence = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f};
+  d.probs = at::arange(5 * 4, at::kFloat).view({5, 4});
+  d.has_probs = {0, 1};
+  const std::int32_t limit[] = {1, 2};
+  const auto c = sd::detail::cut_drafts(d, limit);
+  EXPECT_EQ(c.token_ids, (std::vector<std::int64_t>{1, 4, 5}));
+  EXPECT_EQ(c.confidence, (std::vector<float>{0.9f, 0.6f, 0.5f}));
+  ASSERT_EQ(c.probs.size(0), 3);
+  EXPECT_TRUE(at::equal(c.probs[1], d.probs[3]));
+  EXPECT_TRUE(at::equal(c.probs[2], d.probs[4]));
+  const std::int32_t cut_sampled[] = {3, 1};
+  EXPECT_THROW(sd::detail::cut_drafts(d, cut_sampled), specdec::error);
+}
+
 TEST(ProposerChain, DraftsAreLookupsWhenEveryMemberSaysSo) {
   sp::NgramProposer ngram;
   sp::SuffixProposer suffix;

@@ -548,3 +548,64 @@ TEST(EagleChain, SampledOutputIsDistributedAsTheTarget) {
   EXPECT_GT(chain.drafted_by(0), 100) << "the n-gram rarely drafted";
   EXPECT_GT(chain.drafted_by(1), 100) << "EAGLE rarely drafted";
 }
+
+// The adaptive policy with the confidence cut (chains proposed at the bound, cut by the head's confidences): the target's
+// greedy output, alone and in a batch, as an EAGLE proposer alone and after an n-gram; every chain draft has a confidence
+// in [0, 1].
+TEST(EagleDecoder, ConfidenceCutKeepsGreedyOutput) {
+  const Target t = make_target(61, 4, 1);
+  sm::LlamaModel target = t.make();
+  const auto prompts = greedy_prompts();
+  const auto want = greedy_outputs(target, prompts);
+  for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (bool in_chain : {false, true})
+      for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
+        SCOPED_TRACE(std::string(name(v)) + (in_chain ? " after an n-gram" : "") + " batch=" + std::to_string(batch));
+        sp::EagleProposer eagle = make_proposer(t, v, sp::EagleDraftMode::kChain);
+        ASSERT_TRUE(eagle.reports_confidence());
+        sd::DecoderOptions opts;
+        opts.num_speculative_tokens = 4;
+        opts.calibrate = false;
+        opts.adaptive.enabled = true;
+        opts.adaptive.forward_seconds = [](std::int64_t b, std::int64_t rows) { return 1.0 + 0.05 * static_cast<double>(rows - b); };
+        opts.adaptive.draft_seconds_per_position = 0.0;
+        const auto reqs = greedy_requests(std::span(prompts).first(batch));
+        std::vector<sd::GenerationResult> res;
+        if (in_chain) {
+          sp::NgramProposer ngram(sp::NgramOptions{2, 3, 8, 1});
+          sp::ProposerChain chain;
+          chain.add(ngram, "ngram").add(eagle, "eagle");
+          sd::SpeculativeDecoder<sp::ProposerChain, sm::LlamaModel> dec(chain, target, opts);
+          res = dec.generate(reqs);
+        } else {
+          sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(eagle, target, opts);
+          res = dec.generate(reqs);
+          EXPECT_GT(dec.metrics().total.drafted, 0);
+        }
+        ASSERT_EQ(res.size(), batch);
+        for (std::size_t i = 0; i < batch; ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
+      }
+  // The confidences a chain reports.
+  sp::EagleProposer eagle = make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain);
+  sd::DecoderOptions opts;
+  opts.num_speculative_tokens = 4;
+  opts.calibrate = false;
+  sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(eagle, target, opts);
+  const auto id = dec.add_request(greedy_requests(std::span(prompts).first(1))[0]);
+  specdec::SamplingParams greedy_params;
+  greedy_params.temperature = 0.f;
+  const std::vector<std::int64_t> ctx(dec.context(id).begin(), dec.context(id).end());
+  sp::ProposeRequest q;
+  q.id = id;
+  q.context = ctx;
+  q.params = &greedy_params;
+  q.max_drafts = 4;
+  q.position = static_cast<std::int64_t>(ctx.size());
+  const sp::DraftBatch d = eagle.propose(std::span<const sp::ProposeRequest>(&q, 1));
+  ASSERT_EQ(d.confidence.size(), d.token_ids.size());
+  for (const float c : d.confidence) {
+    EXPECT_GT(c, 1.f / 61.f - 1e-6f);  // the largest of 61 probabilities
+    EXPECT_LE(c, 1.f);
+  }
+  dec.cancel(id);
+}

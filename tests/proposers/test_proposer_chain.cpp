@@ -160,6 +160,9 @@ struct Recorder {
 struct WantsFeatures : Recorder {
   sp::TargetFeatureSpec target_feature_spec() const { return {true, {}}; }
 };
+struct WantsLayers : Recorder {
+  sp::TargetFeatureSpec target_feature_spec() const { return {false, {1, 2}}; }
+};
 
 TEST(ProposerChain, ProtocolErrorsAndRollback) {
   specdec::SamplingParams greedy;
@@ -169,10 +172,16 @@ TEST(ProposerChain, ProtocolErrorsAndRollback) {
     EXPECT_THROW(begin(empty, 0, ctx, &greedy), specdec::error);
   }
   {
-    WantsFeatures w;
+    // Members that read target features: the chain asks for theirs; two that read different ones are refused.
+    WantsFeatures w, w2;
+    WantsLayers l;
     sp::ProposerChain c;
-    EXPECT_THROW(c.add(w, "eagle-like"), specdec::error);
-    EXPECT_EQ(c.size(), 0u);
+    c.add(w, "eagle-like");
+    EXPECT_TRUE(c.target_feature_spec().final_hidden);
+    EXPECT_THROW(c.add(l, "eagle3-like"), specdec::error);
+    EXPECT_EQ(c.size(), 1u);
+    c.add(w2, "same-features");
+    EXPECT_EQ(c.size(), 2u);
   }
   {
     // A member that fails begin_request leaves no earlier member holding the request.

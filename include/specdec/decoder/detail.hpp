@@ -29,8 +29,8 @@ models::ForwardBatch build_forward(const proposers::DraftBatch& drafts, std::spa
 /// Depth (1-based) of every draft node of request b (chains: 1, 2, ...).
 std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& drafts, std::int64_t b);
 /// The drafts of each request b down to depth[b] (a chain's first depth[b] drafts; a tree's nodes at depth <= depth[b],
-/// in their order, parents renumbered). Deterministic drafts only: throws rather than cut a batch that has draft
-/// probabilities (their rows follow the drafts).
+/// in their order, parents renumbered), with their rows of probs and their confidences. Deterministic drafts only: throws
+/// rather than cut a request whose drafts come with probabilities (request_has_probs).
 proposers::DraftBatch cut_drafts(const proposers::DraftBatch& drafts, std::span<const std::int32_t> depth);
 /// How many of `emitted` (the tokens a step emitted, in order) follow one root path of request b's drafts: a chain's
 /// matching prefix, a tree's deepest matching path (so many of its drafts would have been accepted, and when that is

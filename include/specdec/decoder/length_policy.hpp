@@ -93,6 +93,14 @@ struct AdaptiveSpeculation {
   /// not they were verified (what was verified, plus the emitted token against the first draft cut; a plain step's
   /// comparison is the shadow probe). Off: g is chosen before proposing and plain steps ask for one draft to compare.
   bool cut_lookups = true;
+  /// Where the proposer reports how sure it is of each draft (proposers::has_draft_confidence: EAGLE chains, a chain with
+  /// an EAGLE member): joint-policy requests propose at their bound (the proposer may stop sooner, as EAGLE does below
+  /// its min_draft_prob), and each deterministic chain is cut where its expected tokens per second peak, with
+  /// E(g) = 1 + sum_{i<=g} c_1 ... c_i from the drafts' own confidences c_i instead of the request's history (EAGLE-2's
+  /// observation: a head's probability is close to its acceptance rate; docs/adaptive-policy.md). Drafts without a
+  /// confidence (a lookup member's) are cut by the history estimate, as cut_lookups does. Sampled drafts are never cut
+  /// (a cut that looked at later drafts would change the law of the ones kept). Output stays lossless either way.
+  bool confidence_cut = true;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;
   /// Fixed seconds per sequential draft position; < 0: measured from Proposer::propose.

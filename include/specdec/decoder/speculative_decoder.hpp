@@ -164,9 +164,9 @@ class SpeculativeDecoder {
     for (auto& [id, r] : running_) reqs.push_back(&r);
     const auto B = static_cast<std::int64_t>(reqs.size());
 
-    // Lookup proposals cut after proposing (cut_after_proposing()): joint-policy requests propose at their bound, and the
-    // policy chooses their g from what was proposed; `proposed` keeps the whole proposal, compared with what the step
-    // emits.
+    // Proposals cut after proposing (cut_after_proposing(): lookups, or drafts with confidences): joint-policy requests
+    // propose at their bound, and the policy chooses their g from what was proposed; `proposed` keeps the whole proposal,
+    // compared with what the step emits.
     const bool cut = cut_after_proposing();
     std::vector<std::int32_t> g = draft_lengths(reqs, cut);
     const std::int32_t max_g = g.empty() ? 0 : *std::max_element(g.begin(), g.end());
@@ -265,7 +265,7 @@ class SpeculativeDecoder {
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
-      if (cut && lengths_of(r.req) == Lengths::kJoint && proposed.num_requests() == B) {
+      if (cut && lengths_of(r.req) == Lengths::kJoint && proposed.num_requests() == B && !proposed.request_has_probs(b)) {
         observe_proposal(r, proposed, b, k, toks);  // the whole proposal against what the step emitted
       } else {
         if (!r.shadow_drafts.empty() && k == 0 && !toks.empty()) {  // the shadow probe's observation
@@ -421,11 +421,22 @@ class SpeculativeDecoder {
 
   /// Whether joint-policy requests propose at their bound and have their drafts cut after proposing
   /// (AdaptiveSpeculation::cut_lookups): shadow probes asked for, the proposer's drafts are lookups, and cutting asked for.
-  bool cut_after_proposing() const { return shadow_probes() && options_.adaptive.cut_lookups; }
+  bool cut_after_proposing() const { return (shadow_probes() && options_.adaptive.cut_lookups) || confidence_cut(); }
+
+  /// Whether the proposer's drafts come with confidences the policy cuts by (AdaptiveSpeculation::confidence_cut).
+  bool confidence_cut() const {
+    if constexpr (proposers::has_draft_confidence<Draft>) {
+      return options_.adaptive.confidence_cut && proposer_->reports_confidence();
+    } else {
+      return false;
+    }
+  }
 
   /// After a proposal at the bound (cut_after_proposing()): each joint-policy request's g, chosen by the policy over the
-  /// depths it was proposed (its estimate's expected tokens for g = 0 .. its proposal's depth, the verification cost of
-  /// each; the drafting is paid already, so it costs nothing more); other requests keep what they were proposed.
+  /// depths it was proposed (expected tokens for g = 0 .. its proposal's depth: from the drafts' confidences when a
+  /// deterministic chain has them, else the request's estimate; the verification cost of each; the drafting is paid
+  /// already, so it costs nothing more); other requests, and requests whose drafts were sampled, keep what they were
+  /// proposed.
   std::vector<std::int32_t> lengths_after_proposing(const std::vector<Request*>& reqs, const proposers::DraftBatch& d) {
     const std::size_t B = reqs.size();
     std::vector<std::vector<double>> tokens(B);
@@ -435,13 +446,30 @@ class SpeculativeDecoder {
       const auto depths = detail::draft_depths(d, static_cast<std::int64_t>(b));
       const std::int32_t depth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
       tokens[b].resize(static_cast<std::size_t>(depth) + 1);
-      r.acceptance.expected_tokens(tokens[b]);
+      if (!chain_confidence_tokens(d, static_cast<std::int64_t>(b), tokens[b])) r.acceptance.expected_tokens(tokens[b]);
       choices[b].max_g = depth;
-      choices[b].fixed = depth == 0 || lengths_of(r.req) != Lengths::kJoint;
+      choices[b].fixed = depth == 0 || lengths_of(r.req) != Lengths::kJoint || d.request_has_probs(static_cast<std::int64_t>(b));
       choices[b].rows_per_depth = depth > 0 ? static_cast<double>(depths.size()) / depth : 1.0;
       choices[b].tokens = tokens[b];
     }
     return choose_lengths(choices, 0.0);
+  }
+
+  /// out[g] = 1 + sum_{i<=g} c_1 ... c_i from request b's draft confidences, when it is a chain whose every draft has one
+  /// (DraftBatch::confidence); false (out untouched) otherwise.
+  static bool chain_confidence_tokens(const proposers::DraftBatch& d, std::int64_t b, std::span<double> out) {
+    if (d.confidence.empty() || (!d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty())) return false;
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
+    for (std::int64_t j = 0; j < k; ++j)
+      if (d.confidence[static_cast<std::size_t>(s + j)] < 0.f) return false;
+    double path = 1.0, sum = 1.0;
+    out[0] = 1.0;
+    for (std::size_t g = 1; g < out.size(); ++g) {
+      if (static_cast<std::int64_t>(g) <= k) path *= d.confidence[static_cast<std::size_t>(s) + g - 1];
+      else path = 0.0;
+      out[g] = sum += path;
+    }
+    return true;
   }
 
   /// choose_draft_lengths with the policy's cost model: the fixed one (AdaptiveSpeculation::forward_seconds) or the one

@@ -280,6 +280,9 @@ class EagleProposer {
 
   TargetFeatureSpec target_feature_spec() const;
   std::int64_t vocab_size() const;
+  /// Chains fill DraftBatch::confidence with the head's largest probability at each step (its top-1 probability over the
+  /// draft vocabulary at temperature 1, whichever token was drafted); trees do not.
+  bool reports_confidence() const noexcept;
 
   void begin_request(const RequestContext& ctx);
   void end_request(RequestId id);

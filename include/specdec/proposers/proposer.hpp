@@ -95,6 +95,13 @@ struct DraftBatch {
   /// Empty = every request's drafts form a chain. Otherwise [B] entries, each empty (chain) or one parent node per draft of
   /// that request: draft j is node j + 1 and parents[j] is in [0, j] (node 0 = the root, the last context token).
   std::vector<std::vector<std::int64_t>> parents;
+  /// Empty, or [N]: the proposer's estimate, for each draft of a chain, of the chance that it is accepted once the drafts
+  /// before it were (EAGLE: the head's largest probability at that step), or -1 where it has none (a ProposerChain's
+  /// lookup members). A proposer that fills it says so with reports_confidence() (has_draft_confidence); the adaptive
+  /// policy then cuts deterministic chains where their expected tokens per second peak
+  /// (AdaptiveSpeculation::confidence_cut). A value must be a function of the drafts before it (and of the draft
+  /// distribution at its step), not of the draft itself.
+  std::vector<float> confidence;
 
   std::int64_t num_requests() const { return cu_num_drafts.empty() ? 0 : static_cast<std::int64_t>(cu_num_drafts.size()) - 1; }
   std::int64_t num_drafts(std::int64_t b) const { return cu_num_drafts[b + 1] - cu_num_drafts[b]; }
@@ -165,6 +172,13 @@ concept supports_trees = requires { requires static_cast<bool>(P::supports_trees
 template <class P>
 concept has_lookup_drafts = requires(const P& p) {
   { p.drafts_are_lookups() } -> std::convertible_to<bool>;
+};
+
+/// Capability: the proposer fills DraftBatch::confidence when reports_confidence() says so (a run-time answer, so a chain
+/// can say whether any member does).
+template <class P>
+concept has_draft_confidence = requires(const P& p) {
+  { p.reports_confidence() } -> std::convertible_to<bool>;
 };
 
 /// Capability: the proposer has a vocabulary the decoder can check against the target's.

@@ -61,6 +61,7 @@ class ProposerChain {
       spec_ = spec;
       wants_features_ = spec.final_hidden || !spec.layers.empty();
     }
+    if constexpr (has_draft_confidence<P>) confidence_ = confidence_ || member.reports_confidence();
     {
       if constexpr (has_vocab_size<P>) {
         const std::int64_t v = member.vocab_size();
@@ -81,6 +82,9 @@ class ProposerChain {
   }
 
   std::size_t size() const { return members_.size(); }
+  /// Whether any member reports draft confidences (has_draft_confidence), as each said when it was added; the chain's
+  /// DraftBatch::confidence then holds them for its drafts and -1 for the other members' drafts.
+  bool reports_confidence() const { return confidence_; }
   /// The target hidden states the chain's feature members read (empty when none does: the decoder then computes none).
   TargetFeatureSpec target_feature_spec() const { return spec_; }
   /// Whether every member's drafts are lookups (has_lookup_drafts), as each said when it was added.
@@ -147,6 +151,7 @@ class ProposerChain {
     struct Owned {
       std::int64_t member = -1;
       std::vector<std::int64_t> drafts, parents;
+      std::vector<float> confidence;  // the member's, or empty
       at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
     };
     std::vector<Owned> owned(static_cast<std::size_t>(B));
@@ -185,6 +190,7 @@ class ProposerChain {
           o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
           if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
           if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
+          if (!d.confidence.empty()) o.confidence.assign(d.confidence.begin() + s, d.confidence.begin() + s + k);
           ++drafted_by_[static_cast<std::size_t>(m)];
         }
       }
@@ -197,6 +203,10 @@ class ProposerChain {
     at::Tensor like;
     for (const auto& o : owned) {
       out.append(o.drafts, o.parents);
+      if (confidence_) {
+        if (o.confidence.empty()) out.confidence.insert(out.confidence.end(), o.drafts.size(), -1.f);
+        else out.confidence.insert(out.confidence.end(), o.confidence.begin(), o.confidence.end());
+      }
       if (o.drafts.empty()) continue;
       if (o.probs.defined()) {
         any_probs = true;
@@ -254,6 +264,7 @@ class ProposerChain {
   std::int64_t live_ = 0;
   TargetFeatureSpec spec_;
   bool wants_features_ = false;
+  bool confidence_ = false;
   bool lookups_ = true;
 };
 

@@ -158,6 +158,16 @@ TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, cons
 /// Held-out accuracy of the unrolled draft steps: for step k, the share of rows (i >= k-1, answer rows only when
 /// `answers_only`) whose draft argmax equals the target's argmax given the true tokens so far — at temperature 0 the chance
 /// that draft k is accepted when drafts 1..k-1 were.
+/// eagle_step_accuracy with the head's calibration: per step, the rows binned by the head's largest probability (over its
+/// draft vocabulary, temperature 1) into `bins` equal bins of [0, 1], with the rows whose argmax was the target's and
+/// the summed probabilities (a calibrated head has hits / rows close to confidence / rows in every bin).
+struct EagleStepStats {
+  std::vector<double> accuracy;                     // per step
+  std::vector<std::vector<double>> bin_rows, bin_hits, bin_confidence;  // [step][bin]
+};
+EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
+                                bool answers_only, int bins);
+
 std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
                                                bool answers_only);
 
