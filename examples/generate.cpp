@@ -108,6 +108,7 @@ struct Options {
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
   double draft_min_prob = 0.0;
+  double draft_min_path_prob = 0.05;
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -317,6 +318,7 @@ specdec::proposers::EagleProposer make_eagle(const Options& o, const LlamaModel&
   eo.tree.top_k = o.tree_top_k;
   eo.tree.num_nodes = o.tree_nodes;
   eo.min_draft_prob = o.draft_min_prob;
+  eo.min_path_prob = o.draft_min_path_prob;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleHeadOptions ho;
   ho.quantize_weights = o.draft_weights == "q8_0";
@@ -617,7 +619,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
     fail(fmt::format("--proposer {}: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features), got "
                      "--device {}", p.proposer, o.device));
   if (p.proposer == "none" && given("-g")) warn("-g: ignored with --proposer none (no drafts)");
-  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob"})
+  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob", "--draft-min-path-prob"})
     if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without eagle in --proposer", flag));
   for (const char* flag : {"--ngram-min-n", "--ngram-max-n"})
     if (given(flag) && !uses_ngram) warn(fmt::format("{}: ignored without ngram in --proposer", flag));
@@ -1102,6 +1104,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--draft-min-prob", o.draft_min_prob,
                  "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--draft-min-path-prob", o.draft_min_path_prob,
+                 "EAGLE chains: stop drafting where the product of the head's largest probabilities so far falls below this "
+                 "(the head's chance for the whole chain; 0 = off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();

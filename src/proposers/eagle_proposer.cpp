@@ -107,6 +107,8 @@ EagleProposer::EagleProposer(EagleHead head, const EagleProposerOptions& options
   }
   if (!(options.min_draft_prob >= 0.0 && options.min_draft_prob <= 1.0))
     fail(fmt::format("EagleProposer: options.min_draft_prob: expected in [0, 1], got {}", options.min_draft_prob));
+  if (!(options.min_path_prob >= 0.0 && options.min_path_prob <= 1.0))
+    fail(fmt::format("EagleProposer: options.min_path_prob: expected in [0, 1], got {}", options.min_path_prob));
   if (options.tree.top_k < 1 || options.tree.num_nodes < 1 || options.tree.depth < 0)
     fail(fmt::format("EagleProposer: options.tree: expected top_k >= 1, num_nodes >= 1, depth >= 0, got {}, {}, {}",
                      options.tree.top_k, options.tree.num_nodes, options.tree.depth));
@@ -248,6 +250,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       logits[a] = rs[static_cast<std::size_t>(active[a])]->last_logits;
     }
     std::vector<bool> sampled(active.size()), stopped(active.size(), false);
+    std::vector<double> path(active.size(), 1.0);  // product of the chain's confidences so far (min_path_prob)
     for (std::size_t a = 0; a < active.size(); ++a) {
       const ProposeRequest& q = reqs[static_cast<std::size_t>(active[a])];
       const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(active[a])]->params;
@@ -309,10 +312,11 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
               if (d2t[static_cast<std::size_t>(by_target[static_cast<std::size_t>(j)])] == token) probs[static_cast<std::size_t>(j)] = 1.f;
           }
         }
-        if (confidence < opts.min_draft_prob) {  // this chain ends here, without this draft
+        if (confidence < opts.min_draft_prob || path[a] * confidence < opts.min_path_prob) {  // the chain ends here, without this draft
           stopped[a] = true;
           continue;
         }
+        path[a] *= confidence;
         if (any_probs)
           probs_rows[static_cast<std::size_t>(i)].insert(probs_rows[static_cast<std::size_t>(i)].end(), probs.begin(), probs.end());
         drafts[static_cast<std::size_t>(i)].push_back(token);

@@ -102,10 +102,11 @@ sp::EagleHeadConfig head_config(sp::EagleVersion v, std::int64_t vocab, std::int
 sp::EagleProposer make_proposer(const Target& t, sp::EagleVersion v, sp::EagleDraftMode mode,
                                 sp::EagleChainSampling sampling = sp::EagleChainSampling::kSample, std::uint64_t seed = 77,
                                 std::int64_t draft_vocab = 0, double min_draft_prob = 0.0,
-                                const sp::EagleHeadOptions& head_options = {}) {
+                                const sp::EagleHeadOptions& head_options = {}, double min_path_prob = 0.0) {
   sp::EagleProposerOptions o;
   o.mode = mode;
   o.min_draft_prob = min_draft_prob;
+  o.min_path_prob = min_path_prob;
   o.chain_sampling = sampling;
   o.tree.top_k = 4;
   o.tree.num_nodes = 10;
@@ -236,23 +237,29 @@ TEST(EagleDecoder, ConfidenceStopKeepsGreedyOutputAndShortensChains) {
   const int g = 4;
   for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3}) {
     bool shortened = false;
-    for (double min_prob : {0.02, 0.05, 0.1, 0.2, 0.4, 1.0}) {
-      SCOPED_TRACE(std::string(name(v)) + " min_draft_prob=" + std::to_string(min_prob));
-      sp::EagleProposer proposer = make_proposer(t, v, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, min_prob);
-      sd::DecoderOptions opts;
-      opts.num_speculative_tokens = g;
-      sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
-      const auto res = dec.generate(greedy_requests(prompts));
-      for (std::size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
-      const auto& m = dec.metrics().total;
-      if (min_prob == 1.0) {
-        EXPECT_EQ(m.drafted, 0);
+    for (double min_prob : {0.02, 0.05, 0.1, 0.2, 0.4, 1.0})
+      for (bool path : {false, true}) {
+        SCOPED_TRACE(std::string(name(v)) + (path ? " min_path_prob=" : " min_draft_prob=") + std::to_string(min_prob));
+        sp::EagleProposer proposer = path ? make_proposer(t, v, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0,
+                                                          0.0, {}, min_prob)
+                                          : make_proposer(t, v, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, min_prob);
+        sd::DecoderOptions opts;
+        opts.num_speculative_tokens = g;
+        sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec(proposer, target, opts);
+        const auto res = dec.generate(greedy_requests(prompts));
+        for (std::size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;
+        const auto& m = dec.metrics().total;
+        if (min_prob == 1.0) {
+          EXPECT_EQ(m.drafted, 0);
+        }
+        if (m.drafted > 0 && m.drafted < g * m.target_forwards) shortened = true;
       }
-      if (m.drafted > 0 && m.drafted < g * m.target_forwards) shortened = true;
-    }
     EXPECT_TRUE(shortened) << name(v) << ": no threshold drafted some but fewer than g per step";
   }
   EXPECT_THROW(make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, 1.5),
+               specdec::error);
+  EXPECT_THROW(make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 77, 0, 0.0,
+                             {}, 1.5),
                specdec::error);
 }
 
@@ -418,6 +425,7 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     std::int64_t draft_vocab = 0;  // 0 = the whole vocabulary
     double min_draft_prob = 0.0;
     int packed_bits = 0;  // > 0: the head on the packed products (EagleHeadOptions::quantize_weights) with these activations
+    double min_path_prob = 0.0;
   };
   double full_rate = 0;  // drafts per forward of full chains (the first case)
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
@@ -429,6 +437,8 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
                        // chains that stop at the first step whose largest draft probability is < 0.6 (min_draft_prob)
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.6},
+                       // chains that stop where the product of the steps' largest probabilities falls below 0.7
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.7},
                        // the head on the target's packed kernels: Q8_0 weights, 16- and 8-bit activations
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 16},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 8},
@@ -436,11 +446,12 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax") +
                  (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : "") +
                  (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : "") +
-                 (c.packed_bits > 0 ? " packed, activations " + std::to_string(c.packed_bits) + " bits" : ""));
+                 (c.packed_bits > 0 ? " packed, activations " + std::to_string(c.packed_bits) + " bits" : "") +
+                 (c.min_path_prob > 0 ? " min_path_prob " + std::to_string(c.min_path_prob) : ""));
     sp::EagleHeadOptions ho;
     ho.quantize_weights = c.packed_bits > 0;
     ho.activation_bits = c.packed_bits > 0 ? c.packed_bits : 16;
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob, ho);
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob, ho, c.min_path_prob);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     double drafts_per_forward = 0;
@@ -448,10 +459,12 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     EXPECT_TRUE(specdec::test::matches_distribution(first, p1));
     EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
     EXPECT_GT(accepted, 50) << "too few accepted drafts for the test to exercise speculation";
-    std::printf("%s min_draft_prob %.2f: %.2f drafts per target forward\n", name(c.v), c.min_draft_prob, drafts_per_forward);
-    if (c.min_draft_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0 && c.packed_bits == 0)
+    std::printf("%s min_draft_prob %.2f min_path_prob %.2f: %.2f drafts per target forward\n", name(c.v), c.min_draft_prob,
+                c.min_path_prob, drafts_per_forward);
+    if (c.min_draft_prob == 0 && c.min_path_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0 &&
+        c.packed_bits == 0)
       full_rate = drafts_per_forward;
-    if (c.min_draft_prob > 0) {
+    if (c.min_draft_prob > 0 || c.min_path_prob > 0) {
       EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
     }
   }

@@ -262,6 +262,12 @@ struct EagleProposerOptions {
   /// (which would bias the kept drafts), so the output stays distributed as the target's; a weak head then verifies the
   /// drafts it is sure of instead of paying for g that are rejected.
   double min_draft_prob = 0.0;
+  /// Chains: a request's chain also stops at the first step where the product of the largest probabilities so far (this
+  /// step's included) falls below this, the chance the head gives the whole chain down to here; that step's draft is
+  /// dropped. The same kind of rule as min_draft_prob (each factor is a function of the distribution, not of the drawn
+  /// token), so the output keeps the target's law. It bounds what a proposal at the bound costs under the adaptive
+  /// policy's confidence cut, which would cut such drafts anyway. 0 = off.
+  double min_path_prob = 0.0;
   /// Target blocks for EAGLE-3 features when the head config leaves feature_layers empty (needs the target's layer count).
   std::int64_t target_num_layers = 0;
 };
