@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
-# Measures the bundled drafts (models/smollm2-135m-eagle, models/smollm2-135m-draft) on the built-in demo prompts, one prompt
-# at a time (batch 1), with specdec-generate --compare (baseline and speculative in one process, outputs checked equal at
+# Measures the bundled drafts (models/smollm2-135m-eagle, models/smollm2-135m-draft) on a prompt file (default: the built-in
+# demo prompts; bench/prompts/chat.jsonl holds open-ended chat prompts no training set saw), one prompt at a time (batch 1), with specdec-generate --compare (baseline and speculative in one process, outputs checked equal at
 # temperature 0). Writes out/drafts/<proposer>-T<t>-<prompt>.json and prints a Markdown table: mean accepted length (tau,
 # tokens per target forward), acceptance by draft position, c, r and the end-to-end speedup.
 #
-# Usage: scripts/eval-drafts.sh [--build DIR] [--proposers "eagle draft"] [--temperatures "0 1"] [-- extra specdec-generate args]
+# Usage: scripts/eval-drafts.sh [--build DIR] [--prompts FILE] [--proposers "eagle draft"] [--temperatures "0 1"] [--out DIR]
+#                               [-- extra specdec-generate args]
 # Expects a build (scripts/build.sh) and the model (scripts/setup.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build"
 proposers="eagle draft"
 temperatures="0 1"
+prompts="$root/examples/prompts/demo.jsonl"
+out="$root/out/drafts"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --proposers) proposers="$2"; shift 2 ;;
     --temperatures) temperatures="$2"; shift 2 ;;
+    --prompts) prompts="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "eval-drafts.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 gen="$build/bin/specdec-generate"
 [[ -x "$gen" ]] || { echo "eval-drafts.sh: '$gen' not found (run scripts/build.sh or pass --build)" >&2; exit 1; }
-out="$root/out/drafts"
+[[ -f "$prompts" ]] || { echo "eval-drafts.sh: --prompts: '$prompts' is not a file" >&2; exit 2; }
 mkdir -p "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -33,7 +38,7 @@ while IFS= read -r line; do
   name="${name:-prompt${#names[@]}}"
   printf '%s\n' "$line" >"$tmp/$name.jsonl"
   names+=("$name")
-done <"$root/examples/prompts/demo.jsonl"
+done <"$prompts"
 files=()
 for p in $proposers; do
   for t in $temperatures; do
