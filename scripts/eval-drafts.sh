@@ -5,7 +5,8 @@
 # tokens per target forward), acceptance by draft position, c, r and the end-to-end speedup.
 #
 # Usage: scripts/eval-drafts.sh [--build DIR] [--prompts FILE] [--proposers "eagle draft"] [--temperatures "0 1"] [--out DIR]
-#                               [-- extra specdec-generate args]
+#                               [--g N|default] [-- extra specdec-generate args]
+# --g: the most drafts a step (default 5; `default` leaves -g to specdec-generate's default, 8 under the adaptive policy).
 # Expects a build (scripts/build.sh) and the model (scripts/setup.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +14,7 @@ build="$root/build"
 proposers="eagle draft"
 temperatures="0 1"
 prompts="$root/examples/prompts/demo.jsonl"
+g=5
 out="$root/out/drafts"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -21,6 +23,7 @@ while [[ $# -gt 0 ]]; do
     --temperatures) temperatures="$2"; shift 2 ;;
     --prompts) prompts="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --g) g="$2"; shift 2 ;;
     --) shift; break ;;
     *) echo "eval-drafts.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -45,7 +48,9 @@ for p in $proposers; do
     for name in "${names[@]}"; do
       f="$out/$p-T$t-$name.json"
       echo "=== $p, temperature $t, $name ===" >&2
-      "$gen" --compare --chat --prompt-file "$tmp/$name.jsonl" --proposer "$p" --temperature "$t" -g 5 --json "$f" "$@" >/dev/null
+      g_flag=()
+      [[ "$g" != default ]] && g_flag=(-g "$g")
+      "$gen" --compare --chat --prompt-file "$tmp/$name.jsonl" --proposer "$p" --temperature "$t" "${g_flag[@]}" --json "$f" "$@" >/dev/null
       files+=("$f")
     done
   done

@@ -462,12 +462,17 @@ TEST(DecoderDetail, MatchedDepthFollowsTheEmittedTokensDownOnePath) {
 
 // A lookup proposer that records every ProposeRequest's max_drafts and drafts the reference's next g tokens, right
 // while the position is below `right_until` and wrong (token + 1) from there.
+// Drafts a reference continuation: right up to position right_until, and wrong at positions p with
+// p % wrong_every == wrong_every - 1 when wrong_every > 0. A lookup unless `lookups` is off; with `confident` it reports
+// confidences (has_draft_confidence): 0.95 for a right draft, 0.05 for a wrong one.
 struct RecordingLookup {
   std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references;
   std::map<sp::RequestId, const std::vector<std::int64_t>*> live;
   std::vector<std::int32_t> asked;  // max_drafts of every request of every call
-  std::int64_t calls = 0, right_until = 1 << 30;
-  bool drafts_are_lookups() const { return true; }
+  std::int64_t calls = 0, right_until = 1 << 30, wrong_every = 0;
+  bool lookups = true, confident = false;
+  bool drafts_are_lookups() const { return lookups; }
+  bool reports_confidence() const { return confident; }
   void begin_request(const sp::RequestContext& c) {
     live[c.id] = &references.at(std::vector<std::int64_t>(c.context.begin(), c.context.end()));
   }
@@ -480,8 +485,11 @@ struct RecordingLookup {
       asked.push_back(r.max_drafts);
       const auto& ref = *live.at(r.id);
       std::vector<std::int64_t> tokens;
-      for (std::int64_t p = r.position; p < r.position + r.max_drafts && p < static_cast<std::int64_t>(ref.size()); ++p)
-        tokens.push_back(p < right_until ? ref[static_cast<std::size_t>(p)] : (ref[static_cast<std::size_t>(p)] + 1) % 64);
+      for (std::int64_t p = r.position; p < r.position + r.max_drafts && p < static_cast<std::int64_t>(ref.size()); ++p) {
+        const bool right = p < right_until && (wrong_every <= 0 || p % wrong_every != wrong_every - 1);
+        tokens.push_back(right ? ref[static_cast<std::size_t>(p)] : (ref[static_cast<std::size_t>(p)] + 1) % 64);
+        if (confident) d.confidence.push_back(right ? 0.95f : 0.05f);
+      }
       d.append(tokens);
     }
     return d;
@@ -546,45 +554,16 @@ TEST(DecoderAdaptive, CutLookupsProposeAtTheBoundOnceAStepAndLearnFromEveryEmitt
   EXPECT_EQ(res3[0].metrics.shadow_accepted, 0);
 }
 
-// A proposer that reports confidences (has_draft_confidence): it drafts the reference, except at positions p with
-// p % 4 == 3, where it drafts a wrong token; it is 0.95 sure of a right draft and 0.05 of a wrong one.
-struct ConfidentProposer {
-  std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> references;
-  std::map<sp::RequestId, const std::vector<std::int64_t>*> live;
-  std::vector<std::int32_t> asked;
-  bool reports = true;
-  bool reports_confidence() const { return reports; }
-  void begin_request(const sp::RequestContext& c) {
-    live[c.id] = &references.at(std::vector<std::int64_t>(c.context.begin(), c.context.end()));
-  }
-  void end_request(sp::RequestId id) { live.erase(id); }
-  sp::DraftBatch propose(std::span<const sp::ProposeRequest> requests) {
-    sp::DraftBatch d;
-    d.cu_num_drafts.push_back(0);
-    for (const auto& r : requests) {
-      asked.push_back(r.max_drafts);
-      const auto& ref = *live.at(r.id);
-      std::vector<std::int64_t> tokens;
-      for (std::int64_t p = r.position; p < r.position + r.max_drafts && p < static_cast<std::int64_t>(ref.size()); ++p) {
-        const bool right = p % 4 != 3;
-        tokens.push_back(right ? ref[static_cast<std::size_t>(p)] : (ref[static_cast<std::size_t>(p)] + 1) % 64);
-        if (reports) d.confidence.push_back(right ? 0.95f : 0.05f);
-      }
-      d.append(tokens);
-    }
-    return d;
-  }
-  void observe(std::span<const sp::StepFeedback>) {}
-};
-
 // With confidences, every step proposes at the bound and the policy cuts each chain where its expected tokens per second
 // peak: here just before the first wrong draft, so every verified draft is accepted. Without them (or with
 // confidence_cut off) g is chosen before proposing from the history, and wrong drafts get verified.
 TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
   Fixture f(2, 60);
   auto run = [&](bool reports, bool cut) {
-    ConfidentProposer p;
-    p.reports = reports;
+    RecordingLookup p;  // not a lookup: sure of right drafts, unsure of the wrong one every 4th position
+    p.lookups = false;
+    p.wrong_every = 4;
+    p.confident = reports;
     for (std::size_t b = 0; b < f.requests.size(); ++b) {
       std::vector<std::int64_t> r = f.requests[b].prompt;
       r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
@@ -617,7 +596,10 @@ TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
 // A chain reports confidences when a member does: its drafts carry them, and -1 where a member without them drafted.
 TEST(ProposerChain, ConfidencesOfTheMemberThatDrafted) {
   Fixture f(1, 8);
-  ConfidentProposer c;
+  RecordingLookup c;
+  c.lookups = false;
+  c.wrong_every = 4;
+  c.confident = true;
   std::vector<std::int64_t> ref = f.requests[0].prompt;
   ref.insert(ref.end(), f.reference[0].begin(), f.reference[0].end());
   c.references[f.requests[0].prompt] = ref;
