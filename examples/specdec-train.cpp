@@ -33,6 +33,7 @@
 #include <cstdio>
 
 #include "cli_util.hpp"
+#include "specdec/models/prompt_file.hpp"
 
 namespace {
 
@@ -195,6 +196,11 @@ int main(int argc, char** argv) {
   double self_instruct = 0.15, holdout_fraction = 0;
   std::int64_t self_instruct_tokens = 64;
   data_cmd->add_option("--out", data_out, "training set file")->required()->check(output_path(false));
+  std::string data_prompt_file;
+  data_cmd->add_option("--prompt-file", data_prompt_file,
+                       "answer these prompts (one per line, or JSONL objects with a \"prompt\"; as specdec-generate reads them) "
+                       "instead of prompts made from the corpus; no self-instruct")
+      ->check(CLI::ExistingFile);
   data_cmd->add_option("--corpus", corpus,
                        "files or directories of Python sources (default: /usr/lib/python3.N, else the standard library of the "
                        "python3 on PATH)");
@@ -254,6 +260,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(int_range(1, 64));
   eagle_cmd->add_option("--ttt-weight", eopt.ttt_weight, "loss weight of step k: w^(k-1)")
       ->capture_default_str()->check(real_range(0, 1, true));
+  std::string loss_rows = "answers";
+  eagle_cmd->add_option("--loss-rows", loss_rows,
+                        "rows the loss reads: answers (the rows that predict the answer's tokens, EAGLE's loss mask) or all")
+      ->capture_default_str()->check(CLI::IsMember({"answers", "all"}));
   std::string e_init;
   std::int64_t holdout = 0;
   eagle_cmd->add_option("--init", e_init, "start from this saved head (same shape; its draft vocabulary too)");
@@ -267,7 +277,8 @@ int main(int argc, char** argv) {
   std::int64_t holdout_records = 0;
   std::string snapshots;
   eagle_cmd->add_option("--holdout-data", holdout_data, "held-out set(s) (`data --holdout-out`): per-step accuracy reported on them");
-  eagle_cmd->add_option("--holdout-records", holdout_records, "use at most this many held-out records (the first ones; 0 = all)")
+  eagle_cmd->add_option("--holdout-records", holdout_records,
+                        "use at most this many held-out records, evenly spaced over the held-out set (0 = all)")
       ->capture_default_str()->check(int_range(0, 1'000'000'000));
   eagle_cmd->add_option("--eval-every", eopt.eval_every,
                         "report the held-out accuracy every N optimizer steps (a learning curve; 0 = before and after only)")
@@ -343,18 +354,28 @@ int main(int argc, char** argv) {
         return tok.encode(tmpl.apply(msgs, true), {.add_special = true, .parse_special = true});
       };
       const std::vector<std::int32_t> stops = tok.end_of_generation_ids();
-      if (corpus.empty()) corpus = {python_stdlib_dir()};
-      std::vector<fs::path> roots(corpus.begin(), corpus.end());
-      Corpus c = load_corpus(roots);
-      fmt::print("data: corpus: {} paragraphs, {} functions from {}\n", c.paragraphs.size(), c.functions.size(), fmt::join(corpus, ", "));
-      if (!no_packages)
-        for (const auto& [source, n] : load_package_texts(c, package_root)) fmt::print("data: corpus: {} items from {}\n", n, source);
-      fmt::print("data: corpus: {} paragraphs, {} functions, {} quotes, {} riddles, {} words, {} topics\n", c.paragraphs.size(),
-                 c.functions.size(), c.quotes.size(), c.riddles.size(), c.words.size(), c.topics.size());
-      std::fflush(stdout);
+      Corpus c;
       const PromptExcluder exclude(example_prompt_texts());
-      const auto n_self = static_cast<std::size_t>(static_cast<double>(num_prompts) * self_instruct + 0.5);
-      auto texts = make_prompts(c, num_prompts - n_self, dopt.seed, exclude);
+      std::vector<std::string> texts;
+      std::size_t n_self = 0;
+      if (!data_prompt_file.empty()) {
+        // The user's prompts, in their order (the examples' prompts are still left out).
+        for (auto& t : specdec::models::read_prompt_file(data_prompt_file))
+          if (!exclude.excludes(t)) texts.push_back(std::move(t));
+        fmt::print("data: {} prompts from {}\n", texts.size(), data_prompt_file);
+      } else {
+        if (corpus.empty()) corpus = {python_stdlib_dir()};
+        std::vector<fs::path> roots(corpus.begin(), corpus.end());
+        c = load_corpus(roots);
+        fmt::print("data: corpus: {} paragraphs, {} functions from {}\n", c.paragraphs.size(), c.functions.size(), fmt::join(corpus, ", "));
+        if (!no_packages)
+          for (const auto& [source, n] : load_package_texts(c, package_root)) fmt::print("data: corpus: {} items from {}\n", n, source);
+        fmt::print("data: corpus: {} paragraphs, {} functions, {} quotes, {} riddles, {} words, {} topics\n", c.paragraphs.size(),
+                   c.functions.size(), c.quotes.size(), c.riddles.size(), c.words.size(), c.topics.size());
+        n_self = static_cast<std::size_t>(static_cast<double>(num_prompts) * self_instruct + 0.5);
+        texts = make_prompts(c, num_prompts - n_self, dopt.seed, exclude);
+      }
+      std::fflush(stdout);
       // Resume: the prompts (as tokens) of the records already in the output files.
       std::set<std::vector<std::int32_t>> done;
       if (append)
@@ -499,7 +520,14 @@ int main(int argc, char** argv) {
         if (HH != H) fail(fmt::format("--holdout-data: features of width {}, the training set's are {}", HH, H));
         held.insert(held.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
       }
-      if (holdout_records > 0 && static_cast<std::int64_t>(held.size()) > holdout_records) held.resize(static_cast<std::size_t>(holdout_records));
+      if (holdout_records > 0 && static_cast<std::int64_t>(held.size()) > holdout_records) {
+        // Evenly spaced: a set written in stages (self-instruct answers first) is represented by all of them.
+        std::vector<Record> spaced;
+        for (std::int64_t i = 0; i < holdout_records; ++i)
+          spaced.push_back(std::move(held[static_cast<std::size_t>(i * static_cast<std::int64_t>(held.size()) / holdout_records)]));
+        held = std::move(spaced);
+      }
+      eopt.answers_only = loss_rows == "answers";
       const auto version = e_version == 3 ? specdec::proposers::EagleVersion::kEagle3 : specdec::proposers::EagleVersion::kEagle1;
       const std::int64_t want_h = (e_version == 3 ? 3 : 1) * target_cfg.hidden_size;
       if (H != want_h)

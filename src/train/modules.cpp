@@ -77,7 +77,7 @@ void write_safetensors_f16(const fs::path& path, const std::vector<std::pair<std
 }
 
 EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, const torch::Tensor& noise, double ce_fraction,
-                              std::mt19937_64& rng, int steps, double step_weight) {
+                              std::mt19937_64& rng, int steps, double step_weight, bool answers_only) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
   const std::int64_t n = T - 1;
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
@@ -88,10 +88,13 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
   steps = static_cast<int>(std::min<std::int64_t>(steps, n));
   auto preds = m.forward_steps(tokens.narrow(0, 1, n), in_f, std::max(steps, 1));
   EagleLosses L;
-  L.rows = n;
+  // Row i predicts token i + 2; the answer's tokens start at prompt_length. With answers_only the loss reads the rows that
+  // predict answer tokens (at least the last row), as EAGLE's loss mask keeps the assistant's tokens.
+  const std::int64_t loss_begin = answers_only ? std::clamp<std::int64_t>(r.prompt_length - 2, 0, n - 1) : 0;
+  L.rows = n - loss_begin;
   std::vector<std::int64_t> pick;
   std::uniform_real_distribution<double> u(0, 1);
-  for (std::int64_t i = 0; i < n; ++i)
+  for (std::int64_t i = loss_begin; i < n; ++i)
     if (u(rng) < ce_fraction) pick.push_back(i);
   if (pick.empty()) pick.push_back(n - 1);
   auto ids_all = r.topk_ids.narrow(0, 1, n).to(torch::kLong);
@@ -103,7 +106,7 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
   }
   double weight = 1.0;
   for (int k = 1; k <= static_cast<int>(preds.size()); ++k, weight *= step_weight) {
-    const std::int64_t first = k - 1;  // rows before it have no real context at this step
+    const std::int64_t first = std::max<std::int64_t>(k - 1, loss_begin);  // rows before k - 1 have no real context at step k
     std::vector<std::int64_t> rows;
     for (auto i : pick)
       if (i >= first) rows.push_back(i);

@@ -138,6 +138,38 @@ TEST(Train, RecordsHoldTheTargetsPostNormFeaturesAndTopK) {
   fs::remove_all(dir);
 }
 
+// With answers_only the loss reads only the rows that predict answer tokens: it counts those rows, and the prompt rows'
+// top-k targets do not move it, while an answer row's do.
+TEST(Train, EagleLossOnAnswerRowsOnlyIgnoresThePrompt) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("answers");
+  const auto recs = make_records(t, dir);
+  st::EagleTrainable m(t.cfg, t.tw, 1);
+  const st::Record& r = recs[0];
+  ASSERT_GE(r.prompt_length, 4);
+  const std::int64_t n = static_cast<std::int64_t>(r.tokens.size()) - 1;
+  auto loss = [&](const st::Record& rec, bool answers_only) {
+    std::mt19937_64 rng(5);
+    torch::NoGradGuard ng;
+    return st::eagle_loss(m, rec, 640, torch::Tensor(), 1.0, rng, 2, 0.8, answers_only);
+  };
+  const auto all = loss(r, false), ans = loss(r, true);
+  EXPECT_EQ(all.rows, n);
+  EXPECT_EQ(ans.rows, n - (r.prompt_length - 2));
+  // Change the cross-entropy targets of the prompt rows (row i reads the top-k at i + 1; rows 0 .. prompt_length - 3
+  // predict prompt tokens). Their features cannot change alone: a row's target feature is the next row's input.
+  st::Record changed = r;
+  changed.topk_ids = r.topk_ids.clone();
+  for (std::int64_t i = 1; i < r.prompt_length - 1; ++i) changed.topk_ids[i] = changed.topk_ids[i].flip(0);
+  EXPECT_EQ(loss(changed, true).total.item<double>(), ans.total.item<double>());
+  EXPECT_NE(loss(changed, false).total.item<double>(), all.total.item<double>());
+  st::Record answer_changed = r;
+  answer_changed.topk_ids = r.topk_ids.clone();
+  answer_changed.topk_ids[n] = answer_changed.topk_ids[n].flip(0);
+  EXPECT_NE(loss(answer_changed, true).total.item<double>(), ans.total.item<double>());
+  fs::remove_all(dir);
+}
+
 TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("eagle");

@@ -277,7 +277,7 @@ struct EagleLosses {
 /// `step_weight`^(k-1) (EAGLE-3's training-time test). The cross-entropy is over the draft vocabulary: the target's top-k
 /// entries outside it are dropped and the rest renormalised.
 EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, const torch::Tensor& noise, double ce_fraction,
-                              std::mt19937_64& rng, int steps = 1, double step_weight = 0.8);
+                              std::mt19937_64& rng, int steps = 1, double step_weight = 0.8, bool answers_only = false);
 
 // --- the distilled draft model -----------------------------------------------------------------------------------------------
 
