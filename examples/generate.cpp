@@ -540,8 +540,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
   p.params.seed = o.seed_value;
 
   // The proposer and its members: suffix decoding unless named, the best measured for the bundled model with the adaptive
-  // draft length (docs/adaptive-policy.md; the committed EAGLE head and draft model are trained on too little data to
-  // pay off yet, models/TRAINING.md).
+  // draft length over chat and copy-heavy prompts (models/TRAINING.md, "Results of the third head").
   p.proposer = o.proposer.empty() ? std::string("suffix") : o.proposer;
   const auto members = proposer_names(p.proposer);
   const bool chain = members.size() > 1;
