@@ -453,6 +453,13 @@ double default_draft_cost(const std::string& proposer) {
   return c;
 }
 
+/// The draft model proposer's options the flags describe (--draft-min-path-prob).
+specdec::proposers::DraftModelOptions draft_options(const Options& o) {
+  specdec::proposers::DraftModelOptions d;
+  d.min_path_prob = o.draft_min_path_prob;
+  return d;
+}
+
 LlamaModel load_draft_model(const Options& o) {
   const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
   return load_model(path, "--draft-model", o, o.draft_weights == "q8_0");
@@ -618,8 +625,10 @@ Prepared check_options(Options& o, const CLI::App& app) {
     fail(fmt::format("--proposer {}: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features), got "
                      "--device {}", p.proposer, o.device));
   if (p.proposer == "none" && given("-g")) warn("-g: ignored with --proposer none (no drafts)");
-  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob", "--draft-min-path-prob"})
+  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob"})
     if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without eagle in --proposer", flag));
+  if (given("--draft-min-path-prob") && !uses_eagle && !uses_draft)
+    warn("--draft-min-path-prob: ignored without eagle or draft in --proposer");
   for (const char* flag : {"--ngram-min-n", "--ngram-max-n"})
     if (given(flag) && !uses_ngram) warn(fmt::format("{}: ignored without ngram in --proposer", flag));
   for (const char* flag : {"--suffix-alpha", "--suffix-min-match"})
@@ -896,7 +905,7 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
         chain.add(suffix.emplace(suffix_options(o)), name);
       } else if (name == "draft" && !dp) {
         draft_model.emplace(load_draft_model(o));
-        chain.add(dp.emplace(*draft_model, target.vocab_size()), name);
+        chain.add(dp.emplace(*draft_model, target.vocab_size(), draft_options(o)), name);
 #if defined(SPECDEC_HAVE_EAGLE)
       } else if (name == "eagle" && !eagle) {
         if constexpr (std::is_same_v<Target, LlamaModel>)
@@ -922,7 +931,7 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
     spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", how);
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
-    specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size());
+    specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o));
     spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
 #if defined(SPECDEC_HAVE_EAGLE)
   } else if (proposer == "eagle") {
@@ -1106,8 +1115,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--draft-min-path-prob", o.draft_min_path_prob,
-                 "EAGLE chains: stop drafting where the product of the head's largest probabilities so far falls below this "
-                 "(the head's chance for the whole chain; 0 = off)")
+                 "EAGLE and draft-model chains: stop drafting where the product of the draft distributions' largest "
+                 "probabilities so far falls below this (the drafter's chance for the whole chain; 0 = off)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();

@@ -6,21 +6,6 @@ namespace specdec::proposers {
 
 using namespace eagle_internal;
 
-namespace {
-
-/// The largest probability of softmax(logits[0 .. n)) whose largest logit is `max_logit`: 1 / sum_x exp(l_x - max), the
-/// sum with the sampler's vectorised weights and tile masses (bit-identical on every CPU path). `scratch` holds n floats.
-double top_probability(const float* logits, std::int64_t n, float max_logit, std::vector<float>& scratch) {
-  scratch.resize(static_cast<std::size_t>(n));
-  const auto path = specdec::detail::best_logits_path();
-  specdec::detail::logit_weights(path, logits, n, max_logit, 1.0f, scratch.data());
-  std::vector<float> masses(static_cast<std::size_t>(specdec::num_tiles(n)));
-  specdec::detail::tile_masses(path, scratch.data(), n, masses.data());
-  const float total = specdec::detail::combine_tiles(masses.data(), static_cast<std::int64_t>(masses.size()), 1);
-  return total > 0.f ? std::min(1.0, 1.0 / static_cast<double>(total)) : 1.0;
-}
-
-}  // namespace
 
 struct EagleProposer::Impl {
   struct Request {
@@ -279,7 +264,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
           for (std::int64_t d = 1; d < Vd; ++d)
             if (lp[d] > lp[best]) best = d;
           token = d2t[static_cast<std::size_t>(best)];
-          confidence = top_probability(lp, Vd, lp[best], weights);
+          confidence = specdec::detail::top_probability(lp, Vd, lp[best], weights);
         }
         if (any_probs) {
           // The draft distribution, processed with the request's params over the draft vocabulary in target-id order

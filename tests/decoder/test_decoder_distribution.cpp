@@ -110,6 +110,19 @@ TEST(DecoderDistribution, DraftModelFirstTwoTokensMatchTarget) {
   }
 }
 
+// Chains that stop where the product of q's largest probabilities falls below min_path_prob: the stop looks at q, never at
+// the drawn token, so the law stays the target's; and it stops chains (fewer drafts than g per forward).
+TEST(DecoderDistribution, DraftModelMinPathProbFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  auto draft_model = tiny_model(22, kVocab);
+  sp::DraftModelOptions opts;
+  opts.min_path_prob = 0.3;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model, opts);
+  const auto m = check_joint(draft, target, params(1.0f), 3, kDraws);
+  EXPECT_LT(m.total.drafted, 3 * m.total.target_forwards) << "min_path_prob stopped no chain";
+  EXPECT_GT(m.total.drafted, 0);
+}
+
 // The draft model on the target's packed kernels (its float weights quantised to Q8_0 at load, 16- and 8-bit activations,
 // as specdec-generate runs a distilled draft): its q is what it proposes with, so the law stays the target's.
 TEST(DecoderDistribution, PackedDraftModelFirstTwoTokensMatchTarget) {

@@ -816,11 +816,18 @@ TEST(DecoderAdaptive, GreedyOutputEqualsPlainDecodingWithLearnedCosts) {
       for (std::size_t b = 0; b < res.size(); ++b)
         EXPECT_EQ(res[b].tokens, f.reference[b]) << "ngram g " << g << " candidates " << candidates << " " << b;
     }
-    auto other = tiny_model(32);
-    sp::DraftModelProposer<sm::LlamaModel> draft(other);
-    sd::SpeculativeDecoder dec2(draft, f.target, o);
-    const auto res2 = dec2.generate(f.requests);
-    for (std::size_t b = 0; b < res2.size(); ++b) EXPECT_EQ(res2[b].tokens, f.reference[b]) << "draft g " << g << " " << b;
+    // The draft model reports confidences: the policy proposes at the bound and cuts by them (confidence_cut), also with
+    // chains stopped by min_path_prob.
+    for (double min_path : {0.0, 0.2}) {
+      auto other = tiny_model(32);
+      sp::DraftModelOptions dopt;
+      dopt.min_path_prob = min_path;
+      sp::DraftModelProposer<sm::LlamaModel> draft(other, dopt);
+      sd::SpeculativeDecoder dec2(draft, f.target, o);
+      const auto res2 = dec2.generate(f.requests);
+      for (std::size_t b = 0; b < res2.size(); ++b)
+        EXPECT_EQ(res2[b].tokens, f.reference[b]) << "draft g " << g << " min_path_prob " << min_path << " " << b;
+    }
   }
 }
 

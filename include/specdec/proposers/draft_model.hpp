@@ -26,6 +26,7 @@
 #include "specdec/models/causal_lm.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/chain.hpp"
+#include "specdec/sampling/logits_simd.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
@@ -62,6 +63,11 @@ struct DraftModelOptions {
   /// deterministic (accepted with probability p(x)), which is lossless only if they do not depend on random numbers, i.e. at
   /// temperature 0.
   bool return_probs = true;
+  /// A request's chain stops where the product of the draft distributions' largest probabilities so far (this step's
+  /// included) falls below this; that step's draft is dropped. Each factor is a function of the distribution at its
+  /// step, never of the drawn token, so the output keeps the target's law (as EagleProposerOptions::min_path_prob).
+  /// 0 = off.
+  double min_path_prob = 0.0;
 };
 
 template <class Model>
@@ -117,10 +123,29 @@ class DraftModelProposer {
     states_.erase(it);
   }
 
+  /// Every chain draft comes with the draft distribution's largest probability at its step (DraftBatch::confidence: the
+  /// model's softmax at temperature 1 for greedy requests, the processed row for sampled ones).
+  bool reports_confidence() const { return true; }
+
   DraftBatch propose(std::span<const ProposeRequest> requests) {
     const auto B = static_cast<std::int64_t>(requests.size());
     const std::int64_t V = vocab_size();
     std::vector<std::vector<std::int64_t>> tokens(static_cast<std::size_t>(B));
+    std::vector<std::vector<float>> confidence(static_cast<std::size_t>(B));
+    std::vector<double> path(static_cast<std::size_t>(B), 1.0);
+    std::vector<std::uint8_t> stopped(static_cast<std::size_t>(B), 0);
+    // Keeps draft x of request b with confidence c unless the chain's path probability falls below min_path_prob.
+    auto keep = [&](std::int64_t b, std::int64_t x, double c) {
+      const auto i = static_cast<std::size_t>(b);
+      if (path[i] * c < options_.min_path_prob) {
+        stopped[i] = 1;
+        return false;
+      }
+      path[i] *= c;
+      tokens[i].push_back(x);
+      confidence[i].push_back(static_cast<float>(c));
+      return true;
+    };
     std::vector<std::vector<at::Tensor>> rows(static_cast<std::size_t>(B));
     std::int32_t max_g = 0;
     bool all_greedy = true;
@@ -140,7 +165,7 @@ class DraftModelProposer {
       std::vector<std::int64_t> members;
       for (std::int64_t b = 0; b < B; ++b) {
         const auto& r = requests[static_cast<std::size_t>(b)];
-        if (d >= r.max_drafts) continue;
+        if (d >= r.max_drafts || stopped[static_cast<std::size_t>(b)]) continue;
         State& s = state(r.id);
         if (d == 0) {
           const auto cached = static_cast<std::int64_t>(model_->sequence_length(s.slot));
@@ -156,6 +181,7 @@ class DraftModelProposer {
         fb.cu_num_tokens.push_back(static_cast<std::int64_t>(fb.token_ids.size()));
         members.push_back(b);
       }
+      if (members.empty()) break;  // every chain stopped
       const models::ForwardOutput out = model_->forward(fb);
       if (all_greedy) {
         // The argmax is taken on the host: a draft model on a device sends its float32 logits down once per draft
@@ -166,7 +192,8 @@ class DraftModelProposer {
               specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(l.data_ptr<float>() + static_cast<std::int64_t>(i) * V, V);
           if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
             throw error(Status::kInvalidProbability, "DraftModelProposer: draft logits: a row has NaN/inf values or no finite logit");
-          tokens[static_cast<std::size_t>(members[i])].push_back(scan.index);
+          const float* row = l.data_ptr<float>() + static_cast<std::int64_t>(i) * V;
+          (void)keep(members[i], scan.index, specdec::detail::top_probability(row, V, scan.max, scratch));
         }
         continue;
       }
@@ -178,9 +205,9 @@ class DraftModelProposer {
         const auto b = members[i];
         const auto& r = requests[static_cast<std::size_t>(b)];
         const State& s = state(r.id);
-        const std::int64_t x = sample_row(qp + static_cast<std::int64_t>(i) * V, V, s.seed, r.position + d,
-                                          r.params->greedy(), scratch);
-        tokens[static_cast<std::size_t>(b)].push_back(x);
+        const float* qrow = qp + static_cast<std::int64_t>(i) * V;
+        const std::int64_t x = sample_row(qrow, V, s.seed, r.position + d, r.params->greedy(), scratch);
+        if (!keep(b, x, *std::max_element(qrow, qrow + V))) continue;
         if (keep_rows) rows[static_cast<std::size_t>(b)].push_back(q[static_cast<std::int64_t>(i)]);
       }
     }
@@ -189,6 +216,8 @@ class DraftModelProposer {
     std::vector<at::Tensor> all_rows;
     for (std::int64_t b = 0; b < B; ++b) {
       batch.append(tokens[static_cast<std::size_t>(b)]);
+      batch.confidence.insert(batch.confidence.end(), confidence[static_cast<std::size_t>(b)].begin(),
+                              confidence[static_cast<std::size_t>(b)].end());
       for (auto& t : rows[static_cast<std::size_t>(b)]) all_rows.push_back(t);
     }
     if (keep_rows && !all_rows.empty()) batch.probs = at::stack(all_rows);

@@ -11,8 +11,10 @@
 // the CPU has with the one-lane code bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "specdec/sampling/logits_core.hpp"
 #include "specdec/sampling/residual.hpp"
@@ -249,6 +251,20 @@ inline void tile_masses(LogitsPath path, const float* w, std::int64_t n, float* 
   if (path == LogitsPath::kVector4) return simd::tile_masses_v<4>(w, n, masses);
 #endif
   tile_masses_one_lane(w, n, masses);
+}
+
+/// The largest probability of softmax(logits[0 .. n)) at temperature 1, whose largest logit is `max_logit`:
+/// 1 / sum_x exp(l_x - max), the sum with the weights and tile masses above (the same bits on every path). A proposer's
+/// confidence in its argmax draft (DraftBatch::confidence). `scratch` is resized to n + the tile count.
+inline double top_probability(const float* logits, std::int64_t n, float max_logit, std::vector<float>& scratch) {
+  const std::int64_t tiles = num_tiles(n);
+  scratch.resize(static_cast<std::size_t>(n + tiles));
+  const LogitsPath path = best_logits_path();
+  logit_weights(path, logits, n, max_logit, 1.0f, scratch.data());
+  float* masses = scratch.data() + n;
+  tile_masses(path, scratch.data(), n, masses);
+  const float total = combine_tiles(masses, tiles, 1);
+  return total > 0.f ? std::min(1.0, 1.0 / static_cast<double>(total)) : 1.0;
 }
 
 /// w[x] = normalised_weight(w[x], inverse) for x < n (inverse = inverse_mass(M)).
