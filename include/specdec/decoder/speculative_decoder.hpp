@@ -485,7 +485,8 @@ class SpeculativeDecoder {
   /// the step emitted (`emitted`: accepted drafts, then the recovered or bonus token). Drafts are deterministic lookups,
   /// accepted exactly when the target's token equals them (greedy: its argmax; sampled: in law), so a proposal's first
   /// min(depth, emitted) positions are observed whether or not they were verified: what was verified, and one position
-  /// past it (the emitted token against the first draft cut). A plain step that had a proposal counts as a shadow probe.
+  /// past it (the emitted token against the first draft cut). A lookup's plain step that had a proposal counts as a
+  /// shadow probe.
   void observe_proposal(Request& r, const proposers::DraftBatch& proposed, std::int64_t b, std::int64_t k,
                         std::span<const std::int64_t> emitted) {
     const auto depths = detail::draft_depths(proposed, b);
@@ -494,7 +495,7 @@ class SpeculativeDecoder {
     const std::int64_t matched = detail::matched_depth(proposed, b, emitted);
     r.acceptance.observe(std::min<std::int64_t>(depth, static_cast<std::int64_t>(emitted.size())), matched);
     r.rows_per_depth = static_cast<double>(depths.size()) / static_cast<double>(depth);
-    if (k == 0) {
+    if (k == 0 && shadow_probes()) {  // a lookup's plain step; a confident proposal cut to 0 is no probe
       ++r.metrics.shadow_probes;
       r.metrics.shadow_accepted += matched > 0 ? 1 : 0;
     }
