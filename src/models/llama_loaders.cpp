@@ -140,8 +140,8 @@ AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const Ate
     const TensorInfo* info = g.name.empty() ? nullptr : file.find_tensor(g.name);
     if (!info) return {};
     if (!can_dequantize(info->type))
-      fail(fmt::format("load_aten_llama_gguf: tensor {}: type {} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                       "Q8_0, Q4_K, Q6_K)", info->name, to_string(info->type)));
+      fail(fmt::format("load_aten_llama_gguf: tensor {}: type {} is not supported (supported: {})", info->name,
+                       to_string(info->type), dequantizable_type_names()));
     at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(at::kFloat));
     file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
     // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; the model uses the rotate_half order.

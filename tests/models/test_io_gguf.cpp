@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -243,14 +244,74 @@ double reference_element(GgmlType type, const std::vector<std::byte>& blk, std::
       const int sc = static_cast<std::int8_t>(at(blk, 192 + h * 8 + l / 16 + 2 * k));
       return ref_half(half_at(blk, 208)) * sc * q;
     }
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      // qh: 32 bits after the half(s); element i's 5th bit is bit i; its low 4 bits: nibble i % 16 of qs, low for i < 16.
+      const bool q51 = type == GgmlType::kQ5_1;
+      const std::size_t qh = q51 ? 4 : 2, qs = qh + 4;
+      const int low = i < 16 ? (at(blk, qs + i) & 15) : (at(blk, qs + i - 16) >> 4);
+      const int q = low | (((at(blk, qh + i / 8) >> (i % 8)) & 1) << 4);
+      return q51 ? ref_half(half_at(blk, 0)) * q + ref_half(half_at(blk, 2)) : ref_half(half_at(blk, 0)) * (q - 16);
+    }
+    case GgmlType::kQ5_K: {
+      // As Q4_K (scales at 4, values at 48), the 5th bit of element i of sub-block j = i / 32 is bit j of qh[16 + i % 32].
+      const std::size_t j = i / 32;
+      const auto sc_byte = [&](std::size_t k) { return at(blk, 4 + k); };
+      int sc, mn;
+      if (j < 4) {
+        sc = sc_byte(j) & 63;
+        mn = sc_byte(j + 4) & 63;
+      } else {
+        sc = (sc_byte(j + 4) & 15) | ((sc_byte(j - 4) >> 6) << 4);
+        mn = (sc_byte(j + 4) >> 4) | ((sc_byte(j) >> 6) << 4);
+      }
+      const std::uint8_t byte = at(blk, 48 + (j / 2) * 32 + i % 32);
+      const int q = ((j % 2 == 0) ? (byte & 15) : (byte >> 4)) | (((at(blk, 16 + i % 32) >> j) & 1) << 4);
+      return ref_half(half_at(blk, 0)) * sc * q - ref_half(half_at(blk, 2)) * mn;
+    }
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {
+      // Halves of 128 (h); in a half, 4 shifts k of 2 bits over 32 bytes of qs (h * 32 + l, l = r % 32); each 16-value
+      // group g = i / 16 has scale g. Q3_K: the high bit of element i is bit 4 h + k of hmask[l]; value - 4 without it.
+      const bool q3 = type == GgmlType::kQ3_K;
+      const std::size_t h = i / 128, r = i % 128, k = r / 32, l = r % 32, g = i / 16;
+      const int two = (at(blk, (q3 ? 32 : 16) + h * 32 + l) >> (2 * k)) & 3;
+      if (!q3) {
+        const int sc = at(blk, g) & 15, mn = at(blk, g) >> 4;
+        return ref_half(half_at(blk, 80)) * sc * two - ref_half(half_at(blk, 82)) * mn;
+      }
+      const int high = (at(blk, l) >> (4 * h + k)) & 1;
+      // 16 six-bit scales in 12 bytes: low 4 bits from bytes 0-7 (low nibbles for g < 8, high for g >= 8), top 2 bits from
+      // bytes 8-11 (byte 8 + g % 4, bits 2 (g / 4)).
+      const int low4 = g < 8 ? (at(blk, 96 + g) & 15) : (at(blk, 96 + g - 8) >> 4);
+      const int sc = low4 | (((at(blk, 96 + 8 + g % 4) >> (2 * (g / 4))) & 3) << 4);
+      return ref_half(half_at(blk, 108)) * (sc - 32) * (two - (high ? 0 : 4));
+    }
+    case GgmlType::kIQ4_NL:
+    case GgmlType::kIQ4_XS: {
+      static const int values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+      if (type == GgmlType::kIQ4_NL) {
+        const int q = i < 16 ? (at(blk, 2 + i) & 15) : (at(blk, 2 + i - 16) >> 4);
+        return ref_half(half_at(blk, 0)) * values[q];
+      }
+      // 8 sub-blocks of 32 (ib), 16 bytes each from offset 8; scale: 4 bits of scales_l[ib / 2] (low for even ib), 2 bits
+      // (2 ib) of the little-endian u16 scales_h at 2.
+      const std::size_t ib = i / 32, e = i % 32;
+      const int q = e < 16 ? (at(blk, 8 + 16 * ib + e) & 15) : (at(blk, 8 + 16 * ib + e - 16) >> 4);
+      const int scales_h = at(blk, 2) | (at(blk, 3) << 8);
+      const int sc = ((at(blk, 4 + ib / 2) >> (4 * (ib % 2))) & 15) | (((scales_h >> (2 * ib)) & 3) << 4);
+      return ref_half(half_at(blk, 0)) * (sc - 32) * values[q];
+    }
     default: return NAN;
   }
 }
 }  // namespace
 
 TEST(GgufDequantize, BlockTypesMatchFp64Reference) {
-  const DequantCase cases[] = {{GgmlType::kQ4_0, 32, 18}, {GgmlType::kQ4_1, 32, 20}, {GgmlType::kQ8_0, 32, 34},
-                               {GgmlType::kQ4_K, 256, 144}, {GgmlType::kQ6_K, 256, 210}};
+  const DequantCase cases[] = {{GgmlType::kQ4_0, 32, 18},   {GgmlType::kQ4_1, 32, 20},   {GgmlType::kQ8_0, 32, 34},
+                               {GgmlType::kQ4_K, 256, 144}, {GgmlType::kQ6_K, 256, 210}, {GgmlType::kQ5_0, 32, 22},
+                               {GgmlType::kQ5_1, 32, 24},   {GgmlType::kQ5_K, 256, 176}, {GgmlType::kQ2_K, 256, 84},
+                               {GgmlType::kQ3_K, 256, 110}, {GgmlType::kIQ4_NL, 32, 18}, {GgmlType::kIQ4_XS, 256, 136}};
   std::mt19937 rng(1234);
   for (const auto& c : cases) {
     SCOPED_TRACE(sm::to_string(c.type));
@@ -260,8 +321,12 @@ TEST(GgufDequantize, BlockTypesMatchFp64Reference) {
       auto blk = random_bytes(rng, c.block_bytes);
       switch (c.type) {
         case GgmlType::kQ4_1:
-        case GgmlType::kQ4_K: put_half(blk, 0, random_scale(rng)), put_half(blk, 2, random_scale(rng)); break;
+        case GgmlType::kQ5_1:
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K: put_half(blk, 0, random_scale(rng)), put_half(blk, 2, random_scale(rng)); break;
         case GgmlType::kQ6_K: put_half(blk, 208, random_scale(rng)); break;
+        case GgmlType::kQ3_K: put_half(blk, 108, random_scale(rng)); break;
+        case GgmlType::kQ2_K: put_half(blk, 80, random_scale(rng)), put_half(blk, 82, random_scale(rng)); break;
         default: put_half(blk, 0, random_scale(rng)); break;
       }
       data.insert(data.end(), blk.begin(), blk.end());
@@ -283,6 +348,48 @@ TEST(GgufDequantize, BlockTypesMatchFp64Reference) {
       }
     }
   }
+}
+
+// An independent implementation of every format: llama.cpp's own Python package (PyPI gguf's gguf.quants.dequantize) gave
+// the values of random blocks of each type (tests/models/write_dequant_fixture.py wrote the file); dequantize() must give
+// the same bits.
+TEST(GgufDequantize, MatchesGgufPyBitForBit) {
+  const std::filesystem::path path = std::filesystem::path(SPECDEC_IO_TEST_DATA) / "ggml-dequant-gguf-py.bin";
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path;
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t pos = 0;
+  auto u32 = [&] {
+    std::uint32_t v = 0;
+    if (pos + 4 <= file.size()) std::memcpy(&v, file.data() + pos, 4);
+    pos += 4;
+    return v;
+  };
+  ASSERT_GE(file.size(), 8u);
+  ASSERT_EQ(std::string(file.data(), 4), "SDQF");
+  pos = 4;
+  const std::uint32_t count = u32();
+  std::vector<std::string> seen;
+  for (std::uint32_t e = 0; e < count; ++e) {
+    const auto type = static_cast<GgmlType>(u32());
+    const std::uint32_t n_bytes = u32(), n_values = u32();
+    ASSERT_LE(pos + n_bytes + 4ull * n_values, file.size()) << "entry " << e;
+    SCOPED_TRACE(sm::to_string(type));
+    std::vector<std::byte> blocks(n_bytes);
+    std::memcpy(blocks.data(), file.data() + pos, n_bytes);
+    std::vector<float> want(n_values), got(n_values);
+    std::memcpy(want.data(), file.data() + pos + n_bytes, 4ull * n_values);
+    pos += n_bytes + 4ull * n_values;
+    sm::dequantize(type, blocks, got);
+    for (std::uint32_t i = 0; i < n_values; ++i)
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "value " << i << ": got " << got[i] << ", gguf-py " << want[i];
+    seen.emplace_back(sm::to_string(type));
+  }
+  EXPECT_EQ(pos, file.size());
+  // Every type dequantize() supports is covered (F32 is a copy).
+  for (const char* t : {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                        "IQ4_XS"})
+    EXPECT_NE(std::find(seen.begin(), seen.end(), t), seen.end()) << t;
 }
 
 TEST(GgufDequantize, FloatTypesMatchReference) {
@@ -327,9 +434,9 @@ TEST(GgufDequantize, FloatTypesMatchReference) {
 
 TEST(GgufDequantize, UnsupportedTypeAndSizeMismatch) {
   Writer w;
-  w.tensor("q5", {32}, GgmlType::kQ5_0, std::vector<std::byte>(22));
+  w.tensor("q5", {256}, GgmlType::kIQ2_XXS, std::vector<std::byte>(66));
   const auto f = parse(w.build());
-  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.dequantize(f.tensor("q5")); }), "ggml type Q5_0 is not supported");
+  EXPECT_ERROR_HAS(error_of_call([&] { (void)f.dequantize(f.tensor("q5")); }), "ggml type IQ2_XXS is not supported");
   EXPECT_ERROR_HAS(error_of_call([&] { (void)f.dequantize(f.tensor("q5")); }), "tensor 'q5'");
   std::vector<float> out(32);
   std::vector<std::byte> in(17);
@@ -915,7 +1022,9 @@ TEST(LlamaConfigGguf, FilesWrittenByGgufPy) {
     EXPECT_EQ(c.final_logit_softcap, e["final_logit_softcap"].get<double>());
     EXPECT_EQ(c.rope_freq_factors, e["rope_freq_factors"].get<std::vector<float>>());
     EXPECT_EQ(c.gguf_qk_permuted, e["gguf_qk_permuted"].get<bool>());
-    if (e.contains("sliding_layers")) EXPECT_EQ(c.sliding_layers, e["sliding_layers"].get<std::vector<bool>>());
+    if (e.contains("sliding_layers")) {
+      EXPECT_EQ(c.sliding_layers, e["sliding_layers"].get<std::vector<bool>>());
+    }
     EXPECT_EQ(sm::unsupported_block_options(c).empty(), arch == "llama");
   }
 }

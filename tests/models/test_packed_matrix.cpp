@@ -1,4 +1,4 @@
-// PackedMatrix: exact repacking of GGUF block formats, the integer products against an fp64 reference (with a stated NMSE
+// PackedMatrix: exact repacking of every GGUF block format it holds, the integer products against an fp64 reference (with a stated NMSE
 // bound, sentinels around the outputs), bit-identical results across instruction sets, token-row counts and tile splits,
 // and named errors for tensors the products cannot take.
 #include <gtest/gtest.h>
@@ -22,11 +22,10 @@ struct Format {
   GgmlType type;
   std::int64_t block_elements, block_bytes;
 };
-const Format kFormats[] = {{GgmlType::kQ4_0, 32, 18},
-                           {GgmlType::kQ4_1, 32, 20},
-                           {GgmlType::kQ8_0, 32, 34},
-                           {GgmlType::kQ4_K, 256, 144},
-                           {GgmlType::kQ6_K, 256, 210}};
+const Format kFormats[] = {{GgmlType::kQ4_0, 32, 18},   {GgmlType::kQ4_1, 32, 20},   {GgmlType::kQ8_0, 32, 34},
+                           {GgmlType::kQ4_K, 256, 144}, {GgmlType::kQ6_K, 256, 210}, {GgmlType::kQ5_0, 32, 22},
+                           {GgmlType::kQ5_1, 32, 24},   {GgmlType::kQ5_K, 256, 176}, {GgmlType::kQ2_K, 256, 84},
+                           {GgmlType::kQ3_K, 256, 110}, {GgmlType::kIQ4_NL, 32, 18}, {GgmlType::kIQ4_XS, 256, 136}};
 
 // A random half in [2^-10, 2^-1) (either sign when `sign`).
 std::uint16_t random_half(std::mt19937& rng, bool sign) {
@@ -46,16 +45,26 @@ std::vector<std::byte> random_blocks(const Format& f, std::int64_t rows, std::in
     std::byte* blk = out.data() + i * f.block_bytes;
     switch (f.type) {
       case GgmlType::kQ4_0:
-      case GgmlType::kQ8_0: put_half(blk, random_half(rng, true)); break;
+      case GgmlType::kQ5_0:
+      case GgmlType::kQ8_0:
+      case GgmlType::kIQ4_NL:
+      case GgmlType::kIQ4_XS: put_half(blk, random_half(rng, true)); break;
       case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
         put_half(blk, random_half(rng, false));
         put_half(blk + 2, random_half(rng, true));
         break;
       case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:
         put_half(blk, random_half(rng, false));
         put_half(blk + 2, random_half(rng, false));
         break;
       case GgmlType::kQ6_K: put_half(blk + 208, random_half(rng, true)); break;
+      case GgmlType::kQ3_K: put_half(blk + 108, random_half(rng, true)); break;
+      case GgmlType::kQ2_K:
+        put_half(blk + 80, random_half(rng, false));
+        put_half(blk + 82, random_half(rng, false));
+        break;
       default: break;
     }
   }
@@ -355,8 +364,8 @@ void expect_error(std::span<const PackedMatrix::Source> src, const std::string& 
 TEST(PackedMatrix, RejectsWhatTheProductsCannotTake) {
   const Format f = kFormats[1];
   const auto data = random_blocks(f, 4, 64, 8);
-  PackedMatrix::Source s{"blk.3.attn_q.weight", GgmlType::kQ5_0, data, 4, 64, {}};
-  expect_error(std::span(&s, 1), "blk.3.attn_q.weight: type Q5_0 has no quantised product");
+  PackedMatrix::Source s{"blk.3.attn_q.weight", GgmlType::kIQ2_XXS, data, 4, 64, {}};
+  expect_error(std::span(&s, 1), "blk.3.attn_q.weight: type IQ2_XXS has no quantised product");
   s.type = GgmlType::kF32;
   expect_error(std::span(&s, 1), "type F32");
   s.type = f.type;

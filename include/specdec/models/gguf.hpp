@@ -45,7 +45,7 @@ enum class GgufType : std::uint32_t {
 const char* to_string(GgufType type) noexcept;
 
 /// Tensor element types (ggml_type). Every type ggml defines can be parsed (its block size is known); dequantize() supports
-/// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K and Q6_K.
+/// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS.
 enum class GgmlType : std::uint32_t {
   kF32 = 0,
   kF16 = 1,
@@ -90,6 +90,8 @@ struct GgmlTypeTraits {
 std::optional<GgmlTypeTraits> ggml_type_traits(std::uint32_t type_id) noexcept;
 /// True for the types dequantize() converts.
 bool can_dequantize(GgmlType type) noexcept;
+/// The types dequantize() converts, as a comma-separated list (for error messages).
+const char* dequantizable_type_names() noexcept;
 
 struct GgufValue;
 /// A metadata array: its element type and the elements (each a GgufValue of that type; nested arrays are allowed).

@@ -238,11 +238,11 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       }
     } else {
       // 8-bit values. vpmaddubsw saturates a pair at 32767, so values up to 255 (Q8_0's, offset by 128) go as two nibble
-      // halves; values below 64 (Q6_K's 6 bits, offset by 32) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
+      // halves; values below 64 (Q6_K's 6 bits, offset by 32; Q5_K's, Q2_K's) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
       // 32-bit sums take any byte whole. kSigned: Q8_0's values w = byte - 128 in [-127, 127] multiply the activations as
       // |x| * (w sgn x) (vpsignb), pairs of at most 2 * 127 * 127 = 32258; the sums then lack the zero point's
       // 128 * sum(x), which the float stage below would subtract, so it skips that.
-      constexpr bool kWhole = kVnni || F::z <= 32;
+      constexpr bool kWhole = kVnni || F::vmax < 64;
       #pragma GCC unroll 16
       for (int c = 0; c < F::blk / 4; ++c) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));

@@ -50,6 +50,14 @@ FormatInfo format_info(GgmlType type) {
     case GgmlType::kQ8_0: return {L{false, true, false, 128, 32}, 32, 34};
     case GgmlType::kQ4_K: return {L{true, false, true, 0, 32}, 256, 144};
     case GgmlType::kQ6_K: return {L{false, false, false, 32, 16}, 256, 210};
+    // The other formats take one of these layouts, or one of three more (the values re-based exactly, see read_block).
+    case GgmlType::kQ5_0: return {L{false, true, false, 128, 32}, 32, 22};
+    case GgmlType::kIQ4_NL: return {L{false, true, false, 128, 32}, 32, 18};
+    case GgmlType::kQ3_K: return {L{false, false, false, 32, 16}, 256, 110};
+    case GgmlType::kQ5_1: return {L{false, false, true, 0, 32}, 32, 24};
+    case GgmlType::kQ5_K: return {L{false, false, true, 0, 32}, 256, 176};
+    case GgmlType::kQ2_K: return {L{false, false, true, 0, 16}, 256, 84};
+    case GgmlType::kIQ4_XS: return {L{false, false, false, 128, 32}, 256, 136};
     default: return {};
   }
 }
@@ -105,11 +113,91 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       }
       return;
     }
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {  // 5-bit q; Q5_0's x = d (q - 16) as u = q + 112 around zero point 128 (Q8_0's layout)
+      const bool q51 = type == GgmlType::kQ5_1;
+      const std::byte* blk = row + b * (q51 ? 24 : 22);
+      const std::byte* qh = blk + (q51 ? 4 : 2);
+      const std::byte* qs = qh + 4;
+      const auto high = [qh](int j) { return ((u8(qh, j / 8) >> (j % 8)) & 1) << 4; };
+      for (int j = 0; j < 16; ++j) {
+        out.u[j] = static_cast<std::uint8_t>((u8(qs, j) & 0xF) | high(j));
+        out.u[j + 16] = static_cast<std::uint8_t>((u8(qs, j) >> 4) | high(j + 16));
+      }
+      if (q51) {  // float scale and minimum (exact conversions of the halves)
+        out.d = half_to_float(u16(blk));
+        out.m = half_to_float(u16(blk + 2));
+      } else {
+        out.d_half = u16(blk);
+        for (int j = 0; j < 32; ++j) out.u[j] = static_cast<std::uint8_t>(out.u[j] + 112);
+      }
+      return;
+    }
+    case GgmlType::kIQ4_NL: {  // u = value + 128, zero point 128
+      const std::byte* blk = row + b * 18;
+      out.d_half = u16(blk);
+      for (int j = 0; j < 16; ++j) {
+        out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(blk + 2, j) & 0xF] + 128);
+        out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(blk + 2, j) >> 4] + 128);
+      }
+      return;
+    }
+    case GgmlType::kIQ4_XS: {  // 32-value sub-blocks, d (scale - 32) exact in float, u = value + 128
+      const std::byte* blk = row + (b / 8) * 136;
+      const int ib = static_cast<int>(b % 8);
+      out.d = half_to_float(u16(blk)) * static_cast<float>(detail::iq4xs_scale(ib, blk) - 32);
+      const std::byte* qs = blk + 8 + 16 * ib;
+      for (int j = 0; j < 16; ++j) {
+        out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) & 0xF] + 128);
+        out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) >> 4] + 128);
+      }
+      return;
+    }
+    case GgmlType::kQ5_K: {  // as Q4_K, the 5th bit j of qh[l]
+      const std::byte* blk = row + (b / 8) * 176;
+      const int sub = static_cast<int>(b % 8);
+      const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
+      std::uint8_t sc, m;
+      detail::q4k_scale_min(sub, blk + 4, sc, m);
+      out.d = d * static_cast<float>(sc);
+      out.m = -(dmin * static_cast<float>(m));
+      const std::byte* qh = blk + 16;
+      const std::byte* q = blk + 48 + 32 * (sub / 2);
+      for (int l = 0; l < 32; ++l) {
+        const int low = sub % 2 == 0 ? (u8(q, l) & 0xF) : (u8(q, l) >> 4);
+        out.u[l] = static_cast<std::uint8_t>(low | (((u8(qh, l) >> sub) & 1) << 4));
+      }
+      return;
+    }
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: {  // 16-value sub-blocks s of 2-bit values (Q3_K: plus a high bit, u = value + 4 (hbit) + 28
+                             // around zero point 32, Q6_K's layout)
+      const bool q3 = type == GgmlType::kQ3_K;
+      const std::byte* blk = row + (b / 16) * (q3 ? 110 : 84);
+      const int s = static_cast<int>(b % 16);
+      const std::byte* q = blk + (q3 ? 32 : 16) + 32 * (s / 8) + 16 * (s % 2);
+      const int shift = 2 * ((s % 8) / 2);
+      if (q3) {
+        out.d = half_to_float(u16(blk + 108)) * static_cast<float>(detail::q3k_scale(s, blk + 96) - 32);
+        const int hbit = 4 * (s / 8) + (s % 8) / 2;
+        for (int l = 0; l < 16; ++l)
+          out.u[l] = static_cast<std::uint8_t>(((u8(q, l) >> shift) & 3) + 4 * ((u8(blk, 16 * (s % 2) + l) >> hbit) & 1) + 28);
+      } else {
+        out.d = half_to_float(u16(blk + 80)) * static_cast<float>(u8(blk, s) & 0xF);
+        out.m = -(half_to_float(u16(blk + 82)) * static_cast<float>(u8(blk, s) >> 4));
+        for (int l = 0; l < 16; ++l) out.u[l] = static_cast<std::uint8_t>((u8(q, l) >> shift) & 3);
+      }
+      return;
+    }
     default: return;
   }
 }
 
 }  // namespace
+
+const char* packable_type_names() noexcept {
+  return "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS";
+}
 
 const char* to_string(CpuIsa isa) noexcept {
   switch (isa) {
@@ -177,8 +265,8 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
   m.cols_ = first.cols;
   for (const Source& s : sources) {
     if (!can_pack(s.type))
-      fail(fmt::format("tensor {}: type {} has no quantised product (supported: Q4_0, Q4_1, Q8_0, Q4_K, Q6_K)", s.name,
-                       to_string(s.type)));
+      fail(fmt::format("tensor {}: type {} has no quantised product (supported: {})", s.name, to_string(s.type),
+                       packable_type_names()));
     if (s.type != first.type)
       fail(fmt::format("tensor {}: expected type {} (as {}, packed with it), got {}", s.name, to_string(first.type), first.name,
                        to_string(s.type)));

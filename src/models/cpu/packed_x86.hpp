@@ -20,12 +20,17 @@ namespace specdec::models::detail {
 #ifdef SPECDEC_PACKED_X86
 namespace {
 
-// u4: 4-bit values; half: d (and m) stored as half; min: has a minimum; z: zero point; blk: values per block.
-struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32; };
-struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32; };
-struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32; };
-struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32; };
-struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16; };
+// u4: 4-bit values; half: d (and m) stored as half; min: has a minimum; z: zero point; blk: values per block; vmax: the
+// largest value (AVX2 takes 8-bit values below 64 whole).
+struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32, vmax = 15; };
+struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
+struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
+struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
+struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
+// Q5_1 and Q5_K (5-bit values, float d and m), Q2_K (2-bit values in 16-value blocks), IQ4_XS (Q8_0's values, float d).
+struct FQ5_K { static constexpr bool u4 = false, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
+struct FQ2_K { static constexpr bool u4 = false, half = false, min = true; static constexpr int z = 0, blk = 16, vmax = 3; };
+struct FIQ4_XS { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 
 inline std::int32_t load_i32(const std::byte* p) {
   std::int32_t v;
@@ -51,15 +56,22 @@ constexpr std::int64_t tile_block_bytes() {
   return value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
 }
 
-// Runs Run<F>::go(a) for the weight's format.
+// Runs Run<F>::go(a) for the weight's layout (packed_matrix.hpp: formats share layouts).
 template <template <class> class Run>
 void dispatch(const PackedArgs& a) {
   switch (a.w->type()) {
     case GgmlType::kQ4_0: Run<FQ4_0>::go(a); return;
     case GgmlType::kQ4_1: Run<FQ4_1>::go(a); return;
-    case GgmlType::kQ8_0: Run<FQ8_0>::go(a); return;
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kIQ4_NL: Run<FQ8_0>::go(a); return;
     case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
-    case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
+    case GgmlType::kQ6_K:
+    case GgmlType::kQ3_K: Run<FQ6_K>::go(a); return;
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ5_K: Run<FQ5_K>::go(a); return;
+    case GgmlType::kQ2_K: Run<FQ2_K>::go(a); return;
+    case GgmlType::kIQ4_XS: Run<FIQ4_XS>::go(a); return;
     default: return;
   }
 }

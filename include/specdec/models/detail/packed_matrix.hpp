@@ -1,8 +1,8 @@
 // Internal: weight matrices kept in their GGUF block formats, and the integer products over them (src/models/cpu/packed_*.cpp).
 // Not a stable API. Torch-free.
 //
-// A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, copied once from the
-// file into a layout built for products over a few to hundreds of token rows: the rows are interleaved in tiles of 16 (4
+// A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
+// Q5_K, Q6_K, IQ4_NL, IQ4_XS, copied once from the file into a layout built for products over a few to hundreds of token rows: the rows are interleaved in tiles of 16 (4
 // bytes of each row side by side, the operand shape of an AVX-512 VNNI dot product), every quantisation block reduced to
 // integers u (4 or 8 bits), a scale d, an optional minimum m and a zero point z of the format:
 //
@@ -10,7 +10,11 @@
 //
 // The conversion is exact (no value changes): Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128) keep their half-precision d and m;
 // Q4_K's 32-value sub-blocks become (u4, d * scale, -dmin * min) and Q6_K's 16-value sub-blocks (u6 in a byte, z 32, d * scale),
-// both exact in float32.
+// both exact in float32. The other formats take one byte per value: Q5_0 (q + 112, z 128) and IQ4_NL (its table value + 128,
+// z 128) Q8_0's layout; Q3_K's 16-value sub-blocks (value + 4 hbit + 28, z 32, d * (scale - 32)) Q6_K's; Q5_1 (q, float d
+// and m) and Q5_K's 32-value sub-blocks (q, d * scale, -dmin * min) share one; Q2_K's 16-value sub-blocks (q, d * scale,
+// -dmin * min) and IQ4_XS's 32-value sub-blocks (table value + 128, z 128, d * (scale - 32)) have their own. Every one of
+// these integers and float products is exact.
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -61,6 +65,8 @@ std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n);
 
 /// True for the ggml types a PackedMatrix holds.
 bool can_pack(GgmlType type) noexcept;
+/// Those types, as a comma-separated list (for error messages).
+const char* packable_type_names() noexcept;
 
 /// Rows per interleaved tile.
 inline constexpr std::int64_t kTileRows = 16;
