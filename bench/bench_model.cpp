@@ -21,7 +21,7 @@
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).
-// BM_PackedLinearFormat: the same for the 8-bit formats (Q8_0, Q6_K).
+// BM_PackedLinearFormat: the same for every block format (Q4_0 ... IQ4_XS).
 // BM_ReadBandwidth reports the yardsticks themselves (measured in this binary, bench/bandwidth.hpp). The label names the
 // products' instruction set (SPECDEC_CPU_ISA=portable|avx2|avx-vnni|avx512-vnni|amx picks another that the CPU supports).
 //
@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -399,19 +400,26 @@ sm::detail::PackedMatrix synthetic_q4_1(std::int64_t rows, std::int64_t cols, st
   return d::PackedMatrix::pack(std::span(&src, 1), arena);
 }
 
-// A packed Q8_0 or Q6_K matrix of random values with a small scale (Q8_0's values in [-127, 127], as llama.cpp's
-// quantiser writes them).
-sm::detail::PackedMatrix synthetic_8bit(specdec::models::GgmlType type, std::int64_t rows, std::int64_t cols,
-                                        std::uint32_t& seed) {
+// A packed matrix of `type` (any block format PackedMatrix holds) of random values with small half scales; Q8_0's values
+// in [-127, 127], as llama.cpp's quantiser writes them.
+sm::detail::PackedMatrix synthetic_format(specdec::models::GgmlType type, std::int64_t rows, std::int64_t cols,
+                                          std::uint32_t& seed) {
   namespace d = sm::detail;
-  const bool q6k = type == specdec::models::GgmlType::kQ6_K;
-  const std::int64_t per_block = q6k ? 256 : 32, block_bytes = q6k ? 210 : 34;
+  using T = specdec::models::GgmlType;
+  const auto traits = *specdec::models::ggml_type_traits(static_cast<std::uint32_t>(type));
+  const auto per_block = static_cast<std::int64_t>(traits.block_elements);
+  const auto block_bytes = static_cast<std::int64_t>(traits.block_bytes);
   std::vector<std::byte> data(static_cast<std::size_t>(rows * cols / per_block * block_bytes));
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(lcg_next(seed) & 0xFF);
-  const std::uint16_t dh = 0x2000;  // a small half scale (Q8_0: the block's first 2 bytes; Q6_K: its last 2)
+  std::vector<std::int64_t> halves = {0};  // offsets of the block's half scales (d, then dmin or m)
+  if (type == T::kQ4_1 || type == T::kQ5_1 || type == T::kQ4_K || type == T::kQ5_K) halves = {0, 2};
+  if (type == T::kQ6_K) halves = {208};
+  if (type == T::kQ3_K) halves = {108};
+  if (type == T::kQ2_K) halves = {80, 82};
+  const std::uint16_t dh = 0x2000;
   for (std::size_t i = 0; i < data.size(); i += static_cast<std::size_t>(block_bytes))
-    std::memcpy(&data[i + (q6k ? 208 : 0)], &dh, 2);
-  if (!q6k)
+    for (const auto off : halves) std::memcpy(&data[i + static_cast<std::size_t>(off)], &dh, 2);
+  if (type == T::kQ8_0)
     for (auto& byte : data)
       if (byte == std::byte{0x80}) byte = std::byte{0x81};
   const d::PackedMatrix::Source src{"bench", type, data, rows, cols, {}};
@@ -443,9 +451,11 @@ BENCHMARK(BM_PackedLinear)
     ->ArgsProduct({{1, 4, 2, 3}, {1, 6}, {2}, {64}})
     ->Unit(benchmark::kMicrosecond);
 
-// BM_PackedLinearFormat: the 8-bit formats' products (Q8_0, Q6_K: a Q4_K_M model's output and part of its FFN) on one
-// thread, a [2048, 1536] matrix in cache, per instruction set, token-row count and plane count (GMAC/s as above; one
-// plane is what the Llama forward gives a Q8_0 matrix such as SmolLM2's output head).
+// BM_PackedLinearFormat: every block format's product (Q8_0, Q6_K: a Q4_K_M model's output and part of its FFN; the
+// others: what other files hold) on one thread, a [2048, 1536] matrix in cache, per instruction set, token-row count and
+// plane count (GMAC/s as above; one plane is what the Llama forward gives a Q8_0 matrix such as SmolLM2's output head).
+// Types by ggml id: 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 10 Q2_K, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K, 20 IQ4_NL,
+// 23 IQ4_XS.
 void BM_PackedLinearFormat(benchmark::State& state) {
   namespace d = sm::detail;
   const auto type = static_cast<specdec::models::GgmlType>(state.range(0));
@@ -455,15 +465,16 @@ void BM_PackedLinearFormat(benchmark::State& state) {
     state.SkipWithError("instruction set not supported here");
     return;
   }
-  const bool q6k = type == specdec::models::GgmlType::kQ6_K;
   std::uint32_t seed = 11;
   std::vector<d::PackedMatrix> ms;
-  ms.push_back(synthetic_8bit(type, rows, cols, seed));
-  time_packed_product(state, ms, n, planes, isa, seed, fmt::format("{} {}", q6k ? "q6_k" : "q8_0", d::to_string(isa)));
+  ms.push_back(synthetic_format(type, rows, cols, seed));
+  std::string label = specdec::models::to_string(type);
+  for (char& c : label) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  time_packed_product(state, ms, n, planes, isa, seed, fmt::format("{} {}", label, d::to_string(isa)));
 }
 BENCHMARK(BM_PackedLinearFormat)
     ->ArgNames({"type", "isa", "rows", "planes"})
-    ->ArgsProduct({{8, 14}, {1, 4, 2}, {1, 6}, {1, 2}})
+    ->ArgsProduct({{2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23}, {1, 4, 2}, {1, 6}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
 // The activations' quantisation before every product (QuantizedRows: each block's max and scales, two int8 planes), one
@@ -568,7 +579,7 @@ void BM_OutputHead(benchmark::State& state) {
   const std::int64_t n = state.range(0), planes = state.range(1), V = 49152, H = 576;
   static d::RowPool pool(g_threads);
   std::uint32_t seed = 13;
-  const d::PackedMatrix m = synthetic_8bit(specdec::models::GgmlType::kQ8_0, V, H, seed);
+  const d::PackedMatrix m = synthetic_format(specdec::models::GgmlType::kQ8_0, V, H, seed);
   std::vector<float> x(static_cast<std::size_t>(n * H)), y(static_cast<std::size_t>(n * V));
   for (auto& v : x) v = static_cast<float>(lcg_next(seed) & 1023) / 512.f - 1.f;
   d::QuantizedRows q;

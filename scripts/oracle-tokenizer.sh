@@ -36,23 +36,8 @@ if [[ ${#models[@]} -eq 0 ]]; then
 fi
 for m in "${models[@]}"; do [[ -f "$m" ]] || die "--model: '$m' not found"; done
 
-# --- llama.cpp: the virtualenv shared with bench/compare-llama-cpp.sh ----------------------------------------------------
-venv="$root/.deps/llama-venv"
-py="$venv/bin/python"
-if ! { [[ -x "$py" ]] && "$py" -c 'import llama_cpp' 2>/dev/null; }; then
-  while pgrep -f "$(basename "$venv")/bin/pip.* install" >/dev/null 2>&1 ||
-        pgrep -f "$(basename "$venv")/bin/python.* -m pip install" >/dev/null 2>&1; do
-    echo "oracle-tokenizer: waiting for a running pip install into $venv ..." >&2
-    sleep 30
-  done
-  if ! { [[ -x "$py" ]] && "$py" -c 'import llama_cpp' 2>/dev/null; }; then
-    echo "oracle-tokenizer: installing llama-cpp-python into $venv (builds llama.cpp from source; minutes)" >&2
-    mkdir -p "$root/.deps"
-    [[ -x "$py" ]] || python3 -m venv "$venv"
-    "$venv/bin/pip" install -q llama-cpp-python
-    "$py" -c 'import llama_cpp' || die "llama-cpp-python installed but 'import llama_cpp' fails"
-  fi
-fi
+# --- llama.cpp: the virtualenv shared with bench/compare-llama-cpp.sh and scripts/oracle-logits.sh ---------------------------
+py="$("$root/scripts/llama-venv.sh")"
 
 # --- specdec's tool ------------------------------------------------------------------------------------------------------
 if [[ ! -f "$build/build.ninja" ]]; then
