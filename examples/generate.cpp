@@ -96,6 +96,7 @@ struct Options {
   int probe_backoff = 8;      // the adaptive policy's wait after rejected probes, in probe intervals at most
   bool no_shadow_probes = false;  // probes that verify a draft instead of shadow probes (lookup proposers)
   bool no_confidence_cut = false; // EAGLE chains: choose g before proposing instead of cutting by the head's confidences
+  std::string chain_select = "first";  // a --proposer chain's choice per request: first member that drafts, or most expected
   bool no_cut_lookups = false;    // choose g before proposing (lookup proposers), as before AdaptiveSpeculation::cut_lookups
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
@@ -613,6 +614,8 @@ Prepared check_options(Options& o, const CLI::App& app) {
                                 : "is not in --proposer " + p.proposer));
 
   // Flags that need another flag, or that the run would ignore.
+  if (given("--chain-select") && !chain)
+    fail(fmt::format("--chain-select: applies to a --proposer chain such as suffix,eagle, got --proposer {}", p.proposer));
   if (given("--draft-model") && !uses_draft)
     fail(fmt::format("--draft-model: applies to --proposer draft or a chain with draft, got --proposer {}", p.proposer));
   if (given("--eagle-head") && !uses_eagle)
@@ -890,14 +893,17 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
     specdec::proposers::NoProposer none;
     spec = run(none, target, requests, base_options, tokenizer, "autoregressive", how);
   } else if (proposer.find(',') != std::string::npos) {
-    // A proposer chain: the members in priority order; each request's drafts come from the first member that finds any.
+    // A proposer chain: the members in priority order; each request's drafts come from the first member that finds any
+    // (--chain-select first) or from the member whose proposal is worth the most expected accepted drafts (expected).
     std::optional<specdec::proposers::NgramProposer> ngram;
     std::optional<specdec::proposers::SuffixProposer> suffix;
     std::optional<specdec::proposers::DraftModelProposer<LlamaModel>> dp;
 #if defined(SPECDEC_HAVE_EAGLE)
     std::optional<specdec::proposers::EagleProposer> eagle;
 #endif
-    specdec::proposers::ProposerChain chain;
+    specdec::proposers::ChainOptions chain_options;
+    if (o.chain_select == "expected") chain_options.selection = specdec::proposers::ChainSelection::kMostExpected;
+    specdec::proposers::ProposerChain chain(chain_options);
     for (const std::string& name : proposer_names(proposer)) {
       if (name == "ngram" && !ngram) {
         chain.add(ngram.emplace(ngram_options(o)), name);
@@ -1085,6 +1091,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-shadow-probes", o.no_shadow_probes,
                "adaptive policy with a lookup proposer (ngram, suffix): probe by verifying one draft after plain steps "
                "(--probe-backoff) instead of comparing each plain step's token with an unverified lookup draft");
+  app.add_option("--chain-select", o.chain_select,
+                 "a --proposer chain's drafts per request and step: first (the first member in order that drafts) or "
+                 "expected (every member proposes; the proposal with the most expected accepted drafts is verified: "
+                 "EAGLE's and the draft model's by their confidences, lookups' by the acceptance the request has seen)")
+      ->check(CLI::IsMember({"first", "expected"}));
   app.add_flag("--no-confidence-cut", o.no_confidence_cut,
                "EAGLE chains under the adaptive policy: choose g before proposing from the request's history instead of "
                "proposing at the bound and cutting each chain by the head's own confidences");

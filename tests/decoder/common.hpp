@@ -99,7 +99,8 @@ inline std::vector<std::int64_t> reference_greedy(sm::LlamaModel& m, std::vector
 
 /// An n-gram proposer, then a tiny draft model (tiny_model(seed, vocab)), as a chain of members named "ngram" and "draft".
 struct NgramThenDraft {
-  explicit NgramThenDraft(std::uint64_t seed, std::int64_t vocab = 64) : draft_model(tiny_model(seed, vocab)), draft(draft_model) {
+  explicit NgramThenDraft(std::uint64_t seed, std::int64_t vocab = 64, sp::ChainOptions options = {})
+      : draft_model(tiny_model(seed, vocab)), draft(draft_model), chain(options) {
     chain.add(ngram, "ngram").add(draft, "draft");
   }
   sm::LlamaModel draft_model;

@@ -5,8 +5,10 @@
 // same steps) matches each prompt's reference, and so does a batch whose requests name their own members and order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -247,6 +249,44 @@ TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {
   for (int k = 0; k < 2; ++k) {
     expect_within_six_sigma(count[k], pi[k], kDraws, V, "prompt " + std::to_string(k) + " ");
   }
+}
+
+// A proposer whose confidences are scaled by `factor` (capped at 1): still a function of each step's draft distribution,
+// not of the draw, so a chain may choose by it.
+template <class P>
+struct ScaledConfidence {
+  P* p;
+  float factor;
+  void begin_request(const sp::RequestContext& c) { p->begin_request(c); }
+  void end_request(sp::RequestId id) { p->end_request(id); }
+  void observe(std::span<const sp::StepFeedback> f) { p->observe(f); }
+  bool reports_confidence() const { return true; }
+  std::int64_t vocab_size() const { return p->vocab_size(); }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
+    sp::DraftBatch d = p->propose(rs);
+    for (float& c : d.confidence) c = std::min(1.0f, c * factor);
+    return d;
+  }
+};
+
+// ChainSelection::kMostExpected on a prompt whose "1 5" the n-gram continues: each step the n-gram's deterministic draft
+// (valued by the acceptance this request has seen so far) or the draft model's sampled draft (valued by its first
+// confidence, doubled so that both win: the n-gram the first step, then either, by what the first step emitted),
+// whichever is worth more; three tokens, the first two counted. The choice never looks at the draws or the target's next
+// tokens, so the joint law holds.
+TEST(DecoderDistribution, ProposerChainMostExpectedFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(31, kVocab);
+  auto draft_model = tiny_model(32, kVocab);
+  sp::NgramProposer ngram;
+  sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+  ScaledConfidence<sp::DraftModelProposer<sm::LlamaModel>> scaled{&draft, 2.0f};
+  sp::ChainOptions co;
+  co.selection = sp::ChainSelection::kMostExpected;
+  sp::ProposerChain chain(co);
+  chain.add(ngram, "ngram").add(scaled, "draft");
+  check_joint(chain, target, params(1.0f), 1, kDraws, {1, 5, 2, 7, 3, 1, 5}, specdec::VerifyMethod::kToken, 3);
+  EXPECT_GT(chain.drafted_by(0), kDraws / 10);
+  EXPECT_GT(chain.drafted_by(1), kDraws / 10);
 }
 
 // Requests of one batch naming their own members and order (GenerationRequest::proposers) on one prompt whose "1 5"

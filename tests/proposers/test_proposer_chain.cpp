@@ -2,10 +2,14 @@
 // left without drafts), requests naming their own members and order, the merged DraftBatch with per-request draft kinds,
 // every member kept in step with the context, protocol errors, and through the decoder: greedy output equal to plain
 // decoding for lookup-then-draft-model and suffix-then-n-gram chains and for a batch whose requests order the members
-// differently (bad names refused with nothing left behind), and a request's sampled tokens independent of its batch. The joint distribution of a mixed
-// batch is in tests/decoder/test_decoder_distribution.cpp.
+// differently (bad names refused with nothing left behind), and a request's sampled tokens independent of its batch.
+// ChainSelection::kMostExpected: the proposal with more expected accepted drafts wins, lookups' acceptance learned from
+// their shadow walks over the emitted tokens, enough_fraction sparing later members; greedy output and batch independence
+// as above. The joint distributions of mixed batches are in tests/decoder/test_decoder_distribution.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -235,6 +239,140 @@ TEST(ProposerChain, EveryMemberSeesEveryRequestAndStep) {
   EXPECT_GT(tail.observed, 0);
   EXPECT_GT(tail.proposed, 0);                 // asked where the n-gram found nothing
   EXPECT_EQ(chain.drafted_by(1), 0);           // and drafted nothing
+}
+
+// A member that always proposes the same chain (up to max_drafts), with confidences when `report`; counts its calls.
+struct FixedChain {
+  std::vector<std::int64_t> drafts;
+  std::vector<float> conf;
+  bool report = false;
+  int calls = 0;
+  void begin_request(const sp::RequestContext&) {}
+  void end_request(sp::RequestId) {}
+  void observe(std::span<const sp::StepFeedback>) {}
+  bool reports_confidence() const { return report; }
+  sp::DraftBatch propose(std::span<const sp::ProposeRequest> rs) {
+    ++calls;
+    sp::DraftBatch d;
+    d.cu_num_drafts.push_back(0);
+    for (const auto& r : rs) {
+      const auto k = std::min<std::size_t>(drafts.size(), static_cast<std::size_t>(r.max_drafts));
+      d.append(std::span(drafts).first(k));
+      if (report) d.confidence.insert(d.confidence.end(), conf.begin(), conf.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    return d;
+  }
+};
+
+// One step's feedback: `accepted` drafts and the emitted token appended to ctx.
+void step(sp::ProposerChain& c, Tokens& ctx, sp::RequestId id, std::int32_t drafts, const Tokens& accepted, std::int64_t emitted) {
+  ctx.insert(ctx.end(), accepted.begin(), accepted.end());
+  ctx.push_back(emitted);
+  sp::StepFeedback f;
+  f.id = id;
+  f.num_drafts = drafts;
+  f.num_accepted = static_cast<std::int32_t>(accepted.size());
+  f.emitted_token = emitted;
+  f.context = ctx;
+  c.observe(std::span(&f, 1));
+}
+
+TEST(ProposerChain, MostExpectedKeepsTheProposalWorthMoreAndLearnsLookups) {
+  FixedChain lookup{{4, 5, 6, 7}, {}, false};
+  FixedChain confident{{8, 9, 10, 11}, {0.6f, 0.5f, 0.5f, 0.5f}, true};
+  sp::ChainOptions co;
+  co.selection = sp::ChainSelection::kMostExpected;
+  co.enough_fraction = 1.0;  // every member is asked
+  sp::ProposerChain chain(co);
+  chain.add(lookup, "lookup").add(confident, "confident");
+  EXPECT_TRUE(chain.reports_confidence());
+  Tokens ctx = {1, 2, 3};
+  begin(chain, 0, ctx, nullptr);
+  auto drafts_now = [&] {
+    const sp::ProposeRequest r[] = {request(0, ctx, nullptr, 4)};
+    const sp::DraftBatch d = chain.propose(r);
+    return Tokens(d.token_ids.begin(), d.token_ids.end());
+  };
+  // No history: the lookup is worth 0.5 + 0.25 + 0.125 + 0.0625 = 0.94 (a = 1/2 at every depth), the confident member
+  // 0.6 + 0.3 + 0.15 + 0.075 = 1.125.
+  EXPECT_EQ(drafts_now(), (Tokens{8, 9, 10, 11}));
+  // The target emits 4 (the confident drafts rejected): the lookup's first draft would have been right: a1 = 2/3, and it
+  // is now worth 2/3 + 1/3 + 1/6 + 1/12 = 1.25.
+  step(chain, ctx, 0, 4, {}, 4);
+  EXPECT_EQ(chain.lookup_acceptance(0, 0), (std::vector<double>{2.0 / 3.0}));
+  EXPECT_TRUE(chain.lookup_acceptance(0, 1).empty());  // a member with confidences is not measured
+  EXPECT_EQ(drafts_now(), (Tokens{4, 5, 6, 7}));
+  // All four lookup drafts accepted and a bonus token: one trial and one hit at every depth.
+  step(chain, ctx, 0, 4, {4, 5, 6, 7}, 30);
+  EXPECT_EQ(chain.lookup_acceptance(0, 0), (std::vector<double>{3.0 / 4.0, 2.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0}));
+  EXPECT_EQ(drafts_now(), (Tokens{4, 5, 6, 7}));
+  // Misses at depth 1 (the target emits 99): after three, a1 = 3 / 7 and the lookup is worth 3/7 (1 + 2/3 + 4/9 + 8/27)
+  // = 1.03, less than the confident member.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(drafts_now(), (Tokens{4, 5, 6, 7})) << i;
+    step(chain, ctx, 0, 4, {}, 99);
+  }
+  EXPECT_EQ(chain.lookup_acceptance(0, 0)[0], 3.0 / 7.0);
+  EXPECT_EQ(drafts_now(), (Tokens{8, 9, 10, 11}));
+  step(chain, ctx, 0, 4, {}, 99);  // the lookup's proposal, though not kept, is still measured
+  EXPECT_EQ(chain.lookup_acceptance(0, 0)[0], 3.0 / 8.0);
+  EXPECT_EQ(chain.drafted_by(0), 5);
+  EXPECT_EQ(chain.drafted_by(1), 2);
+  // A second request starts from nothing: what request 0 learned is its own.
+  Tokens ctx1 = {1, 2, 3};
+  begin(chain, 1, ctx1, nullptr);
+  EXPECT_TRUE(chain.lookup_acceptance(1, 0).empty());
+  chain.end_request(0);
+  chain.end_request(1);
+  EXPECT_TRUE(chain.lookup_acceptance(0, 0).empty());
+
+  // enough_fraction: a proposal worth more than 0.25 * 4 drafts spares the later members; otherwise they are asked.
+  FixedChain sure{{4, 5}, {0.9f, 0.9f}, true};
+  FixedChain second{{8, 9}, {0.95f, 0.95f}, true};
+  co.enough_fraction = 0.25;
+  sp::ProposerChain early(co);
+  early.add(sure, "sure").add(second, "second");
+  begin(early, 0, ctx, nullptr);
+  const sp::ProposeRequest r4[] = {request(0, ctx, nullptr, 4)};
+  EXPECT_EQ(early.propose(r4).token_ids, (Tokens{4, 5}));  // 0.9 + 0.81 >= 1: "second" (worth more) is not asked
+  EXPECT_EQ(second.calls, 0);
+  const sp::ProposeRequest r8[] = {request(0, ctx, nullptr, 8)};
+  EXPECT_EQ(early.propose(r8).token_ids, (Tokens{8, 9}));  // 1.71 < 2: asked, and worth more
+  EXPECT_EQ(second.calls, 1);
+  early.end_request(0);
+  co.enough_fraction = 1.5;
+  EXPECT_THROW((void)sp::ProposerChain(co), specdec::error);
+}
+
+TEST(ProposerChain, MostExpectedGreedyOutputEqualsPlainDecodingAndSampledTokensDoNotDependOnTheBatch) {
+  auto target = tiny_model(3);
+  auto draft_model = tiny_model(8);
+  std::vector<sd::GenerationRequest> rs;
+  for (int b = 0; b < 4; ++b) rs.push_back(make_request(make_prompt(14 + 4 * b, 64, static_cast<std::uint64_t>(b)), 24));
+  const auto expected = plain(target, rs);
+  sp::ChainOptions co;
+  co.selection = sp::ChainSelection::kMostExpected;
+  for (int g : {2, 5}) {
+    sp::SuffixProposer suffix;
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    sp::ProposerChain chain(co);
+    chain.add(suffix, "suffix").add(draft, "draft");
+    EXPECT_EQ(generate_all(chain, target, rs, g), expected) << "suffix,draft g " << g;
+    EXPECT_GT(chain.drafted_by(0), 0);
+    EXPECT_GT(chain.drafted_by(1), 0);
+  }
+  std::vector<sd::GenerationRequest> sampled;
+  for (int b = 0; b < 3; ++b)
+    sampled.push_back(make_request(make_prompt(20, 64, static_cast<std::uint64_t>(b)), 16, 1.0f, 700 + static_cast<std::uint64_t>(b)));
+  auto run = [&](const std::vector<sd::GenerationRequest>& batch) {
+    sp::NgramProposer ngram;
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
+    sp::ProposerChain chain(co);
+    chain.add(ngram).add(draft);
+    return generate_all(chain, target, batch, 3);
+  };
+  const auto all = run(sampled);
+  for (std::size_t b = 0; b < sampled.size(); ++b) EXPECT_EQ(run({sampled[b]})[0], all[b]) << b;
 }
 
 TEST(ProposerChain, GreedyOutputEqualsPlainDecoding) {

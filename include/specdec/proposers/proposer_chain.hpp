@@ -9,6 +9,18 @@
 // with probability p(x)) or a sampling member's draws with their distributions, and the DraftBatch says which per
 // request (DraftBatch::has_probs when the batch mixes them).
 //
+// Selection (ChainOptions::selection). kFirst (the default) is the priority order above. kMostExpected asks every member of
+// a request's order and keeps the proposal with the most expected accepted drafts: a member that reports confidences
+// (EAGLE, the draft model) is valued at the sum over its drafts of the product of the confidences on the path to each
+// (its first confidence alone for sampled drafts: the later ones depend on the draws); a lookup member (deterministic
+// drafts without confidences) at sum_d prod_{i <= d} a_i over its depths, where a_i is that member's acceptance at depth i
+// given depth i - 1 in this request so far (hits + 1) / (trials + 2), measured on its every proposal, kept or not: after
+// each step the proposal is walked against the tokens the step emitted, which decide depths up to the accepted drafts
+// + 1. Later members are not asked for a request once a proposal is worth more than ChainOptions::enough_fraction of
+// its max_drafts (a lookup's prior alone, 1/2 at g = 1, is not). Ties keep the earlier member. The choice is a function
+// of the request's context and its past steps only (never of the target's next tokens, nor of a sampled draft), so
+// verification stays lossless, and it depends on no other request of the batch.
+//
 // Every member sees every request: begin_request, observe (the whole step's feedback, whichever member drafted: members
 // keep their own state in step with the context, as the draft model's cache catches up with tokens it did not draft) and
 // end_request. Members are held by reference and must outlive the chain.
@@ -29,6 +41,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -39,11 +52,30 @@
 
 namespace specdec::proposers {
 
+/// How a ProposerChain picks each request's drafts among its members' proposals (see the file comment).
+enum class ChainSelection : std::uint8_t {
+  kFirst,         ///< the first member, in the request's order, that drafts
+  kMostExpected,  ///< the proposal with the most expected accepted drafts
+};
+
+struct ChainOptions {
+  ChainSelection selection = ChainSelection::kFirst;
+  /// kMostExpected: a request's later members are not asked once a proposal's expected accepted drafts exceed this
+  /// fraction of its max_drafts (a lookup that copies spares the learned drafter its drafting). In [0, 1]; 1: ask all.
+  double enough_fraction = 0.5;
+};
+
 class ProposerChain {
  public:
   static constexpr bool supports_trees = true;
 
   ProposerChain() = default;
+  explicit ProposerChain(ChainOptions options) : options_(options) {
+    if (!(options.enough_fraction >= 0.0 && options.enough_fraction <= 1.0))
+      throw error(Status::kInvalidArgument, "ChainOptions.enough_fraction: expected in [0, 1], got " +
+                                                std::to_string(options.enough_fraction));
+  }
+  const ChainOptions& options() const { return options_; }
   ProposerChain(const ProposerChain&) = delete;
   ProposerChain& operator=(const ProposerChain&) = delete;
 
@@ -103,15 +135,46 @@ class ProposerChain {
       throw;
     }
     ++live_;
+    if (options_.selection == ChainSelection::kMostExpected) {
+      Track& t = tracks_[ctx.id];
+      t = Track{};
+      t.trials.assign(members_.size(), {});
+      t.hits.assign(members_.size(), {});
+    }
   }
 
   void end_request(RequestId id) {
     for (auto& m : members_) m->end_request(id);
+    tracks_.erase(id);
     if (live_ > 0) --live_;
   }
 
   void observe(std::span<const StepFeedback> feedback) {
     for (auto& m : members_) m->observe(feedback);
+    if (options_.selection != ChainSelection::kMostExpected) return;
+    for (const StepFeedback& f : feedback) {
+      auto it = tracks_.find(f.id);
+      if (it == tracks_.end()) continue;
+      Track& t = it->second;
+      // The tokens this step emitted: the accepted drafts and the recovered/bonus token, the context's last n.
+      const auto n = static_cast<std::int64_t>(f.num_accepted) + 1;
+      const auto L = static_cast<std::int64_t>(f.context.size());
+      if (n <= L) {
+        const std::span<const std::int64_t> emitted = f.context.subspan(static_cast<std::size_t>(L - n));
+        for (const Shadow& sh : t.shadows) record(t, sh, emitted);
+      }
+      t.shadows.clear();
+    }
+  }
+
+  /// kMostExpected: the acceptance a_d (d = 1, 2, ...) this request has measured so far for lookup member i's drafts at
+  /// depth d given depth d - 1, (hits + 1) / (trials + 2), for the depths it has tried (empty when none or not live).
+  std::vector<double> lookup_acceptance(RequestId id, std::size_t i) const {
+    std::vector<double> out;
+    auto it = tracks_.find(id);
+    if (it == tracks_.end() || i >= it->second.trials.size()) return out;
+    for (std::size_t d = 0; d < it->second.trials[i].size(); ++d) out.push_back(rate(it->second, i, d));
+    return out;
   }
 
   /// The index of the member added under `name` (for ProposeRequest::members). Throws specdec::error when no member or
@@ -148,14 +211,10 @@ class ProposerChain {
       if (r.members.empty()) return rank < M ? rank : -1;
       return rank < static_cast<std::int32_t>(r.members.size()) ? r.members[static_cast<std::size_t>(rank)] : -1;
     };
-    struct Owned {
-      std::int64_t member = -1;
-      std::vector<std::int64_t> drafts, parents;
-      std::vector<float> confidence;  // the member's, or empty
-      at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
-    };
+    const bool expected_mode = options_.selection == ChainSelection::kMostExpected;
     std::vector<Owned> owned(static_cast<std::size_t>(B));
-    std::vector<std::int64_t> waiting;  // indices of requests still without drafts, in order
+    std::vector<double> best(static_cast<std::size_t>(B), -1.0);  // kMostExpected: the kept proposal's value
+    std::vector<std::int64_t> waiting;  // indices of requests still asking, in order
     for (std::int64_t b = 0; b < B; ++b)
       if (requests[static_cast<std::size_t>(b)].max_drafts > 0) waiting.push_back(b);
     std::vector<ProposeRequest> sub;
@@ -184,19 +243,33 @@ class ProposerChain {
             still.push_back(b);
             continue;
           }
-          Owned& o = owned[static_cast<std::size_t>(b)];
+          Owned o;
           o.member = m;
           const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(j)];
           o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
           if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
           if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
           if (!d.confidence.empty()) o.confidence.assign(d.confidence.begin() + s, d.confidence.begin() + s + k);
-          ++drafted_by_[static_cast<std::size_t>(m)];
+          if (!expected_mode) {
+            owned[static_cast<std::size_t>(b)] = std::move(o);
+            continue;
+          }
+          const ProposeRequest& r = requests[static_cast<std::size_t>(b)];
+          const double e = expected_value(r.id, o);
+          if (e > best[static_cast<std::size_t>(b)]) {
+            best[static_cast<std::size_t>(b)] = e;
+            owned[static_cast<std::size_t>(b)] = std::move(o);
+          }
+          // Asked on at the next rank (if its order has one) until a proposal is worth enough.
+          if (best[static_cast<std::size_t>(b)] <= options_.enough_fraction * r.max_drafts) still.push_back(b);
         }
       }
       std::sort(still.begin(), still.end());
+      still.erase(std::unique(still.begin(), still.end()), still.end());
       waiting.swap(still);
     }
+    for (const Owned& o : owned)
+      if (o.member >= 0) ++drafted_by_[static_cast<std::size_t>(o.member)];
     DraftBatch out;
     out.cu_num_drafts.push_back(0);
     bool any_probs = false, any_plain = false;
@@ -258,6 +331,101 @@ class ProposerChain {
     P* p;
   };
 
+  // A member's proposal for one request.
+  struct Owned {
+    std::int64_t member = -1;
+    std::vector<std::int64_t> drafts, parents;
+    std::vector<float> confidence;  // the member's, or empty
+    at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
+  };
+  // kMostExpected: a lookup proposal of the last step, to be walked against the tokens the step emitted.
+  struct Shadow {
+    std::size_t member = 0;
+    std::vector<std::int64_t> drafts, parents;  // parents empty: a chain
+  };
+  // kMostExpected, per live request: each member's trials and hits by depth (index d - 1), and the last step's lookups.
+  struct Track {
+    std::vector<std::vector<std::int64_t>> trials, hits;
+    std::vector<Shadow> shadows;
+  };
+
+  static double rate(const Track& t, std::size_t m, std::size_t d) {
+    const auto& tr = t.trials[m];
+    const auto& hi = t.hits[m];
+    const double trials = d < tr.size() ? static_cast<double>(tr[d]) : 0.0, hits = d < hi.size() ? static_cast<double>(hi[d]) : 0.0;
+    return (hits + 1.0) / (trials + 2.0);
+  }
+
+  // Node j's depth (1-based) in drafts with these parents (empty: a chain).
+  static std::vector<std::int64_t> depths(const std::vector<std::int64_t>& parents, std::size_t k) {
+    std::vector<std::int64_t> out(k);
+    for (std::size_t j = 0; j < k; ++j)
+      out[j] = parents.empty() ? static_cast<std::int64_t>(j) + 1
+                               : (parents[j] == 0 ? 1 : out[static_cast<std::size_t>(parents[j] - 1)] + 1);
+    return out;
+  }
+
+  // kMostExpected: the expected accepted drafts of a proposal (file comment); queues lookups' proposals as shadows.
+  double expected_value(RequestId id, const Owned& o) {
+    const std::size_t k = o.drafts.size();
+    const bool has_conf = o.confidence.size() == k && k > 0 &&
+                          std::all_of(o.confidence.begin(), o.confidence.end(), [](float c) { return c >= 0.f; });
+    if (o.probs.defined()) return has_conf ? static_cast<double>(o.confidence[0]) : 0.0;
+    if (has_conf) {
+      std::vector<double> path(k);
+      double e = 0;
+      for (std::size_t j = 0; j < k; ++j) {
+        const std::int64_t p = o.parents.empty() ? static_cast<std::int64_t>(j) : o.parents[j];
+        path[j] = static_cast<double>(o.confidence[j]) * (p == 0 ? 1.0 : path[static_cast<std::size_t>(p - 1)]);
+        e += path[j];
+      }
+      return e;
+    }
+    auto it = tracks_.find(id);
+    if (it == tracks_.end()) return 0.0;
+    Track& t = it->second;
+    const auto m = static_cast<std::size_t>(o.member);
+    // One proposal per member and step (a repeated propose() before the step's feedback replaces it).
+    std::erase_if(t.shadows, [m](const Shadow& sh) { return sh.member == m; });
+    t.shadows.push_back({m, o.drafts, o.parents});
+    const auto dep = depths(o.parents, k);
+    const std::int64_t D = *std::max_element(dep.begin(), dep.end());
+    double e = 0, path = 1;
+    for (std::int64_t d = 0; d < D; ++d) {
+      path *= rate(t, m, static_cast<std::size_t>(d));
+      e += path;
+    }
+    return e;
+  }
+
+  // Walks a shadow proposal down the emitted tokens: depth d is a trial when the proposal has a node there below the
+  // node matched at d - 1 and d <= emitted.size(); a hit when one of them is emitted[d - 1].
+  void record(Track& t, const Shadow& sh, std::span<const std::int64_t> emitted) {
+    auto& trials = t.trials[sh.member];
+    auto& hits = t.hits[sh.member];
+    std::int64_t node = 0;  // matched so far (0: the root)
+    for (std::size_t d = 1; d <= emitted.size(); ++d) {
+      bool any = false, hit = false;
+      for (std::size_t j = 0; j < sh.drafts.size(); ++j) {
+        const std::int64_t p = sh.parents.empty() ? static_cast<std::int64_t>(j) : sh.parents[j];
+        if (p != node) continue;
+        any = true;
+        if (sh.drafts[j] == emitted[d - 1]) {
+          hit = true;
+          node = static_cast<std::int64_t>(j) + 1;
+          break;
+        }
+      }
+      if (!any) break;
+      if (trials.size() < d) trials.resize(d, 0), hits.resize(d, 0);
+      ++trials[d - 1];
+      if (!hit) break;
+      ++hits[d - 1];
+    }
+  }
+
+  ChainOptions options_;
+  std::unordered_map<RequestId, Track> tracks_;
   std::vector<std::unique_ptr<Member>> members_;
   std::vector<std::int64_t> drafted_by_;
   std::int64_t vocab_size_ = -1;
