@@ -197,7 +197,8 @@ void write_tensors_safetensors(const std::filesystem::path& path, const std::vec
                                at::ScalarType float_type = at::kFloat);
 
 /// Reorders the rows of a llama.cpp GGUF attn_q/attn_k weight ([n_heads*head_dim, in], rotary pairs adjacent: (2j, 2j+1))
-/// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection.
+/// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection. A 1-D
+/// tensor (a bias of those rows) is reordered the same way.
 at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads);
 
 }  // namespace specdec::models
