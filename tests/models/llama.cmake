@@ -53,4 +53,8 @@ if(TARGET specdec::models)
   add_executable(specdec-dump-logits ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_dump_logits.cpp)
   target_link_libraries(specdec-dump-logits PRIVATE specdec::models)
   specdec_warnings(specdec-dump-logits)
+  # Helper for scripts/oracle-logits.sh: logits of token-id prompts, compared with llama.cpp's.
+  add_executable(specdec-logits-tool ${CMAKE_CURRENT_SOURCE_DIR}/logits_tool.cpp)
+  target_link_libraries(specdec-logits-tool PRIVATE specdec::models)
+  specdec_warnings(specdec-logits-tool)
 endif()
