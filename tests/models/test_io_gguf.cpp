@@ -665,6 +665,7 @@ TEST(LlamaConfigGguf, LlamaHasNoExtraOptionsAndRunsOnTheBlock) {
   EXPECT_TRUE(c.rope_freq_factors.empty());
   EXPECT_TRUE(c.gguf_qk_permuted);
   EXPECT_TRUE(sm::unsupported_block_options(c).empty());
+  EXPECT_TRUE(sm::block_options_beyond_llama(c).empty());
   EXPECT_NO_THROW(sm::require_block_support(c, "loader"));
   // Llama with q/k/v biases (llama.cpp loads them where present): read, and run by the block.
   const auto b = config_of(arch_file("llama", with(kLlamaTensors, {"attn_q.bias", "attn_k.bias", "attn_v.bias"})));
@@ -688,6 +689,7 @@ TEST(LlamaConfigGguf, Qwen2HasQkvBiases) {
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.rope_theta, 1e6);
   EXPECT_NO_THROW(sm::require_block_support(c, "load_llama_gguf"));
+  EXPECT_EQ(sm::block_options_beyond_llama(c), (std::vector<std::string>{"q/k/v biases"}));  // specdec-train refuses it
   // The architecture implies the biases: a file without them is refused, and so is one with only some.
   EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen2", kLlamaTensors)); }),
                    "architecture 'qwen2' has q/k/v biases, but the file has no tensor blk.0.attn_q.bias");
@@ -739,6 +741,9 @@ TEST(LlamaConfigGguf, Gemma3OptionsSlidingLayersAndSoftCap) {
   EXPECT_EQ(c.attention_scale, 0.0);
   EXPECT_FALSE(c.gguf_qk_permuted);
   EXPECT_NO_THROW(sm::require_block_support(c, "load_llama_gguf"));
+  EXPECT_EQ(sm::block_options_beyond_llama(c),
+            (std::vector<std::string>{"QK-norm", "a post-attention norm", "a post-FFN norm", "gelu_tanh gating",
+                                      "embeddings scaled by 8", "a 512-token sliding window"}));
   EXPECT_EQ(sm::pre_ffn_norm_name(c), "pre_feedforward_layernorm.weight");  // Gemma's names: post_attention_layernorm
   EXPECT_EQ(sm::pre_ffn_norm_name(config_of(arch_file("llama", kLlamaTensors))), "post_attention_layernorm.weight");
 

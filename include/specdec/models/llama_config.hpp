@@ -108,6 +108,11 @@ std::vector<std::string> unsupported_block_options(const LlamaConfig& config);
 /// unsupported_block_options(config) is not empty.
 void require_block_support(const LlamaConfig& config, std::string_view who);
 
+/// The options of `config` that Llama's own block lacks, one entry per option ("q/k/v biases", "QK-norm", ...); empty
+/// for a Llama block. For code that builds Llama blocks of its own from a target's config (specdec-train's heads and
+/// drafts), which must refuse the others until it takes their options.
+std::vector<std::string> block_options_beyond_llama(const LlamaConfig& config);
+
 /// The Hugging Face name, under "model.layers.N.", of the RMSNorm before the MLP: "post_attention_layernorm.weight" in
 /// Llama's block, "pre_feedforward_layernorm.weight" in Gemma's (post_attention_norm set), whose
 /// "post_attention_layernorm.weight" normalises the attention's output instead (and "post_feedforward_layernorm.weight"

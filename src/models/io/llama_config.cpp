@@ -247,6 +247,21 @@ std::vector<std::string> unsupported_block_options(const LlamaConfig& c) {
   return out;
 }
 
+std::vector<std::string> block_options_beyond_llama(const LlamaConfig& c) {
+  std::vector<std::string> out;
+  if (c.attention_bias) out.emplace_back("q/k/v biases");
+  if (c.qk_norm) out.emplace_back("QK-norm");
+  if (c.post_attention_norm) out.emplace_back("a post-attention norm");
+  if (c.post_ffn_norm) out.emplace_back("a post-FFN norm");
+  if (c.ffn_activation != FfnActivation::kSilu) out.emplace_back(fmt::format("{} gating", to_string(c.ffn_activation)));
+  if (c.embedding_scale != 1.0) out.emplace_back(fmt::format("embeddings scaled by {}", c.embedding_scale));
+  if (c.norm_weight_plus_one) out.emplace_back("(1 + w) RMSNorm");
+  if (c.sliding_window > 0) out.emplace_back(fmt::format("a {}-token sliding window", c.sliding_window));
+  if (c.final_logit_softcap > 0.0) out.emplace_back(fmt::format("a final logit soft-cap of {}", c.final_logit_softcap));
+  if (c.attention_scale > 0.0) out.emplace_back(fmt::format("an attention scale of {}", c.attention_scale));
+  return out;
+}
+
 std::string_view pre_ffn_norm_name(const LlamaConfig& c) noexcept {
   return c.post_attention_norm ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
 }
