@@ -219,6 +219,24 @@ TEST(LlamaArchs, SlidingLayersIgnoreKeysBeyondTheWindow) {
   EXPECT_GT(max_diff(last_logits(ref, changed_at(P - reach), false), rbase), 1e-3);
 }
 
+// The ATen reference in bfloat16 (what a GPU runs) with every option: the same function at bfloat16's 8-bit mantissa,
+// whose rounding over 3 layers leaves logits within a few percent of their range of the float32 ones.
+TEST(LlamaArchs, AtenBfloat16RunsTheOptions) {
+  for (const auto& [name, c] : option_configs()) {
+    SCOPED_TRACE(name);
+    const auto weights = sm::random_llama_weights(c, 23);
+    sm::AtenLlamaModel f32(c, weights);
+    sm::AtenLlamaOptions o;
+    o.dtype = at::kBFloat16;
+    sm::AtenLlamaModel bf16(c, weights, o);
+    const auto prompt = some_tokens(12, c.vocab_size, 5);
+    const at::Tensor a = run(f32, f32.allocate_sequence(), prompt).logits;
+    const at::Tensor b = run(bf16, bf16.allocate_sequence(), prompt).logits;
+    ASSERT_EQ(b.scalar_type(), at::kFloat);
+    EXPECT_LT(max_diff(a, b), 0.05 * a.abs().max().item<double>());
+  }
+}
+
 TEST(LlamaArchs, ModelsRefuseNormWeightsPlusOne) {
   auto c = base_config();
   c.norm_weight_plus_one = true;
