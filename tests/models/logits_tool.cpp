@@ -4,7 +4,8 @@
 //
 // Each line of IDS.txt holds a prompt's token ids (space-separated); for line i, OUT_DIR/logits_i.f32 gets the float32
 // logits [T, V] of every position: the first half of the prompt in one forward, the rest one token per forward (both
-// the multi-token and the single-token paths). SPECDEC_ACTIVATION_BITS and SPECDEC_KV_CACHE (f16, f32) set LlamaOptions.
+// the multi-token and the single-token paths). SPECDEC_ACTIVATION_BITS and SPECDEC_KV_CACHE (f16, f32) set LlamaOptions;
+// SPECDEC_TIME_PHASES=1 prints the single-token forwards' time per step (LlamaModel::phase_times) on stderr.
 #include <ATen/ATen.h>
 
 #include <cstdlib>
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
     sm::LlamaOptions options;
     if (const char* bits = std::getenv("SPECDEC_ACTIVATION_BITS")) options.activation_bits = sm::ActivationBits::parse(bits);
     if (const char* kv = std::getenv("SPECDEC_KV_CACHE")) options.kv_cache_half = sm::parse_kv_cache_type(kv);
+    options.time_phases = std::getenv("SPECDEC_TIME_PHASES") != nullptr;
     sm::LlamaModel model = sm::load_llama_gguf(argv[1], options);
     std::string line;
     for (int index = 0; std::getline(std::cin, line); ++index) {
@@ -53,6 +55,13 @@ int main(int argc, char** argv) {
         std::cerr << "specdec-logits-tool: writing " << (out / ("logits_" + std::to_string(index) + ".f32")) << " failed\n";
         return 1;
       }
+    }
+    if (options.time_phases) {
+      const auto& ph = model.phase_times();
+      std::cerr << "specdec-logits-tool: " << ph.forwards << " timed forwards, ms per forward:";
+      for (int i = 0; i < sm::ForwardPhaseTimes::kCount; ++i)
+        std::cerr << " " << sm::ForwardPhaseTimes::kNames[i] << " " << 1e3 * ph.seconds[i] / std::max<std::int64_t>(ph.forwards, 1);
+      std::cerr << "\n";
     }
   } catch (const std::exception& e) {
     std::cerr << "specdec-logits-tool: " << e.what() << "\n";
