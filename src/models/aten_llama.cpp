@@ -2,8 +2,11 @@
 //
 // One forward: embedding rows -> per layer [RMSNorm -> one q/k/v product for all N new tokens -> RoPE at each token's
 // position (cached length + depth in its tree) -> keys/values written into each slot's cache -> per sequence, grouped
-// attention of its tokens over [cached prefix | its ancestors and itself] (an additive mask) -> output product + residual
-// -> RMSNorm -> gate/up product -> SiLU(gate) * up -> down product + residual] -> final RMSNorm -> logits.
+// attention of its tokens over [cached prefix | its ancestors and itself] (an additive mask) -> output product +
+// residual -> RMSNorm -> gate/up product -> SiLU(gate) * up -> down product + residual] -> final RMSNorm -> logits. The
+// options of other architectures (LlamaConfig) as LlamaModel runs them: biases and QK-norm before RoPE, sliding layers
+// with their own RoPE and a windowed mask, norms of the attention's and the MLP's outputs, GELU, embedding scale, logit
+// soft-cap.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/aten_llama.hpp"
 

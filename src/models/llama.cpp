@@ -3,8 +3,11 @@
 // embedding (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention
 // per sequence (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a
 // longer chain, a prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
-// gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. Element-wise steps are plain loops
-// over raw float pointers; ATen holds the buffers and runs the float BLAS products.
+// gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. The options of other architectures
+// (LlamaConfig) are branches per layer: q/k/v biases and QK-norm after the q/k/v product, a sliding layer's RoPE table
+// and window (mask_outside_window), the attention's and the MLP's outputs normalised before the residual add, GELU for
+// SiLU, embeddings scaled, logits soft-capped. Element-wise steps are plain loops over raw float pointers; ATen holds
+// the buffers and runs the float BLAS products.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 

@@ -69,7 +69,8 @@ class AtenLlamaModel {
   std::unique_ptr<Impl> impl_;
 };
 
-/// A llama-architecture GGUF file with every tensor dequantised (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+/// A GGUF file (llama, qwen2, qwen3 or gemma3) with every tensor dequantised (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+/// Q6_K).
 AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const AtenLlamaOptions& options = {});
 /// A Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not).
 AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options = {});
