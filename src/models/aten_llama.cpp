@@ -2,8 +2,11 @@
 //
 // One forward: embedding rows -> per layer [RMSNorm -> one q/k/v product for all N new tokens -> RoPE at each token's
 // position (cached length + depth in its tree) -> keys/values written into each slot's cache -> per sequence, grouped
-// attention of its tokens over [cached prefix | its ancestors and itself] (an additive mask) -> output product + residual
-// -> RMSNorm -> gate/up product -> SiLU(gate) * up -> down product + residual] -> final RMSNorm -> logits.
+// attention of its tokens over [cached prefix | its ancestors and itself] (an additive mask) -> output product +
+// residual -> RMSNorm -> gate/up product -> SiLU(gate) * up -> down product + residual] -> final RMSNorm -> logits. The
+// options of other architectures (LlamaConfig) as LlamaModel runs them: biases and QK-norm before RoPE, sliding layers
+// with their own RoPE and a windowed mask, norms of the attention's and the MLP's outputs, GELU, embedding scale, logit
+// soft-cap.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/aten_llama.hpp"
 
@@ -39,6 +42,11 @@ struct AtenLlamaModel::Impl {
     at::Tensor wo;                   // [H, q_dim]
     at::Tensor wgu;                  // [2F, H]: gate rows then up rows
     at::Tensor wdown;                // [H, F]
+    // LlamaConfig's options beyond Llama's block (undefined / false when off).
+    at::Tensor qkv_bias;                      // [q_dim + 2 kv_dim] (attention_bias)
+    at::Tensor q_norm, k_norm;                // [hd] float32: RMSNorm per head before RoPE (qk_norm)
+    at::Tensor post_attn_norm, post_ffn_norm; // [H] float32: norms of the attention's and the MLP's outputs
+    bool sliding = false;                     // sliding-window layer (its own RoPE base, keys of the last window positions)
   };
   struct Slot {
     bool used = false;
@@ -51,6 +59,8 @@ struct AtenLlamaModel::Impl {
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, q_dim = 0, kv_dim = 0, group = 0, max_len = 0;
   double eps = 1e-5;
   at::Tensor embed, lm_head, final_norm, inv_freq;  // inv_freq [hd / 2] float32
+  at::Tensor inv_freq_swa;                          // the sliding layers' [hd / 2] (undefined without them)
+  double scale = 1.0;                               // scores' scale: attention_scale, or 1 / sqrt(hd)
   std::vector<Layer> layers;
   std::vector<Slot> slots;
 
@@ -103,6 +113,7 @@ AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& ge
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   if (c.head_dim == 0 && c.num_heads > 0 && c.hidden_size % c.num_heads == 0) c.head_dim = c.hidden_size / c.num_heads;
   c.validate();
+  require_block_support(c, "AtenLlamaModel");
   if (c.head_dim % 2 != 0) fail(fmt::format("AtenLlamaModel: config.head_dim: expected an even number, got {}", c.head_dim));
   if (options.dtype != at::kFloat && options.dtype != at::kHalf && options.dtype != at::kBFloat16)
     fail(fmt::format("AtenLlamaModel: options.dtype: expected Float, Half or BFloat16, got {}", c10::toString(options.dtype)));
@@ -122,6 +133,8 @@ AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& ge
   m.max_len = options.context_length > 0 ? options.context_length : c.max_position_embeddings;
   const std::vector<float> inv = rope_inverse_frequencies(c, m.hd);
   m.inv_freq = at::tensor(inv).to(m.fopts());
+  if (c.sliding_window > 0) m.inv_freq_swa = at::tensor(sliding_rope_inverse_frequencies(c, m.hd)).to(m.fopts());
+  m.scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(m.hd));
 
   auto fetch = [&](const std::string& name, std::vector<std::int64_t> shape, bool norm) {
     at::Tensor t = get(name);
@@ -138,13 +151,23 @@ AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& ge
     const std::string p = fmt::format("model.layers.{}.", i);
     Impl::Layer L;
     L.attn_norm = fetch(p + "input_layernorm.weight", {m.H}, true);
-    L.ffn_norm = fetch(p + "post_attention_layernorm.weight", {m.H}, true);
+    L.ffn_norm = fetch(p + std::string(pre_ffn_norm_name(c)), {m.H}, true);
     L.wqkv = at::cat({fetch(p + "self_attn.q_proj.weight", {m.q_dim, m.H}, false),
                       fetch(p + "self_attn.k_proj.weight", {m.kv_dim, m.H}, false),
                       fetch(p + "self_attn.v_proj.weight", {m.kv_dim, m.H}, false)});
     L.wo = fetch(p + "self_attn.o_proj.weight", {m.H, m.q_dim}, false);
     L.wgu = at::cat({fetch(p + "mlp.gate_proj.weight", {m.F, m.H}, false), fetch(p + "mlp.up_proj.weight", {m.F, m.H}, false)});
     L.wdown = fetch(p + "mlp.down_proj.weight", {m.H, m.F}, false);
+    if (c.attention_bias)
+      L.qkv_bias = at::cat({fetch(p + "self_attn.q_proj.bias", {m.q_dim}, false), fetch(p + "self_attn.k_proj.bias", {m.kv_dim}, false),
+                            fetch(p + "self_attn.v_proj.bias", {m.kv_dim}, false)});
+    if (c.qk_norm) {
+      L.q_norm = fetch(p + "self_attn.q_norm.weight", {m.hd}, true);
+      L.k_norm = fetch(p + "self_attn.k_norm.weight", {m.hd}, true);
+    }
+    if (c.post_attention_norm) L.post_attn_norm = fetch(p + "post_attention_layernorm.weight", {m.H}, true);
+    if (c.post_ffn_norm) L.post_ffn_norm = fetch(p + "post_feedforward_layernorm.weight", {m.H}, true);
+    L.sliding = c.is_sliding_layer(i);
     m.layers.push_back(std::move(L));
   }
 }
@@ -244,7 +267,10 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
     std::int64_t start, n, cached;
     std::int64_t mask_offset;  // bytes into the staging buffer of the [n, cached + n] float32 mask
     at::Tensor mask;           // 0 where visible, -inf elsewhere (on the device)
+    std::int64_t swa_mask_offset = 0;  // the same for the sliding layers (also -inf beyond the window); with a window only
+    at::Tensor swa_mask;
   };
+  const std::int64_t window = cfg.sliding_window;
   std::vector<Plan> plans;
   std::unordered_set<std::int64_t> seen;
   std::int64_t staged_bytes = 16 * N;  // ids then positions, int64 each
@@ -269,8 +295,12 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
                                fmt::format("forward: parents[{}][{}]: expected a parent index in [0, {}), got {}", i, j, j, p));
       }
     }
-    plans.push_back({&s, start, n, L, staged_bytes, {}});
+    plans.push_back({&s, start, n, L, staged_bytes, {}, 0, {}});
     staged_bytes += (4 * n * (L + n) + 7) / 8 * 8;
+    if (window > 0) {
+      plans.back().swa_mask_offset = staged_bytes;
+      staged_bytes += (4 * n * (L + n) + 7) / 8 * 8;
+    }
   }
   at::Tensor host = at::empty({staged_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(!opts.device.is_cpu()));
   std::uint8_t* h = host.data_ptr<std::uint8_t>();
@@ -292,25 +322,54 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
         m[j * T + L + a] = 0.f;
       positions_h[p.start + j] = L + depth[static_cast<std::size_t>(j)];
     }
+    if (window > 0) {
+      // A sliding layer's query at position q sees the visible keys at positions q - window < k <= q: the context key c
+      // is at position c, new key a at L + depth[a].
+      float* w = reinterpret_cast<float*>(h + p.swa_mask_offset);
+      std::copy(m, m + n * T, w);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t q = L + depth[static_cast<std::size_t>(j)];
+        for (std::int64_t c = 0; c < T; ++c) {
+          const std::int64_t k = c < L ? c : L + depth[static_cast<std::size_t>(c - L)];
+          if (q - k >= window) w[j * T + c] = -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
   }
   const at::Tensor staged = torch::to_device_async(host, opts.device);
-  for (auto& p : plans)
+  for (auto& p : plans) {
     p.mask = staged.narrow(0, p.mask_offset, 4 * p.n * (p.cached + p.n)).view(at::kFloat).view({p.n, p.cached + p.n});
+    if (window > 0)
+      p.swa_mask =
+          staged.narrow(0, p.swa_mask_offset, 4 * p.n * (p.cached + p.n)).view(at::kFloat).view({p.n, p.cached + p.n});
+  }
   const at::Tensor ids = staged.narrow(0, 0, 8 * N).view(at::kLong);
   const at::Tensor angles =
       staged.narrow(0, 8 * N, 8 * N).view(at::kLong).to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [N, hd/2]
   const at::Tensor cos = angles.cos().unsqueeze(1), sin = angles.sin().unsqueeze(1);                       // [N, 1, hd/2]
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor cos_swa, sin_swa;  // the sliding layers'
+  if (inv_freq_swa.defined()) {
+    const at::Tensor a = staged.narrow(0, 8 * N, 8 * N).view(at::kLong).to(at::kFloat).unsqueeze(1) * inv_freq_swa.unsqueeze(0);
+    cos_swa = a.cos().unsqueeze(1);
+    sin_swa = a.sin().unsqueeze(1);
+  }
   for (auto& p : plans) reserve(*p.slot, p.cached + p.n);
 
   at::Tensor x = embed.index_select(0, ids);  // [N, H]
+  if (cfg.embedding_scale != 1.0) x = x * static_cast<float>(cfg.embedding_scale);  // Gemma: times sqrt(hidden), in float32
   ForwardOutput out;
   std::vector<at::Tensor> saved(layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const Layer& Ly = layers[l];
-    const at::Tensor qkv = at::matmul(rms_norm(x, Ly.attn_norm), Ly.wqkv.t());  // [N, q_dim + 2 kv_dim]
-    const at::Tensor q = rope(qkv.narrow(1, 0, q_dim).view({N, nh, hd}), cos, sin);
-    const at::Tensor k = rope(qkv.narrow(1, q_dim, kv_dim).reshape({N, nkv, hd}), cos, sin);
+    at::Tensor qkv = at::matmul(rms_norm(x, Ly.attn_norm), Ly.wqkv.t());  // [N, q_dim + 2 kv_dim]
+    if (Ly.qkv_bias.defined()) qkv = qkv + Ly.qkv_bias;
+    at::Tensor q = qkv.narrow(1, 0, q_dim).reshape({N, nh, hd}), k = qkv.narrow(1, q_dim, kv_dim).reshape({N, nkv, hd});
+    if (Ly.q_norm.defined()) {  // RMSNorm over each head, before RoPE
+      q = rms_norm(q, Ly.q_norm);
+      k = rms_norm(k, Ly.k_norm);
+    }
+    q = Ly.sliding ? rope(q, cos_swa, sin_swa) : rope(q, cos, sin);
+    k = Ly.sliding ? rope(k, cos_swa, sin_swa) : rope(k, cos, sin);
     const at::Tensor v = qkv.narrow(1, q_dim + kv_dim, kv_dim).reshape({N, nkv, hd});
     std::vector<at::Tensor> attn;
     attn.reserve(plans.size());
@@ -323,14 +382,20 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
       const at::Tensor qs = q.narrow(0, p.start, p.n).view({p.n, nkv, group, hd}).permute({1, 2, 0, 3}).reshape({nkv, group * p.n, hd});
       const at::Tensor ks = s.k[l].narrow(0, 0, T).permute({1, 2, 0});  // [nkv, hd, T]
       const at::Tensor vs = s.v[l].narrow(0, 0, T).permute({1, 0, 2});  // [nkv, T, hd]
-      at::Tensor scores = at::matmul(qs, ks).to(at::kFloat).mul_(scale).view({nkv, group, p.n, T}).add_(p.mask);
+      at::Tensor scores = at::matmul(qs, ks).to(at::kFloat).mul_(scale).view({nkv, group, p.n, T}).add_(Ly.sliding ? p.swa_mask : p.mask);
       const at::Tensor probs = at::softmax(scores, -1).to(opts.dtype).view({nkv, group * p.n, T});
       const at::Tensor o = at::matmul(probs, vs);  // [nkv, group * n, hd]
       attn.push_back(o.view({nkv, group, p.n, hd}).permute({2, 0, 1, 3}).reshape({p.n, q_dim}));
     }
-    x = x + at::matmul(at::cat(attn), Ly.wo.t());
+    at::Tensor attn_out = at::matmul(at::cat(attn), Ly.wo.t());
+    if (Ly.post_attn_norm.defined()) attn_out = rms_norm(attn_out, Ly.post_attn_norm);
+    x = x + attn_out;
     const at::Tensor gu = at::matmul(rms_norm(x, Ly.ffn_norm), Ly.wgu.t());  // [N, 2F]
-    x = x + at::matmul(at::silu(gu.narrow(1, 0, F)) * gu.narrow(1, F, F), Ly.wdown.t());
+    const at::Tensor gate = cfg.ffn_activation == FfnActivation::kGeluTanh ? at::gelu(gu.narrow(1, 0, F), "tanh")
+                                                                           : at::silu(gu.narrow(1, 0, F));
+    at::Tensor mlp_out = at::matmul(gate * gu.narrow(1, F, F), Ly.wdown.t());
+    if (Ly.post_ffn_norm.defined()) mlp_out = rms_norm(mlp_out, Ly.post_ffn_norm);
+    x = x + mlp_out;
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = x.to(at::kFloat);
   }
@@ -348,6 +413,10 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
     normed = at::cat(last);
   }
   out.logits = at::matmul(normed, lm_head.t()).to(at::kFloat).contiguous();
+  if (cfg.final_logit_softcap > 0.0) {
+    const double cap = cfg.final_logit_softcap;
+    out.logits = (out.logits / cap).tanh() * cap;
+  }
   return out;
 }
 

@@ -3,8 +3,11 @@
 // embedding (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention
 // per sequence (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a
 // longer chain, a prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
-// gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. Element-wise steps are plain loops
-// over raw float pointers; ATen holds the buffers and runs the float BLAS products.
+// gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. The options of other architectures
+// (LlamaConfig) are branches per layer: q/k/v biases and QK-norm after the q/k/v product, a sliding layer's RoPE table
+// and window (mask_outside_window), the attention's and the MLP's outputs normalised before the residual add, GELU for
+// SiLU, embeddings scaled, logits soft-capped. Element-wise steps are plain loops over raw float pointers; ATen holds
+// the buffers and runs the float BLAS products.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 
@@ -21,6 +24,7 @@
 #include <random>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -154,6 +158,30 @@ void chain_visibility(std::int64_t n, std::vector<std::int32_t>& visible, std::v
   }
 }
 
+// A sliding layer's window over one query row of scores, in attention_rows' layout before its softmax packs the row (a
+// context key at its position, new key a at column cached + a): the keys at positions below p - window + 1 get -inf, so
+// the softmax gives them exactly 0 and every key keeps its place. The row therefore gets the bits it gets in any other
+// batch (alone, in a chain, in a tree), as the keys of a plain layer do. new_pos: the positions of the call's new keys;
+// visible / count: the new keys the row sees.
+void mask_outside_window(float* row, std::int64_t cached, std::int64_t p, std::int64_t window, const std::int64_t* new_pos,
+                         const std::int32_t* visible, std::int32_t count) {
+  const std::int64_t lo = p - window + 1;
+  if (lo <= 0) return;
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  std::fill(row, row + std::min(lo, cached), kMasked);
+  if (lo > cached)
+    for (std::int32_t a = 0; a < count; ++a)
+      if (new_pos[visible[a]] < lo) row[cached + visible[a]] = kMasked;
+}
+
+// The first key column a sliding layer's rows can see (the lowest p - window + 1 over the positions), rounded down to 16
+// (the start of a scores' key block): the columns before it are all masked, so their scores need not be computed.
+std::int64_t first_window_block(const std::int64_t* pos, std::int64_t n, std::int64_t window) {
+  std::int64_t lo = pos[0];
+  for (std::int64_t i = 1; i < n; ++i) lo = std::min(lo, pos[i]);
+  return std::max<std::int64_t>(lo - window + 1, 0) / 16 * 16;
+}
+
 }  // namespace
 
 struct LlamaModel::Impl {
@@ -164,6 +192,12 @@ struct LlamaModel::Impl {
     at::Tensor ffn_norm;   // [H]
     Linear wgu;            // [2F, H]: gate rows then up rows
     Linear wdown;          // [H, F]
+    // The options of LlamaConfig beyond Llama's block (undefined / false when off; checked once per layer).
+    at::Tensor qkv_bias;        // [qkv_dim]: q, k and v biases (attention_bias)
+    at::Tensor q_norm, k_norm;  // [hd] each: RMSNorm per head before RoPE (qk_norm)
+    at::Tensor post_attn_norm;  // [H]: RMSNorm of the attention output before the residual add (post_attention_norm)
+    at::Tensor post_ffn_norm;   // [H]: RMSNorm of the MLP output before the residual add (post_ffn_norm)
+    bool sliding = false;       // attends to the last cfg.sliding_window positions, RoPE of sliding_rope_theta
   };
 
   LlamaConfig cfg;
@@ -179,6 +213,12 @@ struct LlamaModel::Impl {
   std::vector<Layer> layers;
   std::vector<float> inv_freq;  // [hd / 2]
   std::vector<float> cos_table, sin_table;  // [rope_positions, hd / 2]
+  float q_scale = 1.f;      // scores' scale (config attention_scale, or 1 / sqrt(hd)), applied to the queries
+  float embed_scale = 1.f;  // config embedding_scale, in float32
+  float softcap = 0.f;      // config final_logit_softcap (0: none)
+  bool gelu = false;        // the MLP's gate takes GELU (tanh) rather than SiLU
+  std::int64_t window = 0;  // config sliding_window (the sliding layers')
+  std::vector<float> inv_freq_swa, cos_swa, sin_swa;  // the sliding layers' RoPE (empty without sliding layers)
   std::int64_t rope_positions = 0;
   KvCache cache;
   // Workspace, grown to the largest batch seen: rows x width.
@@ -203,14 +243,18 @@ struct LlamaModel::Impl {
     std::int64_t n = std::max<std::int64_t>(rope_positions, 256);
     while (n < positions) n *= 2;
     const std::int64_t half = hd / 2;
-    cos_table.resize(static_cast<std::size_t>(n * half));
-    sin_table.resize(static_cast<std::size_t>(n * half));
-    for (std::int64_t p = rope_positions; p < n; ++p)
-      for (std::int64_t j = 0; j < half; ++j) {
-        const double a = static_cast<double>(p) * static_cast<double>(inv_freq[static_cast<std::size_t>(j)]);
-        cos_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::cos(a));
-        sin_table[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::sin(a));
-      }
+    auto fill = [&](const std::vector<float>& inv, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+      cos_t.resize(static_cast<std::size_t>(n * half));
+      sin_t.resize(static_cast<std::size_t>(n * half));
+      for (std::int64_t p = rope_positions; p < n; ++p)
+        for (std::int64_t j = 0; j < half; ++j) {
+          const double a = static_cast<double>(p) * static_cast<double>(inv[static_cast<std::size_t>(j)]);
+          cos_t[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::cos(a));
+          sin_t[static_cast<std::size_t>(p * half + j)] = static_cast<float>(std::sin(a));
+        }
+    };
+    fill(inv_freq, cos_table, sin_table);
+    if (!inv_freq_swa.empty()) fill(inv_freq_swa, cos_swa, sin_swa);
     rope_positions = n;
   }
 
@@ -231,8 +275,9 @@ struct LlamaModel::Impl {
 
   std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
   ForwardOutput forward(const ForwardBatch& b);
-  void attention(std::int64_t layer, const SequencePlan& s);
-  void attention_blocks(std::int64_t layer, const SequencePlan& s);
+  // pos: the positions of the sequence's new tokens; window: 0, or the sliding window of a sliding layer.
+  void attention(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window);
+  void attention_blocks(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window);
   // Calls fn(keys, values, key_blocks) with layer `layer`'s cache in its element type (float16 or float32); key_blocks
   // is the transposed copy of the keys, or nullptr.
   template <class Fn>
@@ -314,7 +359,8 @@ std::vector<SequencePlan> LlamaModel::Impl::plan(const ForwardBatch& b, std::vec
 // cache already), the (kv head, block) chunks over the pool's threads, the last blocks (the most keys) first. Every row
 // is computed alone by the streaming kernel, so a prompt token's attention has the bits it gets when decoded alone,
 // and no [n, L + n] score or mask tensor is made (a 4096-token prompt's took 600 MB a layer).
-void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& s) {
+void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos,
+                                        std::int64_t window) {
   constexpr std::int64_t B = kMaxRowsForStreamingKernel;
   const std::int64_t blocks = (s.n + B - 1) / B;
   // The visibility of a block of B tokens, and of the last, shorter one.
@@ -343,9 +389,28 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
     const std::int64_t kv = seq_offset + kh * cap * hd;
     const std::vector<std::int32_t>& vis = nb == B ? visible : visible_last;
     const std::vector<std::int32_t>& seen = nb == B ? count : count_last;
-    detail::attention_rows(q + (kh * s.n + t0) * group * hd, 0, rows, nb, group, hd, keys + kv, values + kv, total,
-                           cached, vis.data(), seen.data(), scores, ld, out + t0 * q_dim + kh * group * hd, q_dim,
-                           hd, part);
+    auto rows_part = [&](detail::AttentionPart p) {
+      detail::attention_rows(q + (kh * s.n + t0) * group * hd, 0, rows, nb, group, hd, keys + kv, values + kv, total,
+                             cached, vis.data(), seen.data(), scores, ld, out + t0 * q_dim + kh * group * hd, q_dim,
+                             hd, p);
+    };
+    if (window == 0) {
+      rows_part(part);
+      return;
+    }
+    // A sliding layer: the scores from the first key block a row of the block sees, the keys outside each row's window
+    // masked, then the softmax and the values.
+    part.kind = detail::AttentionPart::kScores;
+    part.key_begin = first_window_block(pos + t0, nb, window);
+    part.key_end = ld;
+    rows_part(part);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r / group;
+      mask_outside_window(scores + r * ld, cached, pos[t0 + i], window, pos + t0, vis.data() + i * nb,
+                          seen[static_cast<std::size_t>(i)]);
+    }
+    part.kind = detail::AttentionPart::kFinish;
+    rows_part(part);
   };
   // Worker slot `slot` takes (kv head, block) chunks from a shared counter until none is left.
   std::atomic<std::int64_t> next{0};
@@ -362,7 +427,7 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
     work(0);
 }
 
-void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
+void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window) {
   const std::int64_t total = s.cached + s.n;
   if (!s.visible.empty()) {
     // Few new tokens (decode, speculative verify) or a tree of any size: detail::attention_rows over the sequence's
@@ -396,10 +461,31 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
         run_head_rows(keys, values, blocks, begin, end, part);
       });
     };
+    // A sliding layer runs each part as scores (from the first key block any row sees), the keys outside each row's
+    // window masked (mask_outside_window), then the softmax and the values; a plain layer runs the part as it is.
+    const std::int64_t k_lo = window > 0 ? first_window_block(pos, s.n, window) : 0;
+    auto run_part = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
+      if (window == 0) {
+        run_rows(begin, end, part);
+        return;
+      }
+      if (part.kind == detail::AttentionPart::kScores) {
+        part.key_begin = std::max(part.key_begin, k_lo);
+        if (part.key_begin < std::min(part.key_end, ld)) run_rows(begin, end, part);
+        return;
+      }
+      if (part.kind == detail::AttentionPart::kAll) run_rows(begin, end, {detail::AttentionPart::kScores, k_lo, ld});
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t i = (r % rows) / group;
+        mask_outside_window(sc + r * ld, s.cached, pos[i], window, pos, s.visible.data() + i * s.n,
+                            s.visible_count[static_cast<std::size_t>(i)]);
+      }
+      run_rows(begin, end, {detail::AttentionPart::kFinish, 0, 0});
+    };
     // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
     const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
     if (parts == 1) {
-      run_rows(0, all_rows, {});
+      run_part(0, all_rows, {});
     } else {
       // Over a long cache the keys' side goes first, shared by key ranges: every (kv head, 256 keys) chunk transposes its
       // key blocks once and scores all the head's rows against them (kScores), so the threads split a head's keys
@@ -415,7 +501,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
       if (split_keys)
         pool->run(nkv * ranges, [&](std::int64_t c) {  // every row of kv head kh against keys [k0, k0 + kKeyRange)
           const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
-          run_rows(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
+          run_part(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
         });
       // Chunks of a kv head's rows: whole tokens with all their group members, at most 3
       // tokens (9 rows for SmolLM2), so the rows of a chunk share every key block they transpose and every value they
@@ -430,21 +516,21 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s) {
         // measured in docs/cpu-forward.md).
         const std::int64_t ranges_n = pool->size();
         pool->run(ranges_n, [&](std::int64_t c) {
-          run_rows(c * all_rows / ranges_n, (c + 1) * all_rows / ranges_n, {detail::AttentionPart::kFinish, 0, 0});
+          run_part(c * all_rows / ranges_n, (c + 1) * all_rows / ranges_n, {detail::AttentionPart::kFinish, 0, 0});
         });
       } else {
         const std::int64_t piece = std::min<std::int64_t>(s.n, 3) * group;
         const std::int64_t per_head = (rows + piece - 1) / piece;
         pool->run(nkv * per_head, [&](std::int64_t c) {
           const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
-          run_rows(begin, std::min(kh * rows + rows, begin + piece),
+          run_part(begin, std::min(kh * rows + rows, begin + piece),
                    {split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
         });
       }
     }
     return;
   }
-  attention_blocks(layer, s);  // a chain of more new tokens than the streaming kernel takes at once: a prompt
+  attention_blocks(layer, s, pos, window);  // a chain of more new tokens than the streaming kernel takes at once: a prompt
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
@@ -462,11 +548,12 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   at::Tensor xs = x.narrow(0, 0, N), ns = normed.narrow(0, 0, N), qkvs = qkv.narrow(0, 0, N), attns = attn.narrow(0, 0, N),
              gus = gu.narrow(0, 0, N), acts = act.narrow(0, 0, N);
   for (std::int64_t t = 0; t < N; ++t) embed.row(b.token_ids[static_cast<std::size_t>(t)], xs.data_ptr<float>() + t * H);
+  if (embed_scale != 1.f)  // Gemma: embeddings times sqrt(hidden), in float32
+    for (float* e = xs.data_ptr<float>(), *end = e + N * H; e != end; ++e) *e *= embed_scale;
 
   ForwardOutput out;
   std::vector<at::Tensor> saved(layers.size());
   const std::int64_t half = hd / 2;
-  const float q_scale = 1.f / std::sqrt(static_cast<float>(hd));
   float* xp = xs.data_ptr<float>();
   float* np = ns.data_ptr<float>();
   const float* qkvp = qkvs.data_ptr<float>();
@@ -490,6 +577,20 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv, [&](std::int64_t r0, std::int64_t r1) {
       rms_norm(xp + r0 * H, attn_norm, np + r0 * H, r1 - r0, H, eps);
     });
+    if (L.qkv_bias.defined() || L.q_norm.defined()) {
+      // Qwen2's q/k/v biases, then Qwen 3's and Gemma's RMSNorm over each head of q and of k, row by row, before RoPE.
+      const float* bias = L.qkv_bias.defined() ? L.qkv_bias.data_ptr<float>() : nullptr;
+      float* rows = qkvs.data_ptr<float>();
+      for (std::int64_t t = 0; t < N; ++t) {
+        float* row = rows + t * qkv_dim;
+        if (bias != nullptr)
+          for (std::int64_t j = 0; j < qkv_dim; ++j) row[j] += bias[j];
+        if (L.q_norm.defined()) {
+          rms_norm(row, L.q_norm.data_ptr<float>(), row, nh, hd, eps);
+          rms_norm(row + q_dim, L.k_norm.data_ptr<float>(), row + q_dim, nkv, hd, eps);
+        }
+      }
+    }
     mark(ForwardPhaseTimes::kQkv);
 
     // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, n, group, hd];
@@ -503,8 +604,8 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
         const std::int64_t t = s.start + i;
         const float* row = qkvp + t * qkv_dim;
         const std::int64_t pos = positions[static_cast<std::size_t>(t)];
-        const float* c = cos_table.data() + pos * half;
-        const float* sn = sin_table.data() + pos * half;
+        const float* c = (L.sliding ? cos_swa : cos_table).data() + pos * half;
+        const float* sn = (L.sliding ? sin_swa : sin_table).data() + pos * half;
         for (std::int64_t h = 0; h < nh; ++h) {
           const std::int64_t kh = h / group, g = h % group;
           float* dst = qp + s.start * q_dim + ((kh * s.n + i) * group + g) * hd;
@@ -526,9 +627,17 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
       }
     }
     mark(ForwardPhaseTimes::kRope);
-    for (const auto& s : plans) attention(static_cast<std::int64_t>(l), s);
+    for (const auto& s : plans)
+      attention(static_cast<std::int64_t>(l), s, positions.data() + s.start, L.sliding ? window : 0);
     mark(ForwardPhaseTimes::kAttention);
-    linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
+    if (L.post_attn_norm.defined()) {
+      // Gemma: the attention's output normalised before the residual add (the normed rows are free until the MLP's norm).
+      linear(attns, L.wo, ns, opts.activation_bits.attn_out);
+      rms_norm(np, L.post_attn_norm.data_ptr<float>(), np, N, H, eps);
+      for (std::int64_t j = 0; j < N * H; ++j) xp[j] += np[j];
+    } else {
+      linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
+    }
     mark(ForwardPhaseTimes::kAttnOut);
 
     const float* ffn_norm = L.ffn_norm.data_ptr<float>();
@@ -538,9 +647,17 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     mark(ForwardPhaseTimes::kGateUp);
     const float* gup = gus.data_ptr<float>();
     float* actp = acts.data_ptr<float>();
-    linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down, [&](std::int64_t r0, std::int64_t r1) {
-      detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F);
-    });
+    const RowPrep act_rows = gelu ? RowPrep([&](std::int64_t r0, std::int64_t r1) {
+      detail::gelu_tanh_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F);
+    }) : RowPrep([&](std::int64_t r0, std::int64_t r1) { detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F); });
+    if (L.post_ffn_norm.defined()) {
+      // Gemma: the MLP's output normalised before the residual add.
+      linear(acts, L.wdown, ns, opts.activation_bits.down, act_rows);
+      rms_norm(np, L.post_ffn_norm.data_ptr<float>(), np, N, H, eps);
+      for (std::int64_t j = 0; j < N * H; ++j) xp[j] += np[j];
+    } else {
+      linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down, act_rows);
+    }
     mark(ForwardPhaseTimes::kDown);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
       saved[l] = xs.clone();
@@ -574,6 +691,11 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   out.logits = at::empty({rows.size(0), V}, xs.options());
   mark(ForwardPhaseTimes::kOther);
   linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head, final_rows);
+  if (softcap > 0.f) {  // logits = cap * tanh(logits / cap), element by element
+    const float inv_cap = 1.f / softcap;
+    for (float* e = out.logits.data_ptr<float>(), *end = e + out.logits.numel(); e != end; ++e)
+      *e = softcap * std::tanh(*e * inv_cap);
+  }
   mark(ForwardPhaseTimes::kLmHead);
   if (timed) ++phase_times.forwards;
   return out;
@@ -644,6 +766,18 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   m.group = m.nh / m.nkv;
   m.eps = static_cast<float>(c.rms_norm_eps);
   m.inv_freq = rope_inverse_frequencies(c, m.hd);
+  require_block_support(c, "LlamaModel");
+  m.q_scale = c.attention_scale > 0.0 ? static_cast<float>(c.attention_scale) : 1.f / std::sqrt(static_cast<float>(m.hd));
+  m.embed_scale = static_cast<float>(c.embedding_scale);
+  m.softcap = static_cast<float>(c.final_logit_softcap);
+  m.gelu = c.ffn_activation == FfnActivation::kGeluTanh;
+  if (c.sliding_window > 0) {
+    if (static_cast<std::int64_t>(c.sliding_layers.size()) != c.num_layers)
+      fail(fmt::format("LlamaModel: config.sliding_layers: expected {} entries (one per layer), got {}", c.num_layers,
+                       c.sliding_layers.size()));
+    m.window = c.sliding_window;
+    m.inv_freq_swa = sliding_rope_inverse_frequencies(c, m.hd);
+  }
 
   const bool q8 = options.quantize_float_weights;
   // The packed matrices one after another in huge-page slabs, in the order a forward reads them (detail::WeightArena).
@@ -657,7 +791,18 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
     const std::string p = fmt::format("model.layers.{}.", i);
     Impl::Layer layer;
     layer.attn_norm = detail::fetch_vector(get, p + "input_layernorm.weight", m.H);
-    layer.ffn_norm = detail::fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
+    layer.ffn_norm = detail::fetch_vector(get, p + std::string(pre_ffn_norm_name(c)), m.H);
+    if (c.attention_bias)
+      layer.qkv_bias = at::cat({detail::fetch_vector(get, p + "self_attn.q_proj.bias", m.q_dim),
+                                detail::fetch_vector(get, p + "self_attn.k_proj.bias", m.kv_dim),
+                                detail::fetch_vector(get, p + "self_attn.v_proj.bias", m.kv_dim)});
+    if (c.qk_norm) {
+      layer.q_norm = detail::fetch_vector(get, p + "self_attn.q_norm.weight", m.hd);
+      layer.k_norm = detail::fetch_vector(get, p + "self_attn.k_norm.weight", m.hd);
+    }
+    if (c.post_attention_norm) layer.post_attn_norm = detail::fetch_vector(get, p + "post_attention_layernorm.weight", m.H);
+    if (c.post_ffn_norm) layer.post_ffn_norm = detail::fetch_vector(get, p + "post_feedforward_layernorm.weight", m.H);
+    layer.sliding = c.is_sliding_layer(i);
     layer.wqkv = detail::fetch_linear(get, {{p + "self_attn.q_proj.weight", m.q_dim}, {p + "self_attn.k_proj.weight", m.kv_dim},
                                     {p + "self_attn.v_proj.weight", m.kv_dim}},
                               m.H, q8, arena);
@@ -706,7 +851,7 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
     for (std::int64_t i = 0; i < config.num_layers; ++i) {
       const std::string p = fmt::format("model.layers.{}.", i);
       w[p + "input_layernorm.weight"] = make({H}, 1.f, 0.1f);
-      w[p + "post_attention_layernorm.weight"] = make({H}, 1.f, 0.1f);
+      w[p + std::string(pre_ffn_norm_name(config))] = make({H}, 1.f, 0.1f);
       // Query/key weights larger than 1/sqrt(in) so attention is far from uniform and mask errors show.
       w[p + "self_attn.q_proj.weight"] = make({nh * hd, H}, 0.f, 2.f * in_h);
       w[p + "self_attn.k_proj.weight"] = make({nkv * hd, H}, 0.f, 2.f * in_h);
@@ -715,6 +860,18 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
       w[p + "mlp.gate_proj.weight"] = make({F, H}, 0.f, in_h);
       w[p + "mlp.up_proj.weight"] = make({F, H}, 0.f, in_h);
       w[p + "mlp.down_proj.weight"] = make({H, F}, 0.f, in_f);
+      // The options' weights after Llama's (a Llama config draws the same numbers as before they existed).
+      if (config.attention_bias) {
+        w[p + "self_attn.q_proj.bias"] = make({nh * hd}, 0.f, 0.5f);
+        w[p + "self_attn.k_proj.bias"] = make({nkv * hd}, 0.f, 0.5f);
+        w[p + "self_attn.v_proj.bias"] = make({nkv * hd}, 0.f, 0.5f);
+      }
+      if (config.qk_norm) {
+        w[p + "self_attn.q_norm.weight"] = make({hd}, 1.f, 0.3f);
+        w[p + "self_attn.k_norm.weight"] = make({hd}, 1.f, 0.3f);
+      }
+      if (config.post_attention_norm) w[p + "post_attention_layernorm.weight"] = make({H}, 1.f, 0.1f);
+      if (config.post_ffn_norm) w[p + "post_feedforward_layernorm.weight"] = make({H}, 1.f, 0.1f);
     }
   }
   return [weights](const std::string& name) {
@@ -748,8 +905,11 @@ const KvCache& LlamaModel::cache() const noexcept { return impl_->cache; }
 std::int64_t LlamaModel::weight_bytes_per_forward() const noexcept {
   const Impl& m = *impl_;
   std::int64_t n = m.lm_head().bytes() + m.final_norm.numel() * 4;
+  const auto vector_bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * 4 : std::int64_t{0}; };
   for (const auto& l : m.layers)
-    n += (l.attn_norm.numel() + l.ffn_norm.numel()) * 4 + l.wqkv.bytes() + l.wo.bytes() + l.wgu.bytes() + l.wdown.bytes();
+    n += (l.attn_norm.numel() + l.ffn_norm.numel()) * 4 + l.wqkv.bytes() + l.wo.bytes() + l.wgu.bytes() + l.wdown.bytes() +
+         vector_bytes(l.qkv_bias) + vector_bytes(l.q_norm) + vector_bytes(l.k_norm) + vector_bytes(l.post_attn_norm) +
+         vector_bytes(l.post_ffn_norm);
   return n;
 }
 
@@ -775,6 +935,7 @@ std::string LlamaModel::kernel_name() const {
 }
 
 at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads) {
+  if (weight.dim() == 1) return unpermute_gguf_qk(weight.unsqueeze(1), n_heads).squeeze(1);  // a bias: the rows' order
   if (weight.dim() != 2 || n_heads < 1 || weight.size(0) % (2 * n_heads) != 0)
     fail(fmt::format("unpermute_gguf_qk: weight: expected [n_heads * head_dim, in] with n_heads = {} and even head_dim, got {}",
                      n_heads, shape_str(weight.sizes())));

@@ -35,19 +35,33 @@ GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
   if (auto it = globals.find(hf); it != globals.end()) return {it->second, 0};
   static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
   static const std::map<std::string, std::string> per_layer = {
-      {"input_layernorm.weight", "attn_norm.weight"},     {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},       {"self_attn.k_proj.weight", "attn_k.weight"},
       {"self_attn.v_proj.weight", "attn_v.weight"},       {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},           {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},  {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
   std::smatch m;
   if (std::regex_match(hf, m, layer)) {
-    if (auto it = per_layer.find(m[2].str()); it != per_layer.end()) {
+    const std::string part = m[2].str();
+    std::string gguf;
+    // The norm before the MLP is llama.cpp's ffn_norm; Hugging Face calls it post_attention_layernorm in Llama's block and
+    // pre_feedforward_layernorm in Gemma's, where post_attention_layernorm is the attention output's norm.
+    if (part == pre_ffn_norm_name(c)) gguf = "ffn_norm.weight";
+    else if (part == "post_attention_layernorm.weight") gguf = "post_attention_norm.weight";
+    else if (auto it = per_layer.find(part); it != per_layer.end()) gguf = it->second;
+    if (!gguf.empty()) {
+      // Only 'llama' files hold q/k rows (and their biases) in llama.cpp's interleaved RoPE order; qwen2, qwen3 and gemma3
+      // keep the rotate_half order of their checkpoints.
       std::int64_t heads = 0;
-      if (m[2] == "self_attn.q_proj.weight") heads = c.num_heads;
-      if (m[2] == "self_attn.k_proj.weight") heads = c.num_kv_heads ? c.num_kv_heads : c.num_heads;
-      return {fmt::format("blk.{}.{}", m[1].str(), it->second), heads};
+      if (c.gguf_qk_permuted && (part == "self_attn.q_proj.weight" || part == "self_attn.q_proj.bias")) heads = c.num_heads;
+      if (c.gguf_qk_permuted && (part == "self_attn.k_proj.weight" || part == "self_attn.k_proj.bias"))
+        heads = c.num_kv_heads ? c.num_kv_heads : c.num_heads;
+      return {fmt::format("blk.{}.{}", m[1].str(), gguf), heads};
     }
   }
   return {"", 0};

@@ -8,8 +8,11 @@ if(TARGET specdec_model_io)
     SPECDEC_SOURCE_DIR="${PROJECT_SOURCE_DIR}" SPECDEC_IO_TEST_DATA="${CMAKE_CURRENT_LIST_DIR}/data")
 
   # GGUF files written by PyPI's gguf (llama.cpp's writer) for LlamaConfigGguf.FilesWrittenByGgufPy: with the llama.cpp
-  # virtualenv's Python (.deps/llama-venv) or the system's; the script writes nothing where the package is missing.
+  # virtualenv's Python (.deps/llama-venv), setup's (.deps/gguf-venv) or the system's; the script writes nothing where the package is missing.
   set(_specdec_gguf_py "${PROJECT_SOURCE_DIR}/.deps/llama-venv/bin/python")
+  if(NOT EXISTS "${_specdec_gguf_py}")
+    set(_specdec_gguf_py "${PROJECT_SOURCE_DIR}/.deps/gguf-venv/bin/python")  # scripts/setup.sh installs it
+  endif()
   if(NOT EXISTS "${_specdec_gguf_py}")
     find_package(Python3 COMPONENTS Interpreter QUIET)
     set(_specdec_gguf_py "${Python3_EXECUTABLE}")

@@ -73,9 +73,10 @@ TEST(FloatsToHalves, MatchesFloatToHalfBitForBit) {
 TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.f, 1.f);
-  // hd 64 (the AVX-512 kernel where the CPU has it), 40 (the 8-lane one: not a multiple of 16) and 10 (a partial
-  // 8-lane block); chains of 1 to 6 new tokens over 0 to 300 cached positions; all three parts of a split call.
-  for (const std::int64_t hd : {64, 40, 10})
+  // hd 64 (the AVX-512 kernel where the CPU has it), 40 (the 8-lane one: not a multiple of 16), 10 (a partial
+  // 8-lane block) and 256 (Gemma's, on the 8-lane kernel); chains of 1 to 6 new tokens over 0 to 300 cached positions;
+  // all three parts of a split call.
+  for (const std::int64_t hd : {64, 40, 10, 256})
     for (const std::int64_t n : {1, 2, 6})
       for (const std::int64_t cached : {0, 17, 300}) {
         SCOPED_TRACE(testing::Message() << "hd " << hd << ", n " << n << ", cached " << cached);
@@ -124,7 +125,7 @@ TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
 TEST(AttentionRows, EachRowGetsTheBitsItGetsAlone) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.f, 1.f);
-  for (const std::int64_t hd : {64, 40})
+  for (const std::int64_t hd : {64, 40, 256})
     for (const std::int64_t group : {1, 3, 4})
       for (const std::int64_t n : {1, 2, 5, 9})
         for (const std::int64_t cached : {0, 70, 300}) {

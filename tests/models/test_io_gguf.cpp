@@ -772,11 +772,18 @@ TEST(LlamaConfigGguf, LlamaHasNoExtraOptionsAndRunsOnTheBlock) {
   EXPECT_TRUE(c.rope_freq_factors.empty());
   EXPECT_TRUE(c.gguf_qk_permuted);
   EXPECT_TRUE(sm::unsupported_block_options(c).empty());
+  EXPECT_TRUE(sm::block_options_beyond_llama(c).empty());
   EXPECT_NO_THROW(sm::require_block_support(c, "loader"));
-  // Llama with q/k/v biases (llama.cpp loads them where present): read, and refused until the block has them.
+  // Llama with q/k/v biases (llama.cpp loads them where present): read, and run by the block.
   const auto b = config_of(arch_file("llama", with(kLlamaTensors, {"attn_q.bias", "attn_k.bias", "attn_v.bias"})));
   EXPECT_TRUE(b.attention_bias);
-  EXPECT_EQ(sm::unsupported_block_options(b), (std::vector<std::string>{"q/k/v biases"}));
+  EXPECT_TRUE(sm::unsupported_block_options(b).empty());
+  // What the block still refuses: Gemma's own (1 + w) norm weights, which no loader gives (a GGUF holds 1 + w).
+  auto plus_one = c;
+  plus_one.norm_weight_plus_one = true;
+  EXPECT_EQ(sm::unsupported_block_options(plus_one), (std::vector<std::string>{"(1 + w) RMSNorm"}));
+  EXPECT_ERROR_HAS(error_of_call([&] { sm::require_block_support(plus_one, "load_llama_gguf"); }),
+                   "load_llama_gguf: 'llama' needs (1 + w) RMSNorm, which the Llama block does not support yet");
 }
 
 TEST(LlamaConfigGguf, Qwen2HasQkvBiases) {
@@ -788,9 +795,8 @@ TEST(LlamaConfigGguf, Qwen2HasQkvBiases) {
   EXPECT_EQ(c.num_kv_heads, 2);
   EXPECT_EQ(c.head_dim, 16);
   EXPECT_EQ(c.rope_theta, 1e6);
-  EXPECT_ERROR_HAS(error_of_call([&] { sm::require_block_support(c, "load_llama_gguf"); }),
-                   "load_llama_gguf: 'qwen2' needs q/k/v biases, q/k rows already in rotate_half order (llama.cpp's NeoX "
-                   "RoPE), which the Llama block does not support yet");
+  EXPECT_NO_THROW(sm::require_block_support(c, "load_llama_gguf"));
+  EXPECT_EQ(sm::block_options_beyond_llama(c), (std::vector<std::string>{"q/k/v biases"}));  // specdec-train refuses it
   // The architecture implies the biases: a file without them is refused, and so is one with only some.
   EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen2", kLlamaTensors)); }),
                    "architecture 'qwen2' has q/k/v biases, but the file has no tensor blk.0.attn_q.bias");
@@ -811,8 +817,7 @@ TEST(LlamaConfigGguf, Qwen3HasQkNorm) {
   EXPECT_TRUE(c.qk_norm);
   EXPECT_FALSE(c.attention_bias || c.post_attention_norm || c.post_ffn_norm);
   EXPECT_EQ(c.ffn_activation, sm::FfnActivation::kSilu);
-  const auto missing = sm::unsupported_block_options(c);
-  EXPECT_NE(std::find(missing.begin(), missing.end(), "QK-norm"), missing.end());
+  EXPECT_TRUE(sm::unsupported_block_options(c).empty());
   EXPECT_ERROR_HAS(error_of_call([&] { (void)config_of(arch_file("qwen3", kLlamaTensors)); }),
                    "architecture 'qwen3' has QK-norm, but the file has no tensor blk.0.attn_q_norm.weight");
 }
@@ -842,9 +847,12 @@ TEST(LlamaConfigGguf, Gemma3OptionsSlidingLayersAndSoftCap) {
   EXPECT_EQ(c.final_logit_softcap, 0.0);
   EXPECT_EQ(c.attention_scale, 0.0);
   EXPECT_FALSE(c.gguf_qk_permuted);
-  EXPECT_ERROR_HAS(error_of_call([&] { sm::require_block_support(c, "load_llama_gguf"); }),
-                   "load_llama_gguf: 'gemma3' needs QK-norm, a post-attention norm, a post-FFN norm, gelu_tanh gating, "
-                   "embeddings scaled by 8, a 512-token sliding window, q/k rows already in rotate_half order");
+  EXPECT_NO_THROW(sm::require_block_support(c, "load_llama_gguf"));
+  EXPECT_EQ(sm::block_options_beyond_llama(c),
+            (std::vector<std::string>{"QK-norm", "a post-attention norm", "a post-FFN norm", "gelu_tanh gating",
+                                      "embeddings scaled by 8", "a 512-token sliding window"}));
+  EXPECT_EQ(sm::pre_ffn_norm_name(c), "pre_feedforward_layernorm.weight");  // Gemma's names: post_attention_layernorm
+  EXPECT_EQ(sm::pre_ffn_norm_name(config_of(arch_file("llama", kLlamaTensors))), "post_attention_layernorm.weight");
 
   // The pattern and the sliding RoPE base from their keys; a soft-cap where the metadata has one.
   Writer w2 = arch_file("gemma3", gemma_tensors);
@@ -986,7 +994,7 @@ TEST(GgufModel, Gemma3ConfigFromTheRealFile) {
   EXPECT_EQ(c.final_logit_softcap, 0.0);
   EXPECT_EQ(c.bos_token_id, 2);
   EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{1}));
-  EXPECT_FALSE(sm::unsupported_block_options(c).empty());
+  EXPECT_TRUE(sm::unsupported_block_options(c).empty());
 }
 
 // Files written by PyPI's gguf (llama.cpp's own writer: its key and tensor names, the calls its converter makes), by
@@ -1025,6 +1033,6 @@ TEST(LlamaConfigGguf, FilesWrittenByGgufPy) {
     if (e.contains("sliding_layers")) {
       EXPECT_EQ(c.sliding_layers, e["sliding_layers"].get<std::vector<bool>>());
     }
-    EXPECT_EQ(sm::unsupported_block_options(c).empty(), arch == "llama");
+    EXPECT_TRUE(sm::unsupported_block_options(c).empty());
   }
 }

@@ -69,7 +69,7 @@ class AtenLlamaModel {
   std::unique_ptr<Impl> impl_;
 };
 
-/// A llama-architecture GGUF file with every tensor dequantised (any type dequantize() converts).
+/// A GGUF file (llama, qwen2, qwen3 or gemma3) with every tensor dequantised (any type dequantize() converts).
 AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const AtenLlamaOptions& options = {});
 /// A Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not).
 AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options = {});

@@ -1,16 +1,18 @@
-// LlamaModel: a CPU Llama-family decoder — RMSNorm, rotary embeddings (plain, linear or llama3
-// scaling), grouped-query attention, SwiGLU MLP, tied or untied output projection — with a KV cache of several sequences.
-// It satisfies specdec::models::CausalLM.
+// LlamaModel: a CPU Llama-family decoder — RMSNorm, rotary embeddings (plain, linear or llama3 scaling), grouped-query
+// attention, SwiGLU MLP, tied or untied output projection — with a KV cache of several sequences, and the options of
+// Qwen2, Qwen3 and Gemma 3 (LlamaConfig: q/k/v biases, QK-norm, post-attention and post-MLP norms, GELU gating,
+// embedding scale, sliding-window layers, attention scale, logit soft-cap; docs/models.md). It satisfies
+// specdec::models::CausalLM.
 //
-// Weights follow the Hugging Face layout (nn.Linear [out, in]; q/k rows in "rotate_half" order, i.e. the rotary pairs are
-// (j, j + head_dim/2)). Matrices of a GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) stay in that format, repacked once
-// at load into 16-row tiles for integer products with int8 activations (detail::PackedMatrix: AVX-512 VNNI, AVX2 or
-// portable, chosen at run time, all bit-identical); float weights (F32/F16/BF16, safetensors) are held as float32. The
-// GGUF loader un-permutes llama.cpp's interleaved q/k rows at load, so one RoPE serves both formats. q/k/v and gate/up are
-// fused into one matrix each (when their formats agree) so a layer runs four matrix products. Every product sums a token
-// row's outputs in a fixed order whatever the other rows of the call, so a token's logits are bit-identical decoded alone,
-// in a verification chain, in a tree or beside other sequences (for up to 16 new tokens of a sequence per call; longer
-// prompts take a batched attention path).
+// Weights follow the Hugging Face layout (nn.Linear [out, in]; q/k rows in "rotate_half" order, i.e. the rotary pairs
+// are (j, j + head_dim/2)). Matrices of a GGUF block format (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) stay in that format,
+// repacked once at load into 16-row tiles for integer products with int8 activations (detail::PackedMatrix: AVX-512
+// VNNI, AVX2 or portable, chosen at run time, all bit-identical); float weights (F32/F16/BF16, safetensors) are held as
+// float32. The GGUF loader un-permutes llama.cpp's interleaved q/k rows of 'llama' files at load, so one RoPE serves
+// both formats. q/k/v and gate/up are fused into one matrix each (when their formats agree) so a layer runs four matrix
+// products. Every product sums a token row's outputs in a fixed order whatever the other rows of the call, so a token's
+// logits are bit-identical decoded alone, in a verification chain, in a tree or beside other sequences (for up to 16
+// new tokens of a sequence per call; longer prompts take a batched attention path).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -183,9 +185,10 @@ class LlamaModel {
 /// LlamaOptions::kv_cache_half from a name: "f16" -> true, "f32" -> false. Throws specdec::error naming the value otherwise.
 bool parse_kv_cache_type(std::string_view name);
 
-/// Loads a llama-architecture GGUF file: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices stay in their block format, F32/F16/BF16 ones
-/// become float32. Throws specdec::error on a missing file, an unsupported architecture, missing tensors, or a tensor whose
-/// type, size or shape the model cannot take (naming the tensor, its type and what was expected).
+/// Loads a GGUF file of architecture llama, qwen2, qwen3 or gemma3: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K matrices stay in their
+/// block format, F32/F16/BF16 ones become float32. Throws specdec::error on a missing file, an unsupported
+/// architecture, missing tensors, or a tensor whose type, size or shape the model cannot take (naming the tensor, its
+/// type and what was expected).
 LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions& options = {});
 
 /// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not) into a float32 model.
@@ -197,7 +200,8 @@ void write_tensors_safetensors(const std::filesystem::path& path, const std::vec
                                at::ScalarType float_type = at::kFloat);
 
 /// Reorders the rows of a llama.cpp GGUF attn_q/attn_k weight ([n_heads*head_dim, in], rotary pairs adjacent: (2j, 2j+1))
-/// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection.
+/// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection. A 1-D
+/// tensor (a bias of those rows) is reordered the same way.
 at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads);
 
 }  // namespace specdec::models

@@ -100,13 +100,24 @@ struct LlamaConfig {
 /// architecture (naming it and the supported ones), missing keys, or tensors no option accounts for (biases beyond q/k/v).
 LlamaConfig llama_config_from_gguf(const GgufFile& file);
 
-/// What `config` needs that the Llama block of this build does not run yet, one entry per option ("q/k/v biases"); empty
-/// when the block runs it as it is. The model loaders refuse a config with any (never running different math); the list
-/// shrinks as the block gains the options.
+/// What `config` needs that the Llama block of this build does not run yet, one entry per option; empty when the block runs
+/// it as it is. The models (LlamaModel, AtenLlamaModel) and their loaders refuse a config with any (never running
+/// different math). Every option a GGUF gives runs; left is norm_weight_plus_one (Gemma's own checkpoints' (1 + w) norms).
 std::vector<std::string> unsupported_block_options(const LlamaConfig& config);
 /// Throws specdec::error "`who`: <architecture> needs ... which the Llama block does not support yet" when
 /// unsupported_block_options(config) is not empty.
 void require_block_support(const LlamaConfig& config, std::string_view who);
+
+/// The options of `config` that Llama's own block lacks, one entry per option ("q/k/v biases", "QK-norm", ...); empty
+/// for a Llama block. For code that builds Llama blocks of its own from a target's config (specdec-train's heads and
+/// drafts), which must refuse the others until it takes their options.
+std::vector<std::string> block_options_beyond_llama(const LlamaConfig& config);
+
+/// The Hugging Face name, under "model.layers.N.", of the RMSNorm before the MLP: "post_attention_layernorm.weight" in
+/// Llama's block, "pre_feedforward_layernorm.weight" in Gemma's (post_attention_norm set), whose
+/// "post_attention_layernorm.weight" normalises the attention's output instead (and "post_feedforward_layernorm.weight"
+/// the MLP's). The GGUF loaders map these names to ffn_norm, post_attention_norm and post_ffw_norm.
+std::string_view pre_ffn_norm_name(const LlamaConfig& config) noexcept;
 
 /// Parses a Hugging Face config.json (model_type "llama" or "mistral"-like). Throws specdec::error on a missing/invalid file or key.
 LlamaConfig llama_config_from_hf_json(const std::filesystem::path& config_json);
@@ -117,6 +128,9 @@ LlamaConfig llama_config_from_hf_json_text(std::string_view json_text, std::stri
 /// smooth low-frequency division, or a GGUF's rope_freq_factors) applied; rotate_half convention. Shared by every model
 /// that applies RoPE. These are the global layers'; sliding layers use sliding_rope_theta without scaling.
 std::vector<float> rope_inverse_frequencies(const LlamaConfig& config, std::int64_t head_dim);
+
+/// The sliding layers' RoPE inverse frequencies: base sliding_rope_theta (rope_theta where it is 0), no scaling.
+std::vector<float> sliding_rope_inverse_frequencies(const LlamaConfig& config, std::int64_t head_dim);
 
 const char* to_string(RopeScalingType type) noexcept;
 const char* to_string(FfnActivation activation) noexcept;

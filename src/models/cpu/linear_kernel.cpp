@@ -324,7 +324,8 @@ template <class KV, bool kF16C = false>
     return v + (j < cached ? j : cached + visible[(r / group) * n + (j - cached)]) * hd;
   };
   auto count_of = [&](std::int64_t r) { return cached + visible_count[r / group]; };
-  if (hd % 8 == 0 && hd <= 128) {
+  // Head sizes up to 128 and Gemma's 256 sum in registers, NV blocks of 8 values per row (others: the loop below).
+  if (hd % 8 == 0 && (hd <= 128 || hd == 256)) {
     auto sum_rows = [&]<int NV>() __attribute__((always_inline)) {
       // float16 values of the cached context converted once per chunk (exactly) for every row of the call
       constexpr bool kHalf = std::is_same_v<KV, std::uint16_t>;
@@ -387,6 +388,7 @@ template <class KV, bool kF16C = false>
       case 13: sum_rows.template operator()<13>(); return;
       case 14: sum_rows.template operator()<14>(); return;
       case 15: sum_rows.template operator()<15>(); return;
+      case 32: sum_rows.template operator()<32>(); return;
       default: sum_rows.template operator()<16>(); return;
     }
   }

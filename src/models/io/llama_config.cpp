@@ -240,6 +240,14 @@ LlamaConfig llama_config_from_gguf(const GgufFile& f) {
 }
 
 std::vector<std::string> unsupported_block_options(const LlamaConfig& c) {
+  // Every option of the GGUF architectures runs (LlamaModel and AtenLlamaModel); only Gemma's own (1 + w) norm weights,
+  // which no loader produces (GGUF files hold 1 + w already), do not.
+  std::vector<std::string> out;
+  if (c.norm_weight_plus_one) out.emplace_back("(1 + w) RMSNorm");
+  return out;
+}
+
+std::vector<std::string> block_options_beyond_llama(const LlamaConfig& c) {
   std::vector<std::string> out;
   if (c.attention_bias) out.emplace_back("q/k/v biases");
   if (c.qk_norm) out.emplace_back("QK-norm");
@@ -251,9 +259,11 @@ std::vector<std::string> unsupported_block_options(const LlamaConfig& c) {
   if (c.sliding_window > 0) out.emplace_back(fmt::format("a {}-token sliding window", c.sliding_window));
   if (c.final_logit_softcap > 0.0) out.emplace_back(fmt::format("a final logit soft-cap of {}", c.final_logit_softcap));
   if (c.attention_scale > 0.0) out.emplace_back(fmt::format("an attention scale of {}", c.attention_scale));
-  // The loaders restore rotate_half order from llama.cpp's interleaved q/k rows, which only 'llama' files have.
-  if (c.architecture != "llama") out.emplace_back("q/k rows already in rotate_half order (llama.cpp's NeoX RoPE)");
   return out;
+}
+
+std::string_view pre_ffn_norm_name(const LlamaConfig& c) noexcept {
+  return c.post_attention_norm ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
 }
 
 void require_block_support(const LlamaConfig& c, std::string_view who) {
@@ -407,6 +417,12 @@ std::vector<float> rope_inverse_frequencies(const LlamaConfig& c, std::int64_t h
     }
   }
   return inv;
+}
+
+std::vector<float> sliding_rope_inverse_frequencies(const LlamaConfig& c, std::int64_t head_dim) {
+  LlamaConfig plain;
+  plain.rope_theta = c.sliding_rope_theta > 0.0 ? c.sliding_rope_theta : c.rope_theta;
+  return rope_inverse_frequencies(plain, head_dim);  // no scaling, no frequency factors
 }
 
 }  // namespace specdec::models
