@@ -5,12 +5,13 @@
 // BM_Target: the 1-token target forward at context 128 (median), the unit of every c below.
 // BM_Eagle: one head forward of `rows` rows per request for `batch` requests, each request's slot holding 128 committed
 //   rows (real target features of a synthetic prompt): rows 1 is a chain's draft step, rows k > 1 one level of a tree
-//   (k children of the committed prefix); `weights` 1 = Q8_0 on the packed products (EagleHeadOptions::quantize_weights,
-//   the CLI's default), 0 = float32; `bits` the activations' precision against Q8_0 weights.
+//   (k children of the committed prefix); `weights` 2 = Q4_0 on the packed products (EagleHeadOptions::quantize_weights
+//   and quantized_type, the CLI's default), 1 = Q8_0, 0 = float32; `bits` the activations' precision against them.
 // BM_DraftModel: one draft-model forward of one token per request for `batch` requests at context 128 (a chain's draft
-//   step), logits of every row; `weights` 1 = Q8_0 (LlamaOptions::quantize_float_weights, the CLI's default), 0 = float32.
+//   step), logits of every row; `weights` 2 = Q4_0 (LlamaOptions::quantize_float_weights and quantized_float_type, the
+//   CLI's default), 1 = Q8_0, 0 = float32.
 // BM_Decode: speculative decoding of `batch` synthetic prompts (96 new tokens each) at temperature `temp` / 100 (0:
-//   greedy) with g drafts per step (fixed) by the EAGLE proposer (proposer 0) or the draft-model proposer (1), Q8_0
+//   greedy) with g drafts per step (fixed) by the EAGLE proposer (proposer 0) or the draft-model proposer (1), Q4_0
 //   weights: the decoder's c, forwards and the proposer's own work together. Each step's draft time (propose + observe, as
 //   DecoderMetrics counts it) is timed alone; c = median step draft time / g / the target's 1-token median (a draft
 //   position's cost, as specdec-generate reports c; a batch's step drafts g positions for every request).
@@ -136,17 +137,23 @@ void time_steps(benchmark::State& state, bool cold, std::int64_t tokens, double 
   state.counters["weight_mb"] = weight_bytes / 1e6;
 }
 
-// The bundled head with Q8_0 (`q8`) or float32 weights and `bits` activations, one head per combination.
-sp::EagleHead& eagle_head(bool q8, int bits) {
-  static std::map<std::pair<bool, int>, std::unique_ptr<sp::EagleHead>> heads;
-  auto& h = heads[{q8, bits}];
+// The `weights` argument: 0 float32, 1 Q8_0, 2 Q4_0.
+sm::GgmlType weight_type(std::int64_t weights) {
+  return weights == 2 ? sm::GgmlType::kQ4_0 : weights == 1 ? sm::GgmlType::kQ8_0 : sm::GgmlType::kF32;
+}
+
+// The bundled head with `weights` (0 float32, 1 Q8_0, 2 Q4_0) and `bits` activations, one head per combination.
+sp::EagleHead& eagle_head(int weights, int bits) {
+  static std::map<std::pair<int, int>, std::unique_ptr<sp::EagleHead>> heads;
+  auto& h = heads[{weights, bits}];
   if (!h) {
-    static const sp::EagleTargetWeights weights = sp::eagle_target_weights_from_gguf(target_path());
+    static const sp::EagleTargetWeights weights_of_target = sp::eagle_target_weights_from_gguf(target_path());
     sp::EagleHeadOptions o;
-    o.quantize_weights = q8;
+    o.quantize_weights = weights != 0;
+    o.quantized_type = weight_type(weights);
     o.activation_bits = bits;
     o.num_threads = g_threads;
-    h = std::make_unique<sp::EagleHead>(sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", weights, o));
+    h = std::make_unique<sp::EagleHead>(sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", weights_of_target, o));
   }
   return *h;
 }
@@ -165,18 +172,18 @@ const at::Tensor& target_features() {
 }
 
 // Bytes of the head's matrices a step reads: fc, the layer's four products and the LM head's draft-vocabulary rows.
-double eagle_weight_bytes(const sp::EagleHead& h, bool q8) {
+double eagle_weight_bytes(const sp::EagleHead& h, int weights) {
   double values = 0;
   for (const auto& [name, t] : h.named_weights())
     if (t.dim() == 2 && name != "embed_tokens.weight") values += static_cast<double>(t.numel());
   const std::int64_t H = h.hidden_size();
   values += static_cast<double>(h.draft_vocab_size() * H);  // EAGLE-1 scores the target's rows (not among named_weights)
-  return q8 ? values * 34.0 / 32.0 : values * 4.0;
+  return weights == 2 ? values * 18.0 / 32.0 : weights == 1 ? values * 34.0 / 32.0 : values * 4.0;
 }
 
-// Args: weights (1 = Q8_0), bits, rows per request, batch, cold.
+// Args: weights (0 float32, 1 Q8_0, 2 Q4_0), bits, rows per request, batch, cold.
 void BM_Eagle(benchmark::State& state) {
-  const bool q8 = state.range(0) != 0;
+  const int q8 = static_cast<int>(state.range(0));
   const int bits = static_cast<int>(state.range(1));
   const std::int64_t rows = state.range(2), batch = state.range(3);
   sp::EagleHead& h = eagle_head(q8, bits);
@@ -213,29 +220,30 @@ void BM_Eagle(benchmark::State& state) {
 }
 BENCHMARK(BM_Eagle)
     ->ArgNames({"weights", "bits", "rows", "batch", "cold"})
-    ->ArgsProduct({{1}, {16, 8}, {1, 2, 4, 8}, {1}, {0, 1}})
+    ->ArgsProduct({{2, 1}, {16, 8}, {1, 2, 4, 8}, {1}, {0, 1}})
     ->ArgsProduct({{1}, {16, 8}, {1}, {2, 4, 8}, {0, 1}})
     ->ArgsProduct({{0}, {16}, {1, 8}, {1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
     ->MinTime(0.5);
 
-sm::LlamaModel& draft_model(bool q8, int bits) {
-  static std::map<std::pair<bool, int>, std::unique_ptr<sm::LlamaModel>> models;
-  auto& m = models[{q8, bits}];
+sm::LlamaModel& draft_model(int weights, int bits) {
+  static std::map<std::pair<int, int>, std::unique_ptr<sm::LlamaModel>> models;
+  auto& m = models[{weights, bits}];
   if (!m) {
     sm::LlamaOptions o;
     o.num_threads = g_threads;
-    o.quantize_float_weights = q8;
+    o.quantize_float_weights = weights != 0;
+    o.quantized_float_type = weight_type(weights);
     o.activation_bits = bits;
     m = std::make_unique<sm::LlamaModel>(sm::load_llama_safetensors(models_dir() / "smollm2-135m-draft", o));
   }
   return *m;
 }
 
-// Args: weights (1 = Q8_0), bits, batch, cold.
+// Args: weights (0 float32, 1 Q8_0, 2 Q4_0), bits, batch, cold.
 void BM_DraftModel(benchmark::State& state) {
-  const bool q8 = state.range(0) != 0;
+  const int q8 = static_cast<int>(state.range(0));
   const int bits = static_cast<int>(state.range(1));
   const std::int64_t batch = state.range(2);
   sm::LlamaModel& m = draft_model(q8, bits);
@@ -261,7 +269,7 @@ void BM_DraftModel(benchmark::State& state) {
 }
 BENCHMARK(BM_DraftModel)
     ->ArgNames({"weights", "bits", "batch", "cold"})
-    ->ArgsProduct({{1}, {16, 8}, {1, 2, 4, 8}, {0, 1}})
+    ->ArgsProduct({{2, 1}, {16, 8}, {1, 2, 4, 8}, {0, 1}})
     ->ArgsProduct({{0}, {16}, {1}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime()
@@ -333,11 +341,12 @@ void BM_Decode(benchmark::State& state) {
     static const sp::EagleTargetWeights weights = sp::eagle_target_weights_from_gguf(target_path());
     sp::EagleHeadOptions ho;
     ho.quantize_weights = true;
+    ho.quantized_type = sm::GgmlType::kQ4_0;  // the CLI's default
     ho.num_threads = g_threads;
     sp::EagleProposer eagle(sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", weights, ho), eo);
     decode_with(state, eagle, g);
   } else {
-    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model(true, 16));
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model(2, 16));
     decode_with(state, draft, g);
   }
 }

@@ -128,7 +128,7 @@ struct Options {
   int threads = 0;
   std::string activation_bits = "16";  // ActivationBits::parse
   std::string kv_cache = "f16";        // parse_kv_cache_type
-  std::string draft_weights = "q8_0";
+  std::string draft_weights = "q4_0";
   int aten_threads = 1;
   int ngram_min_n = 1, ngram_max_n = 4;
   std::string verify = "token";  // token | block
@@ -145,8 +145,14 @@ struct Options {
 void warn(const std::string& message) { fmt::print(stderr, "specdec-generate: warning: {}\n", message); }
 
 
+/// The format --draft-weights quantises the drafts' float weights to (unused with float).
+specdec::models::GgmlType draft_weights_type(const Options& o) {
+  return o.draft_weights == "q4_0" ? specdec::models::GgmlType::kQ4_0 : specdec::models::GgmlType::kQ8_0;
+}
+
 /// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
-LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false) {
+LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false,
+                      specdec::models::GgmlType quantized_type = specdec::models::GgmlType::kQ8_0) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
@@ -155,6 +161,7 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   options.activation_bits = specdec::models::ActivationBits::parse(o.activation_bits);
   options.kv_cache_half = specdec::models::parse_kv_cache_type(o.kv_cache);
   options.quantize_float_weights = quantize;
+  options.quantized_float_type = quantized_type;
   try {
     if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
     return specdec::models::load_llama_gguf(path, options);
@@ -322,7 +329,8 @@ specdec::proposers::EagleProposer make_eagle(const Options& o, const LlamaModel&
   eo.min_path_prob = o.draft_min_path_prob;
   eo.target_num_layers = target.config().num_layers;
   specdec::proposers::EagleHeadOptions ho;
-  ho.quantize_weights = o.draft_weights == "q8_0";
+  ho.quantize_weights = o.draft_weights != "float";
+  ho.quantized_type = draft_weights_type(o);
   ho.num_threads = o.threads;  // the target's pool
   return specdec::proposers::EagleProposer(specdec::proposers::load_eagle_head(head_dir, weights, ho), eo);
 }
@@ -463,7 +471,7 @@ specdec::proposers::DraftModelOptions draft_options(const Options& o) {
 
 LlamaModel load_draft_model(const Options& o) {
   const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-  return load_model(path, "--draft-model", o, o.draft_weights == "q8_0");
+  return load_model(path, "--draft-model", o, o.draft_weights != "float", draft_weights_type(o));
 }
 
 /// What check_options found and run_on uses: the proposer, the prompts (with their names and the chain members each
@@ -1178,9 +1186,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
-                 "the draft model's and the EAGLE head's float weights: q8_0 (quantised at load, run on the target's packed "
-                 "products) or float")
-      ->check(CLI::IsMember({"q8_0", "float"}))
+                 "the draft model's and the EAGLE head's float weights: q8_0 or q4_0 (quantised at load, run on the "
+                 "target's packed products; q4_0 reads half the bytes) or float")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "float"}))
       ->capture_default_str();
   app.add_option("--activation-bits", o.activation_bits,
                  "precision of activations meeting block-format weights: 16 (two int8 planes, ~float accuracy), 8 (one "

@@ -779,7 +779,7 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
     m.inv_freq_swa = sliding_rope_inverse_frequencies(c, m.hd);
   }
 
-  const bool q8 = options.quantize_float_weights;
+  const GgmlType q8 = options.quantize_float_weights ? options.quantized_float_type : GgmlType::kF32;
   // The packed matrices one after another in huge-page slabs, in the order a forward reads them (detail::WeightArena).
   detail::WeightArena arena;
   m.embed = detail::fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8, arena);

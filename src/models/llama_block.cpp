@@ -209,7 +209,10 @@ at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, 
 }
 
 BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
-                         std::int64_t cols, bool quantize_float, WeightArena& arena) {
+                         std::int64_t cols, GgmlType quantize_float, WeightArena& arena) {
+  if (quantize_float != GgmlType::kF32 && quantize_float != GgmlType::kQ8_0 && quantize_float != GgmlType::kQ4_0)
+    fail(fmt::format("quantised float weights (LlamaOptions::quantized_float_type, EagleHeadOptions::quantized_type): "
+                     "expected Q8_0 or Q4_0, got {}", to_string(quantize_float)));
   BlockLinear lin;
   lin.cols = cols;
   std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
@@ -265,12 +268,13 @@ BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::p
   for (const auto& [name, rows] : names) {
     StoredWeight w = fetch_stored(get, name, {rows, cols});
     const bool packable = !w.dense.defined() && can_pack(w.type);
-    if (!packable && quantize_float && cols % 32 == 0) {
+    if (!packable && quantize_float != GgmlType::kF32 && cols % 32 == 0) {
       StoredWeight q;
       q.file_name = w.file_name.empty() ? name : w.file_name;
       const at::Tensor t = to_dense(name, w);  // float32, rows un-permuted
-      quantized.push_back(quantize_q8_0(t.data_ptr<float>(), t.numel()));
-      q.type = GgmlType::kQ8_0;
+      const bool q4 = quantize_float == GgmlType::kQ4_0;
+      quantized.push_back(q4 ? quantize_q4_0(t.data_ptr<float>(), t.numel()) : quantize_q8_0(t.data_ptr<float>(), t.numel()));
+      q.type = quantize_float;
       q.data = quantized.back();
       q.shape = {rows, cols};
       w = std::move(q);

@@ -224,7 +224,7 @@ void EagleHead::Impl::build_products() {
     if (auto it = named.find(name); it != named.end()) w.dense = it->second;
     return w;
   };
-  const bool q8 = opts.quantize_weights;
+  const sm::GgmlType q8 = opts.quantize_weights ? opts.quantized_type : sm::GgmlType::kF32;
   sm::detail::WeightArena arena;
   named["fc"] = fc_w;
   fc = sm::detail::fetch_linear(get, {{"fc", H}}, fc_w.size(1), q8, arena);

@@ -52,4 +52,5 @@ if(TARGET specdec_cpu)
   specdec_add_test(test_models_packed SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_packed_matrix.cpp
                    ${CMAKE_CURRENT_LIST_DIR}/test_row_pool.cpp ${CMAKE_CURRENT_LIST_DIR}/test_weight_arena.cpp
                    LIBS specdec::cpu)
+  target_compile_definitions(test_models_packed PRIVATE SPECDEC_IO_TEST_DATA="${CMAKE_CURRENT_LIST_DIR}/data")
 endif()

@@ -201,6 +201,7 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   sm::LlamaModel dense = dense_model(c, ck);
   sm::LlamaOptions o;
   o.quantize_float_weights = true;
+  o.quantized_float_type = sm::GgmlType::kQ8_0;
   sm::LlamaModel q8(c, [&](const std::string& name) -> at::Tensor {
     if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
     auto r = ck.raw.find(name);
@@ -218,6 +219,30 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   at::Tensor b = q8.forward(sm::make_chain_batch(q8.allocate_sequence(), prompt)).logits;
   // 8-bit weights (a step of max|w| / 127 per block of 32): logits within a few percent of their range.
   EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * a.abs().max().item<double>());
+
+  // quantized_float_type Q4_0: 18 bytes per 32 values, coarser (a step of max|w| / 8), still near the float logits and
+  // further from them than Q8_0's.
+  o.quantized_float_type = sm::GgmlType::kQ4_0;
+  sm::LlamaModel q4(c, [&](const std::string& name) -> at::Tensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
+    auto r = ck.raw.find(name);
+    if (r == ck.raw.end()) return {};
+    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    return t;
+  }, o);
+  EXPECT_LT(q4.weight_bytes_per_forward(), q8.weight_bytes_per_forward() * 60 / 100);
+  at::Tensor d4 = q4.forward(sm::make_chain_batch(q4.allocate_sequence(), prompt)).logits;
+  EXPECT_LT((a - d4).abs().max().item<double>(), 0.3 * a.abs().max().item<double>());
+  EXPECT_GT((a - d4).abs().mean().item<double>(), (a - b).abs().mean().item<double>());
+  o.quantized_float_type = sm::GgmlType::kQ6_K;
+  EXPECT_THROW(sm::LlamaModel(c, [&](const std::string& name) -> at::Tensor {
+    auto r = ck.raw.find(name);
+    if (r == ck.raw.end()) return ck.norms.count(name) ? ck.norms.at(name) : at::Tensor();
+    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    return t;
+  }, o), specdec::error);
 }
 
 std::string load_error(const sm::LlamaConfig& c, const Checkpoint& ck) {
@@ -234,10 +259,10 @@ TEST(LlamaPacked, LoadRejectsTensorsTheModelCannotTake) {
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
   {
     Checkpoint ck = make_checkpoint(c, 8);
-    ck.raw[q].type = sm::GgmlType::kQ5_0;  // parsed by the reader, no product for it
+    ck.raw[q].type = sm::GgmlType::kIQ2_XXS;  // parsed by the reader, no product for it
     const std::string e = load_error(c, ck);
     EXPECT_NE(e.find(q), std::string::npos) << e;
-    EXPECT_NE(e.find("Q5_0"), std::string::npos) << e;
+    EXPECT_NE(e.find("IQ2_XXS"), std::string::npos) << e;
   }
   {
     Checkpoint ck = make_checkpoint(c, 9);

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
@@ -328,6 +330,45 @@ TEST(PackedMatrix, Q8_0QuantisationIsLlamaCpps) {
     for (std::size_t i = 0; i < 32; ++i) EXPECT_NEAR(back[b * 32 + i], x[b * 32 + i], 0.5f * d + amax * 1e-3f);
   }
   EXPECT_THROW((void)quantize_q8_0(x.data(), 33), specdec::error);
+}
+
+// The quantisers drafts use (quantize_q8_0, quantize_q4_0) give llama.cpp's reference quantisers' bytes: PyPI gguf's
+// gguf.quants.quantize on random floats with outliers and a zero block (tests/models/write_dequant_fixture.py wrote
+// tests/models/data/ggml-quantize-gguf-py.bin).
+TEST(PackedMatrix, QuantisersMatchGgufPyBitForBit) {
+  std::ifstream in(std::string(SPECDEC_IO_TEST_DATA) + "/ggml-quantize-gguf-py.bin", std::ios::binary);
+  ASSERT_TRUE(in);
+  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t pos = 4;
+  auto u32 = [&] {
+    std::uint32_t v = 0;
+    if (pos + 4 <= file.size()) std::memcpy(&v, file.data() + pos, 4);
+    pos += 4;
+    return v;
+  };
+  ASSERT_GE(file.size(), 8u);
+  ASSERT_EQ(std::string(file.data(), 4), "SDQQ");
+  const std::uint32_t count = u32();
+  int checked = 0;
+  for (std::uint32_t e = 0; e < count; ++e) {
+    const auto type = static_cast<GgmlType>(u32());
+    const std::uint32_t n = u32(), n_bytes = u32();
+    ASSERT_LE(pos + 4ull * n + n_bytes, file.size());
+    std::vector<float> x(n);
+    std::memcpy(x.data(), file.data() + pos, 4ull * n);
+    const std::vector<std::byte> want(reinterpret_cast<const std::byte*>(file.data() + pos + 4ull * n),
+                                      reinterpret_cast<const std::byte*>(file.data() + pos + 4ull * n + n_bytes));
+    pos += 4ull * n + n_bytes;
+    ASSERT_TRUE(type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) << to_string(type);
+    const auto got = type == GgmlType::kQ8_0 ? quantize_q8_0(x.data(), n) : quantize_q4_0(x.data(), n);
+    ASSERT_EQ(got.size(), want.size()) << to_string(type);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], want[i]) << to_string(type) << " byte " << i << " (block " << i / (want.size() / (n / 32)) << ")";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  const std::vector<float> x33(33, 1.f);
+  EXPECT_THROW((void)quantize_q4_0(x33.data(), 33), specdec::error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, PackedFormat, ::testing::ValuesIn(kFormats),

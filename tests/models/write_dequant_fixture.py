@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Writes tests/models/data/ggml-dequant-gguf-py.bin: random blocks of every block type specdec dequantises, with the
-values llama.cpp's own Python package (PyPI `gguf`, gguf.quants.dequantize) gives them. GgufDequantize.MatchesGgufPy
-compares specdec's dequantize() with these bit for bit: an independent implementation of every format.
+values llama.cpp's own Python package (PyPI `gguf`, gguf.quants.dequantize) gives them. GgufDequantize.MatchesGgufPyBitForBit
+compares specdec's dequantize() with these bit for bit: an independent implementation of every format. Also
+tests/models/data/ggml-quantize-gguf-py.bin: random floats and their Q8_0 and Q4_0 blocks by gguf.quants.quantize (llama.cpp's
+reference quantisers), for PackedMatrix.QuantisersMatchGgufPyBitForBit.
 
-    python3 tests/models/write_dequant_fixture.py [OUT]     (needs numpy and gguf, e.g. .deps/llama-venv/bin/python)
+    python3 tests/models/write_dequant_fixture.py [OUT_DIR]     (needs numpy and gguf, e.g. .deps/gguf-venv/bin/python)
 
-Format (little-endian): u32 magic 'SDQF', u32 count; per entry: u32 ggml type, u32 n_bytes, u32 n_values, the block
-bytes, then n_values float32.
+Formats (little-endian): u32 magic 'SDQF', u32 count; per entry: u32 ggml type, u32 n_bytes, u32 n_values, the block
+bytes, then n_values float32. 'SDQQ', u32 count; per entry: u32 ggml type, u32 n_values, u32 n_bytes, n_values float32,
+then the block bytes.
 """
 import struct
 import sys
@@ -26,7 +29,8 @@ BLOCKS = 3
 
 
 def main() -> None:
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "data" / "ggml-dequant-gguf-py.bin"
+    out_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "data"
+    out = out_dir / "ggml-dequant-gguf-py.bin"
     rng = np.random.default_rng(37)
     entries = []
     for t, (elems, nbytes, halves) in FORMATS.items():
@@ -50,6 +54,17 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(b"SDQF" + struct.pack("<I", len(entries)) + b"".join(entries))
     print(f"wrote {out} ({out.stat().st_size} bytes, {len(entries)} types)")
+    # Quantisers: normal values with a few outliers, and a block of zeros (d = 0).
+    x = rng.standard_normal(32 * 24).astype(np.float32)
+    x[::97] *= 8.0
+    x[32 * 5:32 * 6] = 0.0
+    qentries = []
+    for t in (T.Q8_0, T.Q4_0):
+        blocks = quants.quantize(x.reshape(-1, 32), t).reshape(-1)
+        qentries.append(struct.pack("<III", int(t), x.size, blocks.size) + x.astype("<f4").tobytes() + blocks.tobytes())
+    qout = out_dir / "ggml-quantize-gguf-py.bin"
+    qout.write_bytes(b"SDQQ" + struct.pack("<I", len(qentries)) + b"".join(qentries))
+    print(f"wrote {qout} ({qout.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 // decoding for lookup-then-draft-model and suffix-then-n-gram chains and for a batch whose requests order the members
 // differently (bad names refused with nothing left behind), and a request's sampled tokens independent of its batch.
 // ChainSelection::kMostExpected: the proposal with more expected accepted drafts wins, lookups' acceptance learned from
-// their shadow walks over the emitted tokens, enough_fraction sparing later members; greedy output and batch independence
+// their shadow walks over the emitted tokens, enough_expected sparing later members; greedy output and batch independence
 // as above. The joint distributions of mixed batches are in tests/decoder/test_decoder_distribution.cpp.
 #include <gtest/gtest.h>
 
@@ -282,7 +282,7 @@ TEST(ProposerChain, MostExpectedKeepsTheProposalWorthMoreAndLearnsLookups) {
   FixedChain confident{{8, 9, 10, 11}, {0.6f, 0.5f, 0.5f, 0.5f}, true};
   sp::ChainOptions co;
   co.selection = sp::ChainSelection::kMostExpected;
-  co.enough_fraction = 1.0;  // every member is asked
+  co.enough_expected = 1e9;  // every member is asked
   sp::ProposerChain chain(co);
   chain.add(lookup, "lookup").add(confident, "confident");
   EXPECT_TRUE(chain.reports_confidence());
@@ -326,21 +326,21 @@ TEST(ProposerChain, MostExpectedKeepsTheProposalWorthMoreAndLearnsLookups) {
   chain.end_request(1);
   EXPECT_TRUE(chain.lookup_acceptance(0, 0).empty());
 
-  // enough_fraction: a proposal worth more than 0.25 * 4 drafts spares the later members; otherwise they are asked.
+  // enough_expected: a proposal worth more than 1.5 drafts spares the later members; otherwise they are asked.
   FixedChain sure{{4, 5}, {0.9f, 0.9f}, true};
   FixedChain second{{8, 9}, {0.95f, 0.95f}, true};
-  co.enough_fraction = 0.25;
+  co.enough_expected = 1.5;
   sp::ProposerChain early(co);
   early.add(sure, "sure").add(second, "second");
   begin(early, 0, ctx, nullptr);
   const sp::ProposeRequest r4[] = {request(0, ctx, nullptr, 4)};
-  EXPECT_EQ(early.propose(r4).token_ids, (Tokens{4, 5}));  // 0.9 + 0.81 >= 1: "second" (worth more) is not asked
+  EXPECT_EQ(early.propose(r4).token_ids, (Tokens{4, 5}));  // 0.9 + 0.81 > 1.5: "second" (worth more) is not asked
   EXPECT_EQ(second.calls, 0);
-  const sp::ProposeRequest r8[] = {request(0, ctx, nullptr, 8)};
-  EXPECT_EQ(early.propose(r8).token_ids, (Tokens{8, 9}));  // 1.71 < 2: asked, and worth more
+  const sp::ProposeRequest r1[] = {request(0, ctx, nullptr, 1)};
+  EXPECT_EQ(early.propose(r1).token_ids, (Tokens{8}));  // 0.9 <= 1.5: asked, and worth more (0.95)
   EXPECT_EQ(second.calls, 1);
   early.end_request(0);
-  co.enough_fraction = 1.5;
+  co.enough_expected = -1.0;
   EXPECT_THROW((void)sp::ProposerChain(co), specdec::error);
 }
 

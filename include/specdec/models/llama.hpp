@@ -78,6 +78,9 @@ struct LlamaOptions {
   /// products: a quarter of float32's bytes per token, and no longer the checkpoint's exact weights. Meant for draft models,
   /// whose outputs only propose tokens (the verifier keeps the target's distribution whatever the draft computes).
   bool quantize_float_weights = false;
+  /// The format quantize_float_weights quantises to: GgmlType::kQ8_0 (the default) or kQ4_0 (llama.cpp's reference
+  /// quantisers; Q4_0 reads half Q8_0's bytes per token, at the cost of coarser weights).
+  GgmlType quantized_float_type = GgmlType::kQ8_0;
   /// Most tokens a sequence may hold (max_sequence_length()). 0: the config's max_position_embeddings (GGUF
   /// llama.context_length), the window the model was trained on. A forward that would write past it throws; a larger value
   /// runs the rotary embedding past the trained positions (quality is then the caller's risk).

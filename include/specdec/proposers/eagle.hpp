@@ -107,6 +107,9 @@ struct EagleHeadOptions {
   /// not (the verifier keeps the target's). A matrix whose input width is not a multiple of 32 stays float32. Off: the
   /// checkpoint's float32 weights on the streaming float kernel (the reference the trainer's modules are checked against).
   bool quantize_weights = false;
+  /// The format quantize_weights quantises to: models::GgmlType::kQ8_0 (the default) or kQ4_0 (half the bytes a draft
+  /// step reads, coarser weights).
+  models::GgmlType quantized_type = models::GgmlType::kQ8_0;
   /// Precision of the activations that meet quantised weights (models::ActivationBits): 16 (two int8 planes) or 8 (one,
   /// half the integer work of a product).
   int activation_bits = 16;

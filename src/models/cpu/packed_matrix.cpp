@@ -255,6 +255,27 @@ std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n) {
   return out;
 }
 
+std::vector<std::byte> quantize_q4_0(const float* x, std::int64_t n) {
+  if (n < 0 || n % 32 != 0) fail(fmt::format("quantize_q4_0: n: expected a multiple of 32, got {}", n));
+  std::vector<std::byte> out(static_cast<std::size_t>(n / 32 * 18));
+  for (std::int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    std::byte* dst = out.data() + b * 18;
+    float amax = 0.f, max = 0.f;  // the value of largest magnitude, with its sign
+    for (int i = 0; i < 32; ++i)
+      if (std::fabs(xb[i]) > amax) amax = std::fabs(xb[i]), max = xb[i];
+    const float d = max / -8.f, id = d != 0.f ? 1.f / d : 0.f;
+    const std::uint16_t h = float_to_half(d);
+    std::memcpy(dst, &h, 2);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j] * id + 8.5f)));
+      const int hi = std::min(15, static_cast<int>(static_cast<std::int8_t>(xb[j + 16] * id + 8.5f)));
+      dst[2 + j] = static_cast<std::byte>(lo | (hi << 4));
+    }
+  }
+  return out;
+}
+
 bool can_pack(GgmlType type) noexcept { return format_info(type).source_block_elements != 0; }
 
 PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* arena) {

@@ -69,8 +69,9 @@ at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, 
 
 /// Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each, checked): runs of one packable
 /// block format become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float`
-/// (and cols a multiple of 32) Q8_0 blocks packed like a file's. Packed tiles go into `arena`.
+/// kQ8_0 or kQ4_0 (and cols a multiple of 32) blocks of that format (llama.cpp's quantisers), packed like a file's;
+/// kF32 keeps them float. Packed tiles go into `arena`.
 BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
-                         std::int64_t cols, bool quantize_float, WeightArena& arena);
+                         std::int64_t cols, GgmlType quantize_float, WeightArena& arena);
 
 }  // namespace specdec::models::detail

@@ -62,6 +62,9 @@ CpuIsa best_cpu_isa() noexcept;
 /// llama.cpp's Q8_0 blocks of n floats (n a multiple of 32): per block d = max|x| / 127 stored as half, q = round(x / d).
 /// For weights a caller chooses to quantise (draft models); the result packs as a GgmlType::kQ8_0 source.
 std::vector<std::byte> quantize_q8_0(const float* x, std::int64_t n);
+/// llama.cpp's Q4_0 blocks of n floats (n a multiple of 32; its reference quantiser): per block d = -m / 8 for the value m
+/// of largest magnitude, stored as half, q = min(15, trunc(x / d + 8.5)). Packs as a GgmlType::kQ4_0 source.
+std::vector<std::byte> quantize_q4_0(const float* x, std::int64_t n);
 
 /// True for the ggml types a PackedMatrix holds.
 bool can_pack(GgmlType type) noexcept;
