@@ -201,7 +201,18 @@ def chat_prompts(llm, prompts):
     llama-cpp-python's formatter and records whether the texts agree."""
     template = llm.metadata.get("tokenizer.chat_template", "")
     if "<|im_start|>" not in template or "<|im_end|>" not in template:
-        raise SystemExit("compare: the GGUF's tokenizer.chat_template is not ChatML; specdec-generate --chat would refuse it")
+        # Gemma's files may carry no template: specdec-generate --chat then writes Gemma's turns, as llama.cpp's
+        # built-in "gemma" template does (the user's text trimmed, BOS from the tokenizer).
+        if "<start_of_turn>" in template or (not template and llm.tokenize(b"<start_of_turn>", add_bos=False, special=True)
+                                             and len(llm.tokenize(b"<start_of_turn>", add_bos=False, special=True)) == 1):
+            out = []
+            for p in prompts:
+                text = f"<start_of_turn>user\n{p['prompt'].strip()}<end_of_turn>\n<start_of_turn>model\n"
+                ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+                out.append({"name": p["name"], "text": text, "ids": list(ids), "jinja_template_matches": None})
+            return out
+        raise SystemExit("compare: the GGUF's tokenizer.chat_template is neither ChatML nor Gemma's; specdec-generate "
+                         "--chat would refuse it")
     system = system_prompt_from_template(template)
     jinja = None
     try:
