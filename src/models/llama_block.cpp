@@ -145,19 +145,6 @@ void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::
   }
 }
 
-void gelu_tanh_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCubic = 0.044715f;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * f;
-    const float* u = g + f;
-    float* o = out + r * f;
-    for (std::int64_t i = 0; i < f; ++i) {
-      const float x = g[i];
-      const float inner = kSqrt2OverPi * (x + kCubic * (x * x * x));
-      o[i] = (0.5f * x * (1.f + std::tanh(inner))) * u[i];
-    }
-  }
-}
 
 void rope_rotate(const float* in, float* out, const float* cos, const float* sin, std::int64_t half, float scale) {
   for (std::int64_t j = 0; j < half; ++j) {

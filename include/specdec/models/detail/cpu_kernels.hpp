@@ -79,4 +79,12 @@ void silu_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_
 bool silu_mul_has_avx2();
 bool silu_mul_has_avx512();
 
+/// out[r, i] = gelu_tanh(gu[r, i]) * gu[r, f + i], GELU with the tanh approximation (Gemma's MLP), computed as
+/// x / (1 + exp(-2 sqrt(2 / pi) (x + 0.044715 x^3))) (= 0.5 x (1 + tanh(...))) with silu_mul's exp, on the same paths,
+/// chosen alike: element by element, so each value is independent of the batch.
+void gelu_tanh_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+/// gelu_tanh_mul's vector paths, for the tests (available where silu_mul's are).
+void gelu_tanh_mul_avx2(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+void gelu_tanh_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_t f);
+
 }  // namespace specdec::models::detail

@@ -56,11 +56,6 @@ void block_linear(RowPool& pool, const BlockLinear& w, const at::Tensor& x, cons
 /// y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w for rows [0, rows) of `dim` values; each row alone, in a fixed order.
 void rms_norm(const float* x, const float* w, float* y, std::int64_t rows, std::int64_t dim, float eps);
 
-/// out[r, i] = gelu_tanh(gu[r, i]) * gu[r, f + i] for rows [0, rows) (gu rows of 2f values, out rows of f), with
-/// gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) (Gemma's MLP). Element by element, one compiled
-/// version: each value is independent of the batch and of the machine's instruction set.
-void gelu_tanh_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f);
-
 /// Rotary embedding of one head in the rotate_half convention (pairs (j, j + half)), times `scale`.
 void rope_rotate(const float* in, float* out, const float* cos, const float* sin, std::int64_t half, float scale);
 
