@@ -45,6 +45,7 @@
 #include "specdec/models/tokenizer.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/proposers/cross_vocab.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/theory.hpp"
@@ -945,8 +946,41 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
     spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", how);
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
-    specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o));
-    spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
+    if (static_cast<std::int64_t>(draft_model->vocab_size()) == static_cast<std::int64_t>(target.vocab_size())) {
+      specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o));
+      spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
+    } else {
+      // Another tokenizer: token-level intersection over the two GGUF vocabularies, the context re-tokenized each step.
+      const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
+      if (fs::is_directory(path))
+        fail(fmt::format("--draft-model: '{}' has a vocabulary of {} tokens, the target {}; drafting across vocabularies "
+                         "needs the draft's tokenizer from a GGUF file", path, draft_model->vocab_size(), target.vocab_size()));
+      const Tokenizer draft_tokenizer = Tokenizer::from_gguf(specdec::models::GgufFile(path));
+      auto texts = [](const Tokenizer& t, std::vector<std::string>& text, std::vector<std::uint8_t>& usable) {
+        for (std::int32_t i = 0; i < t.vocab_size(); ++i) {
+          text.push_back(t.token_to_piece(i));
+          const auto type = t.token_type(i);
+          usable.push_back(type == specdec::models::TokenType::kNormal || type == specdec::models::TokenType::kUserDefined ||
+                           type == specdec::models::TokenType::kByte);
+        }
+      };
+      std::vector<std::string> dt, tt;
+      std::vector<std::uint8_t> du, tu;
+      texts(draft_tokenizer, dt, du);
+      texts(tokenizer, tt, tu);
+      auto bridge = specdec::proposers::VocabBridge::from_texts(dt, tt, du, tu);
+      fmt::print(stderr, "specdec-generate: draft vocabulary {} tokens, target {}: {} draft tokens bridged by their text\n",
+                 draft_model->vocab_size(), target.vocab_size(), bridge.shared);
+      specdec::proposers::Retokenize retokenize = [&tokenizer, &draft_tokenizer](std::span<const std::int64_t> ids) {
+        const std::vector<std::int32_t> ids32(ids.begin(), ids.end());
+        specdec::models::EncodeOptions eo;
+        eo.add_special = draft_tokenizer.add_bos();
+        const std::vector<std::int32_t> d = draft_tokenizer.encode(tokenizer.decode(ids32, /*skip_special=*/true), eo);
+        return std::vector<std::int64_t>(d.begin(), d.end());
+      };
+      specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o));
+      spec = run(cp, target, requests, spec_options, tokenizer, "speculative (draft model, another vocabulary)", how);
+    }
 #if defined(SPECDEC_HAVE_EAGLE)
   } else if (proposer == "eagle") {
     if constexpr (std::is_same_v<Target, LlamaModel>)

@@ -14,6 +14,7 @@
 
 #include "common.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
+#include "../proposers/cross_vocab_fixture.hpp"
 #include "specdec/proposers/suffix.hpp"
 
 namespace {
@@ -287,6 +288,18 @@ TEST(DecoderDistribution, ProposerChainMostExpectedFirstTwoTokensMatchTarget) {
   check_joint(chain, target, params(1.0f), 1, kDraws, {1, 5, 2, 7, 3, 1, 5}, specdec::VerifyMethod::kToken, 3);
   EXPECT_GT(chain.drafted_by(0), kDraws / 10);
   EXPECT_GT(chain.drafted_by(1), kDraws / 10);
+}
+
+// A draft model of another vocabulary (token-level intersection): 6 of the target's 12 tokens shared, the draft writing
+// each of the target's own tokens as two of its 4 extra ones. Its drafts are shared tokens only, with q on the target's
+// vocabulary; the joint law of the first two tokens holds.
+TEST(DecoderDistribution, CrossVocabDraftFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(33, kVocab);
+  const CrossVocabPair pair{kVocab, 6, 4};
+  auto draft_model = tiny_model(34, pair.draft_vocab());
+  sp::CrossVocabDraftProposer<sm::LlamaModel> p(draft_model, pair.bridge(), pair.retokenize());
+  const auto m = check_joint(p, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
+  EXPECT_GT(m.total.accepted, 0);
 }
 
 // Requests of one batch naming their own members and order (GenerationRequest::proposers) on one prompt whose "1 5"
