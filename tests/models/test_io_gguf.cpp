@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fixture_file.hpp"
 #include "gguf_writer.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama_config.hpp"
@@ -217,8 +218,11 @@ double reference_element(GgmlType type, const std::vector<std::byte>& blk, std::
       return ref_half(half_at(blk, 0)) * q + ref_half(half_at(blk, 2));
     }
     case GgmlType::kQ8_0: return ref_half(half_at(blk, 0)) * static_cast<std::int8_t>(at(blk, 2 + i));
-    case GgmlType::kQ4_K: {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
       // 8 sub-blocks of 32; sub-block j uses 6-bit scale/min j; pairs of sub-blocks share 32 bytes (low nibble, high nibble).
+      // Q5_K: the values at 48 (after qh[32] at 16), and the 5th bit of element i of sub-block j is bit j of qh[i % 32].
+      const bool q5 = type == GgmlType::kQ5_K;
       const std::size_t j = i / 32;
       const auto sc_byte = [&](std::size_t k) { return at(blk, 4 + k); };
       int sc, mn;
@@ -229,8 +233,8 @@ double reference_element(GgmlType type, const std::vector<std::byte>& blk, std::
         sc = (sc_byte(j + 4) & 15) | ((sc_byte(j - 4) >> 6) << 4);
         mn = (sc_byte(j + 4) >> 4) | ((sc_byte(j) >> 6) << 4);
       }
-      const std::uint8_t byte = at(blk, 16 + (j / 2) * 32 + i % 32);
-      const int q = (j % 2 == 0) ? (byte & 15) : (byte >> 4);
+      const std::uint8_t byte = at(blk, (q5 ? 48 : 16) + (j / 2) * 32 + i % 32);
+      const int q = ((j % 2 == 0) ? (byte & 15) : (byte >> 4)) | (q5 ? ((at(blk, 16 + i % 32) >> j) & 1) << 4 : 0);
       return ref_half(half_at(blk, 0)) * sc * q - ref_half(half_at(blk, 2)) * mn;
     }
     case GgmlType::kQ6_K: {
@@ -252,22 +256,6 @@ double reference_element(GgmlType type, const std::vector<std::byte>& blk, std::
       const int low = i < 16 ? (at(blk, qs + i) & 15) : (at(blk, qs + i - 16) >> 4);
       const int q = low | (((at(blk, qh + i / 8) >> (i % 8)) & 1) << 4);
       return q51 ? ref_half(half_at(blk, 0)) * q + ref_half(half_at(blk, 2)) : ref_half(half_at(blk, 0)) * (q - 16);
-    }
-    case GgmlType::kQ5_K: {
-      // As Q4_K (scales at 4, values at 48), the 5th bit of element i of sub-block j = i / 32 is bit j of qh[16 + i % 32].
-      const std::size_t j = i / 32;
-      const auto sc_byte = [&](std::size_t k) { return at(blk, 4 + k); };
-      int sc, mn;
-      if (j < 4) {
-        sc = sc_byte(j) & 63;
-        mn = sc_byte(j + 4) & 63;
-      } else {
-        sc = (sc_byte(j + 4) & 15) | ((sc_byte(j - 4) >> 6) << 4);
-        mn = (sc_byte(j + 4) >> 4) | ((sc_byte(j) >> 6) << 4);
-      }
-      const std::uint8_t byte = at(blk, 48 + (j / 2) * 32 + i % 32);
-      const int q = ((j % 2 == 0) ? (byte & 15) : (byte >> 4)) | (((at(blk, 16 + i % 32) >> j) & 1) << 4);
-      return ref_half(half_at(blk, 0)) * sc * q - ref_half(half_at(blk, 2)) * mn;
     }
     case GgmlType::kQ2_K:
     case GgmlType::kQ3_K: {
@@ -354,38 +342,25 @@ TEST(GgufDequantize, BlockTypesMatchFp64Reference) {
 // the values of random blocks of each type (tests/models/write_dequant_fixture.py wrote the file); dequantize() must give
 // the same bits.
 TEST(GgufDequantize, MatchesGgufPyBitForBit) {
-  const std::filesystem::path path = std::filesystem::path(SPECDEC_IO_TEST_DATA) / "ggml-dequant-gguf-py.bin";
-  std::ifstream in(path, std::ios::binary);
-  ASSERT_TRUE(in) << path;
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::size_t pos = 0;
-  auto u32 = [&] {
-    std::uint32_t v = 0;
-    if (pos + 4 <= file.size()) std::memcpy(&v, file.data() + pos, 4);
-    pos += 4;
-    return v;
-  };
-  ASSERT_GE(file.size(), 8u);
-  ASSERT_EQ(std::string(file.data(), 4), "SDQF");
-  pos = 4;
-  const std::uint32_t count = u32();
+  specdec_test::FixtureFile file(std::filesystem::path(SPECDEC_IO_TEST_DATA) / "ggml-dequant-gguf-py.bin");
+  ASSERT_TRUE(file.opened());
+  ASSERT_EQ(file.magic(), "SDQF");
+  const std::uint32_t count = file.u32();
   std::vector<std::string> seen;
   for (std::uint32_t e = 0; e < count; ++e) {
-    const auto type = static_cast<GgmlType>(u32());
-    const std::uint32_t n_bytes = u32(), n_values = u32();
-    ASSERT_LE(pos + n_bytes + 4ull * n_values, file.size()) << "entry " << e;
+    const auto type = static_cast<GgmlType>(file.u32());
+    const std::uint32_t n_bytes = file.u32(), n_values = file.u32();
+    const std::vector<std::byte> blocks = file.take(n_bytes);
+    const std::vector<float> want = file.floats(n_values);
+    ASSERT_TRUE(file.ok()) << "entry " << e << " runs past the end of the file";
     SCOPED_TRACE(sm::to_string(type));
-    std::vector<std::byte> blocks(n_bytes);
-    std::memcpy(blocks.data(), file.data() + pos, n_bytes);
-    std::vector<float> want(n_values), got(n_values);
-    std::memcpy(want.data(), file.data() + pos + n_bytes, 4ull * n_values);
-    pos += n_bytes + 4ull * n_values;
+    std::vector<float> got(n_values);
     sm::dequantize(type, blocks, got);
     for (std::uint32_t i = 0; i < n_values; ++i)
       ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0) << "value " << i << ": got " << got[i] << ", gguf-py " << want[i];
     seen.emplace_back(sm::to_string(type));
   }
-  EXPECT_EQ(pos, file.size());
+  EXPECT_TRUE(file.at_end());
   // Every type dequantize() supports is covered (F32 is a copy).
   for (const char* t : {"F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
                         "IQ4_XS"})

@@ -199,17 +199,19 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   const sm::LlamaConfig c = packed_config();
   const Checkpoint ck = make_checkpoint(c, 12);
   sm::LlamaModel dense = dense_model(c, ck);
-  sm::LlamaOptions o;
-  o.quantize_float_weights = true;
-  o.quantized_float_type = sm::GgmlType::kQ8_0;
-  sm::LlamaModel q8(c, [&](const std::string& name) -> at::Tensor {
+  // The checkpoint's matrices dequantised to float32 (the drafts' float16 weights stand-in), norms as they are.
+  const auto floats = [&](const std::string& name) -> at::Tensor {
     if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
     auto r = ck.raw.find(name);
     if (r == ck.raw.end()) return {};
     at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
     sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
     return t;
-  }, o);
+  };
+  sm::LlamaOptions o;
+  o.quantize_float_weights = true;
+  o.quantized_float_type = sm::GgmlType::kQ8_0;
+  sm::LlamaModel q8(c, floats, o);
   EXPECT_EQ(dense.kernel_name(), "float32");
   EXPECT_NE(q8.kernel_name(), "float32");
   // Q8_0: 34 bytes per 32 values against float32's 128 (norms stay float).
@@ -223,26 +225,13 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   // quantized_float_type Q4_0: 18 bytes per 32 values, coarser (a step of max|w| / 8), still near the float logits and
   // further from them than Q8_0's.
   o.quantized_float_type = sm::GgmlType::kQ4_0;
-  sm::LlamaModel q4(c, [&](const std::string& name) -> at::Tensor {
-    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
-    auto r = ck.raw.find(name);
-    if (r == ck.raw.end()) return {};
-    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
-    return t;
-  }, o);
+  sm::LlamaModel q4(c, floats, o);
   EXPECT_LT(q4.weight_bytes_per_forward(), q8.weight_bytes_per_forward() * 60 / 100);
   at::Tensor d4 = q4.forward(sm::make_chain_batch(q4.allocate_sequence(), prompt)).logits;
   EXPECT_LT((a - d4).abs().max().item<double>(), 0.3 * a.abs().max().item<double>());
   EXPECT_GT((a - d4).abs().mean().item<double>(), (a - b).abs().mean().item<double>());
   o.quantized_float_type = sm::GgmlType::kQ6_K;
-  EXPECT_THROW(sm::LlamaModel(c, [&](const std::string& name) -> at::Tensor {
-    auto r = ck.raw.find(name);
-    if (r == ck.raw.end()) return ck.norms.count(name) ? ck.norms.at(name) : at::Tensor();
-    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
-    return t;
-  }, o), specdec::error);
+  EXPECT_THROW(sm::LlamaModel(c, floats, o), specdec::error);
 }
 
 std::string load_error(const sm::LlamaConfig& c, const Checkpoint& ck) {

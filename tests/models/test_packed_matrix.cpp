@@ -5,13 +5,12 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "fixture_file.hpp"
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/float16.hpp"
@@ -336,29 +335,17 @@ TEST(PackedMatrix, Q8_0QuantisationIsLlamaCpps) {
 // gguf.quants.quantize on random floats with outliers and a zero block (tests/models/write_dequant_fixture.py wrote
 // tests/models/data/ggml-quantize-gguf-py.bin).
 TEST(PackedMatrix, QuantisersMatchGgufPyBitForBit) {
-  std::ifstream in(std::string(SPECDEC_IO_TEST_DATA) + "/ggml-quantize-gguf-py.bin", std::ios::binary);
-  ASSERT_TRUE(in);
-  const std::vector<char> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::size_t pos = 4;
-  auto u32 = [&] {
-    std::uint32_t v = 0;
-    if (pos + 4 <= file.size()) std::memcpy(&v, file.data() + pos, 4);
-    pos += 4;
-    return v;
-  };
-  ASSERT_GE(file.size(), 8u);
-  ASSERT_EQ(std::string(file.data(), 4), "SDQQ");
-  const std::uint32_t count = u32();
+  specdec_test::FixtureFile file(std::string(SPECDEC_IO_TEST_DATA) + "/ggml-quantize-gguf-py.bin");
+  ASSERT_TRUE(file.opened());
+  ASSERT_EQ(file.magic(), "SDQQ");
+  const std::uint32_t count = file.u32();
   int checked = 0;
   for (std::uint32_t e = 0; e < count; ++e) {
-    const auto type = static_cast<GgmlType>(u32());
-    const std::uint32_t n = u32(), n_bytes = u32();
-    ASSERT_LE(pos + 4ull * n + n_bytes, file.size());
-    std::vector<float> x(n);
-    std::memcpy(x.data(), file.data() + pos, 4ull * n);
-    const std::vector<std::byte> want(reinterpret_cast<const std::byte*>(file.data() + pos + 4ull * n),
-                                      reinterpret_cast<const std::byte*>(file.data() + pos + 4ull * n + n_bytes));
-    pos += 4ull * n + n_bytes;
+    const auto type = static_cast<GgmlType>(file.u32());
+    const std::uint32_t n = file.u32(), n_bytes = file.u32();
+    const std::vector<float> x = file.floats(n);
+    const std::vector<std::byte> want = file.take(n_bytes);
+    ASSERT_TRUE(file.ok()) << "entry " << e << " runs past the end of the file";
     ASSERT_TRUE(type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) << to_string(type);
     const auto got = type == GgmlType::kQ8_0 ? quantize_q8_0(x.data(), n) : quantize_q4_0(x.data(), n);
     ASSERT_EQ(got.size(), want.size()) << to_string(type);
@@ -367,6 +354,7 @@ TEST(PackedMatrix, QuantisersMatchGgufPyBitForBit) {
     ++checked;
   }
   EXPECT_EQ(checked, 2);
+  EXPECT_TRUE(file.at_end());
   const std::vector<float> x33(33, 1.f);
   EXPECT_THROW((void)quantize_q4_0(x33.data(), 33), specdec::error);
 }

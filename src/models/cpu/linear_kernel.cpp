@@ -406,24 +406,7 @@ template <class KV, bool kF16C = false>
   }
 }
 
-[[gnu::always_inline]] inline void silu_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * f;
-    const float* u = g + f;
-    float* o = out + r * f;
-    std::int64_t i = 0;
-    for (; i + 8 <= f; i += 8) {
-      const v8 gv = load8(g + i);
-      const v8 ov = gv / (1.f + exp8(-gv)) * load8(u + i);
-      std::memcpy(o + i, &ov, sizeof ov);
-    }
-    if (i < f) {
-      const v8 gv = load_partial(g + i, f - i);
-      const v8 ov = gv / (1.f + exp8(-gv)) * load_partial(u + i, f - i);
-      for (std::int64_t j = 0; i + j < f; ++j) o[i + j] = ov[j];
-    }
-  }
-}
+[[gnu::always_inline]] inline v8 silu8(v8 x) { return x / (1.f + exp8(-x)); }
 
 // gelu_tanh(x) = 0.5 x (1 + tanh(z)) = x / (1 + exp(-2 z)), z = sqrt(2 / pi) (x + 0.044715 x^3): SiLU's form with
 // exp8, so the 8- and 16-lane paths share their steps (x^3 c + x is one fused multiply-add where the target has FMA).
@@ -433,21 +416,29 @@ template <class KV, bool kF16C = false>
   return x / (1.f + exp8(inner * -1.5957691216057308f));  // -2 sqrt(2 / pi)
 }
 
-[[gnu::always_inline]] inline void gelu_tanh_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+// out[r, i] = act(gu[r, i]) * gu[r, f + i], 8 lanes at a time (a last partial step padded with zeros); act: silu8 or gelu8.
+template <v8 (*Act)(v8)>
+[[gnu::always_inline]] inline void act_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* g = gu + r * 2 * f;
     const float* u = g + f;
     float* o = out + r * f;
     std::int64_t i = 0;
     for (; i + 8 <= f; i += 8) {
-      const v8 ov = gelu8(load8(g + i)) * load8(u + i);
+      const v8 ov = Act(load8(g + i)) * load8(u + i);
       std::memcpy(o + i, &ov, sizeof ov);
     }
     if (i < f) {
-      const v8 ov = gelu8(load_partial(g + i, f - i)) * load_partial(u + i, f - i);
+      const v8 ov = Act(load_partial(g + i, f - i)) * load_partial(u + i, f - i);
       for (std::int64_t j = 0; i + j < f; ++j) o[i + j] = ov[j];
     }
   }
+}
+[[gnu::always_inline]] inline void silu_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  act_mul_impl<silu8>(gu, out, rows, f);
+}
+[[gnu::always_inline]] inline void gelu_tanh_mul_impl(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  act_mul_impl<gelu8>(gu, out, rows, f);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

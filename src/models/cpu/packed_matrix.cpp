@@ -63,6 +63,14 @@ FormatInfo format_info(GgmlType type) {
 }
 
 
+// IQ4_NL / IQ4_XS: the 32 values of 16 bytes of 4-bit indices (low nibbles first) as table value + 128.
+void iq4_values(const std::byte* qs, BlockValues& out) {
+  for (int j = 0; j < 16; ++j) {
+    out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) & 0xF] + 128);
+    out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) >> 4] + 128);
+  }
+}
+
 // Canonical block b (of layout.block values) of a source row.
 void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues& out) {
   switch (type) {
@@ -85,16 +93,22 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       for (int j = 0; j < 32; ++j) out.u[j] = static_cast<std::uint8_t>(static_cast<std::int8_t>(u8(blk + 2, j)) + 128);
       return;
     }
-    case GgmlType::kQ4_K: {
-      const std::byte* blk = row + (b / 8) * 144;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {  // Q5_K: Q4_K's scales and values (at 48), the 5th bit of sub-block sub's value l bit sub of qh[l]
+      const bool q5 = type == GgmlType::kQ5_K;
+      const std::byte* blk = row + (b / 8) * (q5 ? 176 : 144);
       const int sub = static_cast<int>(b % 8);
       const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
       std::uint8_t sc, m;
       detail::q4k_scale_min(sub, blk + 4, sc, m);
       out.d = d * static_cast<float>(sc);
       out.m = -(dmin * static_cast<float>(m));
-      const std::byte* q = blk + 16 + 32 * (sub / 2);
-      for (int l = 0; l < 32; ++l) out.u[l] = sub % 2 == 0 ? (u8(q, l) & 0xF) : (u8(q, l) >> 4);
+      const std::byte* qh = blk + 16;
+      const std::byte* q = blk + (q5 ? 48 : 16) + 32 * (sub / 2);
+      for (int l = 0; l < 32; ++l) {
+        const int low = sub % 2 == 0 ? (u8(q, l) & 0xF) : (u8(q, l) >> 4);
+        out.u[l] = static_cast<std::uint8_t>(q5 ? low | (((u8(qh, l) >> sub) & 1) << 4) : low);
+      }
       return;
     }
     case GgmlType::kQ6_K: {
@@ -136,37 +150,14 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
     case GgmlType::kIQ4_NL: {  // u = value + 128, zero point 128
       const std::byte* blk = row + b * 18;
       out.d_half = u16(blk);
-      for (int j = 0; j < 16; ++j) {
-        out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(blk + 2, j) & 0xF] + 128);
-        out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(blk + 2, j) >> 4] + 128);
-      }
+      iq4_values(blk + 2, out);
       return;
     }
     case GgmlType::kIQ4_XS: {  // 32-value sub-blocks, d (scale - 32) exact in float, u = value + 128
       const std::byte* blk = row + (b / 8) * 136;
       const int ib = static_cast<int>(b % 8);
       out.d = half_to_float(u16(blk)) * static_cast<float>(detail::iq4xs_scale(ib, blk) - 32);
-      const std::byte* qs = blk + 8 + 16 * ib;
-      for (int j = 0; j < 16; ++j) {
-        out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) & 0xF] + 128);
-        out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) >> 4] + 128);
-      }
-      return;
-    }
-    case GgmlType::kQ5_K: {  // as Q4_K, the 5th bit j of qh[l]
-      const std::byte* blk = row + (b / 8) * 176;
-      const int sub = static_cast<int>(b % 8);
-      const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
-      std::uint8_t sc, m;
-      detail::q4k_scale_min(sub, blk + 4, sc, m);
-      out.d = d * static_cast<float>(sc);
-      out.m = -(dmin * static_cast<float>(m));
-      const std::byte* qh = blk + 16;
-      const std::byte* q = blk + 48 + 32 * (sub / 2);
-      for (int l = 0; l < 32; ++l) {
-        const int low = sub % 2 == 0 ? (u8(q, l) & 0xF) : (u8(q, l) >> 4);
-        out.u[l] = static_cast<std::uint8_t>(low | (((u8(qh, l) >> sub) & 1) << 4));
-      }
+      iq4_values(blk + 8 + 16 * ib, out);
       return;
     }
     case GgmlType::kQ2_K:

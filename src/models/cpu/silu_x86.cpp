@@ -14,41 +14,40 @@
 
 namespace specdec::models::detail {
 
-SPECDEC_TARGET_AVX512F void silu_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
-  const __m512 one = _mm512_set1_ps(1.f);
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 silu16(__m512 x) {
+  const __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));  // -x
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+}
+
+// linear_kernel.cpp's gelu8 steps (the cubic's multiply-add fused, as the compiler fuses it there) at twice the width.
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 gelu16(__m512 x) {
+  const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+  const __m512 inner = _mm512_fmadd_ps(cube, _mm512_set1_ps(0.044715f), x);
+  const __m512 e = exp16(_mm512_mul_ps(inner, _mm512_set1_ps(-1.5957691216057308f)));
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.f), e));
+}
+
+// out[r, i] = act(gu[r, i]) * gu[r, f + i] on 16 lanes; the last partial step reads zeros past f, as the 8-lane loop's
+// zero-padded one does.
+template <__m512 (*Act)(__m512)>
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void act_mul16(const float* gu, float* out, std::int64_t rows,
+                                                                   std::int64_t f) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* g = gu + r * 2 * f;
     const float* u = g + f;
     float* o = out + r * f;
     for (std::int64_t i = 0; i < f; i += 16) {
-      // The last partial step reads zeros past f, as the 8-lane loop's zero-padded one does.
       const __mmask16 m = f - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (f - i)) - 1u);
-      const __m512 gv = _mm512_maskz_loadu_ps(m, g + i);
-      const __m512 e = exp16(_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv), _mm512_set1_epi32(INT32_MIN))));  // -gv
-      const __m512 ov = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u + i));
-      _mm512_mask_storeu_ps(o + i, m, ov);
+      _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(Act(_mm512_maskz_loadu_ps(m, g + i)), _mm512_maskz_loadu_ps(m, u + i)));
     }
   }
 }
 
-// gelu_tanh_mul on 16 lanes: x / (1 + exp(-2 sqrt(2 / pi) (x^3 0.044715 + x))) * up, linear_kernel.cpp's gelu8 steps
-// (the cubic's multiply-add fused, as the compiler fuses it there) at twice the width.
+SPECDEC_TARGET_AVX512F void silu_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
+  act_mul16<silu16>(gu, out, rows, f);
+}
 SPECDEC_TARGET_AVX512F void gelu_tanh_mul_avx512(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
-  const __m512 one = _mm512_set1_ps(1.f);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * f;
-    const float* u = g + f;
-    float* o = out + r * f;
-    for (std::int64_t i = 0; i < f; i += 16) {
-      const __mmask16 m = f - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (f - i)) - 1u);
-      const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
-      const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-      const __m512 inner = _mm512_fmadd_ps(cube, _mm512_set1_ps(0.044715f), x);
-      const __m512 e = exp16(_mm512_mul_ps(inner, _mm512_set1_ps(-1.5957691216057308f)));
-      const __m512 ov = _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, u + i));
-      _mm512_mask_storeu_ps(o + i, m, ov);
-    }
-  }
+  act_mul16<gelu16>(gu, out, rows, f);
 }
 
 }  // namespace specdec::models::detail

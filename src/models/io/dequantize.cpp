@@ -173,25 +173,20 @@ void dequant_q3_k(const std::byte* b, float* y) {
   }
 }
 
-void dequant_iq4_nl(const std::byte* b, float* y) {
-  const float d = load_half(b);
-  const std::byte* qs = b + 2;
+// 32 values of 16 bytes of 4-bit table indices (low nibbles first), each d times its table value.
+void iq4_values(const std::byte* qs, float d, float* y) {
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(detail::kIq4Values[u8(qs, j) & 0xF]);
     y[j + 16] = d * static_cast<float>(detail::kIq4Values[u8(qs, j) >> 4]);
   }
 }
 
+void dequant_iq4_nl(const std::byte* b, float* y) { iq4_values(b + 2, load_half(b), y); }
+
 void dequant_iq4_xs(const std::byte* b, float* y) {
   const float d = load_half(b);
-  for (int ib = 0; ib < 8; ++ib) {
-    const float dl = d * static_cast<float>(detail::iq4xs_scale(ib, b) - 32);
-    const std::byte* qs = b + 8 + 16 * ib;
-    for (int j = 0; j < 16; ++j) {
-      y[32 * ib + j] = dl * static_cast<float>(detail::kIq4Values[u8(qs, j) & 0xF]);
-      y[32 * ib + j + 16] = dl * static_cast<float>(detail::kIq4Values[u8(qs, j) >> 4]);
-    }
-  }
+  for (int ib = 0; ib < 8; ++ib)
+    iq4_values(b + 8 + 16 * ib, d * static_cast<float>(detail::iq4xs_scale(ib, b) - 32), y + 32 * ib);
 }
 
 template <class F>
