@@ -124,7 +124,7 @@ BENCHMARK(BM_verify_chain_cpu_torch_threads)->ArgNames({"B", "K", "V"})->Args({6
 // float32 logits [B (K + 1), V] processed into probabilities and verified against deterministic drafts (n-gram style),
 // greedy (temp_x10 = 0) or sampled at temperature 0.7 or 1. SmolLM2's vocabulary by default. ws = 1 calls it as the decoder
 // does: a workspace kept across calls and all_target_probs = false (rows processed as the chain rule reaches them);
-// ws = 0: fresh [N + B, V] rows per call, every row processed; ws = 2: torch::verify_logits_host on the same step as
+// ws = 0: fresh [N + B, V] rows per call, every row processed; ws = 2: specdec::verify_logits_host on the same step as
 // plain arrays, the decoder's call for a CPU target (kept workspace, rows as reached, greedy argmaxes from the scans).
 // Microseconds per step: compare with bench_decoder's ms_per_step for the share of a step it takes; ns_per_value is
 // per logit processed (V (K + 1) B of them).
@@ -157,7 +157,7 @@ void BM_verify_logits_step(benchmark::State& state) {
     std::vector<std::int64_t> seeds(static_cast<std::size_t>(B)), positions(static_cast<std::size_t>(B), 100);
     for (std::int64_t b = 0; b < B; ++b) seeds[static_cast<std::size_t>(b)] = b;
     std::vector<float> ws(static_cast<std::size_t>((N + B) * V));
-    specdec::torch::HostVerifyArgs h;
+    specdec::HostVerifyArgs h;
     h.target_logits = logits.data_ptr<float>();
     h.target_logits_stride = V;
     h.vocab_size = V;
@@ -170,7 +170,7 @@ void BM_verify_logits_step(benchmark::State& state) {
     h.all_target_probs = false;
     h.workspace = ws.data();
     for (auto _ : state) {
-      auto r = specdec::torch::verify_logits_host(h);
+      auto r = specdec::verify_logits_host(h);
       benchmark::DoNotOptimize(r.num_accepted.data());
     }
   } else {

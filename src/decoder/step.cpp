@@ -412,7 +412,7 @@ Verified verified_from(std::int64_t B, std::int64_t stride, const std::int64_t* 
   return v;
 }
 
-/// A CPU target's float32 rows: torch::verify_logits_host on the step's own vectors, so a step makes no tensor (the
+/// A CPU target's float32 rows: specdec::verify_logits_host on the step's own vectors, so a step makes no tensor (the
 /// ATen path's staging, views, outputs and conversions cost ~0.25 ms a step on a 2-vCPU host: bench_decoder).
 Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& logits,
                              std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
@@ -447,7 +447,7 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& l
     local.resize(static_cast<std::size_t>(need));
     rows = local.data();
   }
-  torch::HostVerifyArgs a;
+  HostVerifyArgs a;
   a.target_logits = logits.data_ptr<float>();
   a.target_logits_stride = logits.stride(0);
   a.vocab_size = V;
@@ -466,7 +466,7 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& l
   a.all_target_probs = false;  // only the expected-acceptance measure reads rows past a rejection (not on this path)
   a.workspace = rows;
   a.parallel_for = parallel_for;
-  const torch::HostVerifyResult r = torch::verify_logits_host(a);
+  const HostVerifyResult r = verify_logits_host(a);
   return verified_from(B, r.stride, r.output_token_ids.data(), r.num_accepted.data(), r.status.data(),
                        tree ? r.accepted_nodes.data() : nullptr);
 }

@@ -7,15 +7,11 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
-#include <exception>
-#include <mutex>
 #include <vector>
 
 #include "specdec/sampling/block.hpp"
-#include "specdec/sampling/chain.hpp"
-#include "specdec/sampling/logits.hpp"
-#include "specdec/sampling/tree.hpp"
 #include "specdec/torch/verify_logits_detail.hpp"
+#include "specdec/verify/detail/cpu_rows.hpp"
 #if defined(SPECDEC_TORCH_HAS_CUDA)
 #include "specdec/torch/cuda_dispatch.hpp"
 #endif
@@ -143,181 +139,10 @@ at::Tensor cpu_rows(const VerifyLogitsArgs& a, std::int64_t offset, std::int64_t
   return a.workspace->slice(0, offset, offset + bytes).view(at::kFloat).view({rows, V});
 }
 
-using ParallelFor = std::function<void(std::int64_t n, const std::function<void(std::int64_t)>& fn)>;
-
-/// body(lo, hi) over [0, n): one index a call on the caller's threads (parallel_for), else ATen's.
-void for_range(const ParallelFor& parallel_for, std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) {
-  if (n <= 0) return;
-  if (parallel_for) {  // an exception in a chunk comes back to the caller (the first one), as at::parallel_for does
-    std::mutex mutex;
-    std::exception_ptr first;
-    parallel_for(n, [&](std::int64_t i) {
-      try {
-        body(i, i + 1);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first) first = std::current_exception();
-      }
-    });
-    if (first) std::rethrow_exception(first);
-    return;
-  }
-  at::parallel_for(0, n, 1, body);
-}
-
-/// The CPU path on plain arrays (no tensor is made or read): what verify_logits and verify_logits_host share.
-template <class IdT>
-struct CpuRows {
-  std::int64_t B = 0, N = 0, V = 0, stride = 0;  // stride: the output width (max K + 1)
-  const float* logits = nullptr;                 // [N + B, V] float32, rows logits_stride apart
-  std::int64_t logits_stride = 0;
-  const IdT* cu = nullptr;
-  const IdT* ids = nullptr;
-  const IdT* parents = nullptr;  // trees
-  const float* q = nullptr;      // processed draft rows [N, V], or none
-  const Status* draft_rows = nullptr;  // their statuses when processed here, else none
-  const std::uint8_t* has_q = nullptr;
-  const float *temperature = nullptr, *top_p = nullptr, *min_p = nullptr;
-  const std::int32_t* top_k = nullptr;
-  const std::int64_t *seeds = nullptr, *positions = nullptr;
-  VerifyMethod method = VerifyMethod::kToken;
-  bool all_target_probs = true;
-  // Greedy requests verified lazily take each row's argmax from its logits scan and write no probability row (their
-  // rows of `probs` are then unspecified): the same tokens and statuses, since a greedy row's processed distribution
-  // is one-hot on that argmax. Only for callers that do not read `probs` (verify_logits_host).
-  bool greedy_by_scan = false;
-  float* probs = nullptr;  // [N + B, V]: the processed target rows
-  // Outputs, every element written: tokens [B, stride] (-1 padded), counts [B], chains: flags [N]; trees: nodes
-  // [B, stride] (-1 padded); statuses [B].
-  IdT* out = nullptr;
-  std::int32_t* nacc = nullptr;
-  std::uint8_t* flags = nullptr;
-  IdT* nodes = nullptr;
-  std::int32_t* status = nullptr;
-};
-
-std::vector<LogitsParams> request_params(std::int64_t B, const float* temperature, const std::int32_t* top_k,
-                                         const float* top_p, const float* min_p) {
-  std::vector<LogitsParams> params(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b)
-    params[static_cast<std::size_t>(b)] = specdec::detail::request_logits_params(temperature, top_k, top_p, min_p, b);
-  return params;
-}
-
-// Logits processing, rows spread over threads (each row is independent, so the bits do not depend on the split):
-// logits_to_probs_batch row by row.
-template <class IdT>
-void process_rows(const ParallelFor& parallel_for, const IdT* cu, std::int64_t B, std::int64_t V,
-                  const std::vector<LogitsParams>& params, const float* src, std::int64_t rows, std::int64_t src_stride,
-                  std::int32_t extra, float* dst, Status* st) {
-  for_range(parallel_for, rows, [&](std::int64_t lo, std::int64_t hi) {
-    specdec::detail::LogitsScratch scratch;
-    for (std::int64_t r = lo; r < hi; ++r) {
-      const std::int64_t b = specdec::detail::logits_row_request(cu, B, extra, r);
-      float* out_row = dst + r * V;
-      if (b < 0) {
-        std::fill(out_row, out_row + V, 0.0f);
-        st[r] = Status::kInvalidArgument;
-        continue;
-      }
-      st[r] = specdec::detail::logits_row(src + r * src_stride, V, params[static_cast<std::size_t>(b)], out_row, scratch,
-                                          true);
-    }
-  });
-}
-
-template <class IdT>
-void verify_rows_cpu(const CpuRows<IdT>& c, const ParallelFor& parallel_for) {
-  const std::int64_t B = c.B, N = c.N, V = c.V, stride = c.stride;
-  std::fill(c.out, c.out + B * stride, IdT{-1});
-  std::fill(c.nacc, c.nacc + B, 0);
-  if (c.parents) std::fill(c.nodes, c.nodes + B * stride, IdT{-1});
-  else std::fill(c.flags, c.flags + N, std::uint8_t{0});
-  std::fill(c.status, c.status + B, 0);
-  const std::vector<LogitsParams> params = request_params(B, c.temperature, c.top_k, c.top_p, c.min_p);
-  const bool tree = c.parents != nullptr;
-  std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
-  // Lazy rows: each request's rows are processed in the verification loop as the chain rule reaches them.
-  const bool lazy = !c.all_target_probs && !tree && c.method == VerifyMethod::kToken && !c.draft_rows;
-  const float* lg = c.logits;
-  const std::int64_t lg_stride = c.logits_stride;
-  float* const p = c.probs;  // written here too when rows are processed lazily
-  if (N + B > 0 && !lazy) process_rows(parallel_for, c.cu, B, V, params, lg, N + B, lg_stride, 1, p, target_rows.data());
-  // Request b's draft rows (from its first draft), or none: deterministic drafts, or a request without draft probs.
-  auto draft_rows_of = [&](std::int64_t b, std::int64_t start) -> const float* {
-    return c.q && (!c.has_q || c.has_q[b]) ? c.q + start * V : nullptr;
-  };
-  for_range(parallel_for, B, [&](std::int64_t lo, std::int64_t hi) {
-    std::vector<float> tiles(static_cast<std::size_t>(num_tiles(V)));
-    specdec::detail::LogitsScratch scratch;
-    for (std::int64_t b = lo; b < hi; ++b) {
-      const detail::RequestRange range = detail::request_range(c.cu, b, B, N, stride, c.positions);
-      Status st = range.status;
-      if (st == Status::kSuccess && range.num_drafts > 0 && c.has_q && c.has_q[b] && !c.q) st = Status::kInvalidArgument;
-      std::int64_t scan_stop = -1, scan_token = -1;  // greedy_by_scan: the first row not accepted, its argmax
-      if (st == Status::kSuccess && lazy) {
-        // Row i is processed, and row i + 1 only while the chain rule goes on past draft i; the rows after the stop
-        // get logits_row's checks alone, so every row's status is what processing it would give. A greedy request under
-        // greedy_by_scan gets only the checks' scan of every row: its argmax decides.
-        const LogitsParams& lp = params[static_cast<std::size_t>(b)];
-        const bool by_scan = c.greedy_by_scan && lp.temperature == 0.0f;
-        const std::int64_t row0 = range.start + b, k = range.num_drafts;
-        const float* qb = draft_rows_of(b, range.start);
-        std::int64_t i = 0;
-        for (; i <= k; ++i) {
-          const std::int64_t row = row0 + i;
-          if (by_scan) {
-            specdec::detail::RowArgmax scan;
-            target_rows[row] = specdec::detail::logits_row_check(lg + row * lg_stride, V, lp, scan);
-            scan_token = scan.index;
-          } else {
-            target_rows[row] = specdec::detail::logits_row(lg + row * lg_stride, V, lp, p + row * V, scratch, true);
-          }
-          if (i == k || target_rows[row] != Status::kSuccess) break;
-          const auto x = static_cast<std::int64_t>(c.ids[range.start + i]);  // out of range: the verifier reports it
-          if (x < 0 || x >= V) break;
-          // greedy: the processed row is one-hot on its argmax
-          const bool goes_on = by_scan                 ? x == scan_token
-                               : lp.temperature == 0.0f ? p[row * V + x] == 1.0f
-                                                        : specdec::detail::chain_continues(
-                                                              p + row * V, x, qb ? qb + i * V : nullptr,
-                                                              static_cast<std::uint64_t>(c.seeds[b]), c.positions[b] + i, 1.0f);
-          if (!goes_on) break;
-        }
-        if (by_scan) scan_stop = i;
-        for (std::int64_t j = i + 1; j <= k; ++j) {
-          specdec::detail::RowArgmax scan;
-          target_rows[row0 + j] = specdec::detail::logits_row_check(lg + (row0 + j) * lg_stride, V, lp, scan);
-        }
-      }
-      if (st == Status::kSuccess) st = detail::first_failed_row(target_rows.data(), c.draft_rows, range, b);
-      if (st == Status::kSuccess) {
-        const std::int64_t start = range.start, k = range.num_drafts;
-        const float* qb = draft_rows_of(b, start);
-        const float* pb = p + (start + b) * V;
-        const bool greedy = params[b].temperature == 0.0f;
-        const auto seed = static_cast<std::uint64_t>(c.seeds[b]);
-        if (scan_stop >= 0) {  // verify_chain_request's checks, then its greedy rule on the scanned argmaxes
-          st = specdec::detail::check_chain_request(V, k, c.ids + start, pb, c.positions[b], 1.0f, c.out + b * stride,
-                                                    c.nacc + b, tiles.data())
-                   .status;
-          if (st == Status::kSuccess)
-            specdec::detail::write_chain_outcome(k, c.ids + start, scan_stop, scan_token, c.out + b * stride, c.nacc + b,
-                                                 c.flags + start);
-          c.status[b] = static_cast<std::int32_t>(st);
-          continue;
-        }
-        st = tree ? verify_tree_request<IdT>(V, k, c.ids + start, c.parents + start, qb, pb, seed, c.positions[b], greedy,
-                                             c.out + b * stride, c.nodes + b * stride, c.nacc + b, tiles.data())
-                  : c.method == VerifyMethod::kBlock
-                      ? verify_block_request<IdT>(V, k, c.ids + start, qb, pb, seed, c.positions[b], greedy,
-                                                  c.out + b * stride, c.nacc + b, c.flags + start, tiles.data())
-                      : verify_chain_request<IdT>(V, k, c.ids + start, qb, pb, seed, c.positions[b], greedy, 1.0f,
-                                                  c.out + b * stride, c.nacc + b, c.flags + start, tiles.data());
-      }
-      c.status[b] = static_cast<std::int32_t>(st);
-    }
-  });
+/// The CPU path's threads: the caller's (VerifyLogitsArgs::parallel_for), else ATen's.
+specdec::detail::RangeFor cpu_ranges(const VerifyLogitsArgs& a) {
+  if (a.parallel_for) return specdec::detail::ranges_of(a.parallel_for);
+  return [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& body) { at::parallel_for(0, n, 1, body); };
 }
 
 template <class T>
@@ -328,7 +153,8 @@ const T* data_of(const std::optional<at::Tensor>& t) {
 template <class IdT>
 VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Shapes& s) {
   const std::int64_t B = s.B, N = s.N, V = s.V;
-  CpuRows<IdT> c;
+  specdec::detail::CpuRows<IdT> c;
+  const specdec::detail::RangeFor ranges = cpu_ranges(a);
   c.B = B;
   c.N = N;
   c.V = V;
@@ -356,7 +182,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
     draft = cpu_rows(a, (N + B) * V * static_cast<std::int64_t>(sizeof(float)), N, V);
     draft_rows.assign(static_cast<std::size_t>(N), Status::kSuccess);
     if (N > 0)
-      process_rows(a.parallel_for, c.cu, B, V, request_params(B, c.temperature, c.top_k, c.top_p, c.min_p),
+      specdec::detail::process_rows(ranges, c.cu, B, V, specdec::detail::request_params(B, c.temperature, c.top_k, c.top_p, c.min_p),
                    dl.data_ptr<float>(), N, dl.stride(0), 0, draft.data_ptr<float>(), draft_rows.data());
     c.draft_rows = draft_rows.data();
   } else if (a.draft_probs) {
@@ -383,7 +209,7 @@ VerifyLogitsResult verify_logits_cpu(const VerifyLogitsArgs& a, const detail::Sh
   c.flags = s.tree ? nullptr : reinterpret_cast<std::uint8_t*>(r.accepted.data_ptr<bool>());
   c.nodes = s.tree ? r.accepted.data_ptr<IdT>() : nullptr;
   c.status = r.status.data_ptr<std::int32_t>();
-  verify_rows_cpu(c, a.parallel_for);
+  specdec::detail::verify_rows_cpu(c, ranges);
   return r;
 }
 
@@ -414,82 +240,6 @@ VerifyLogitsResult verify_logits(const VerifyLogitsArgs& args) {
               args.target_logits.device().str());
   if (args.draft_token_ids.scalar_type() == at::kInt) return verify_logits_cpu<std::int32_t>(args, s);
   return verify_logits_cpu<std::int64_t>(args, s);
-}
-
-HostVerifyResult verify_logits_host(const HostVerifyArgs& a) {
-  TORCH_CHECK(a.vocab_size >= 1 && a.vocab_size < (std::int64_t{1} << 31), "vocab_size: expected V in [1, 2^31), got ",
-              a.vocab_size);
-  TORCH_CHECK(!a.cu_num_draft_tokens.empty(), "cu_num_draft_tokens: expected [B + 1] offsets, got none");
-  const auto B = static_cast<std::int64_t>(a.cu_num_draft_tokens.size()) - 1;
-  const auto N = static_cast<std::int64_t>(a.draft_token_ids.size());
-  const std::int64_t V = a.vocab_size;
-  auto check_b = [B](std::size_t n, const char* name, bool optional) {
-    TORCH_CHECK((optional && n == 0) || static_cast<std::int64_t>(n) == B, name, ": expected ", B,
-                optional ? " values (one per request) or none, got " : " values (one per request), got ", n);
-  };
-  check_b(a.has_draft_probs.size(), "has_draft_probs", true);
-  check_b(a.temperature.size(), "temperature", true);
-  check_b(a.top_k.size(), "top_k", true);
-  check_b(a.top_p.size(), "top_p", true);
-  check_b(a.min_p.size(), "min_p", true);
-  check_b(a.seeds.size(), "seeds", false);
-  check_b(a.positions.size(), "positions", false);
-  const bool tree = !a.parents.empty();
-  TORCH_CHECK(!tree || static_cast<std::int64_t>(a.parents.size()) == N, "parents: expected ", N,
-              " values (one per draft) or none, got ", a.parents.size());
-  TORCH_CHECK(a.target_logits != nullptr || N + B == 0, "target_logits: expected [N + B, V] = [", N + B, ", ", V,
-              "] floats, got none");
-  TORCH_CHECK(N + B <= 1 || a.target_logits_stride >= V, "target_logits_stride: expected rows at least V = ", V,
-              " floats apart, got ", a.target_logits_stride);
-  TORCH_CHECK(a.workspace != nullptr || N + B == 0, "workspace: expected [N + B, V] = [", N + B, ", ", V,
-              "] floats, got none");
-  TORCH_CHECK(a.max_num_draft_tokens >= -1, "max_num_draft_tokens: expected >= 0 (or -1), got ", a.max_num_draft_tokens);
-  TORCH_CHECK(a.method == VerifyMethod::kToken || a.method == VerifyMethod::kBlock, "method: expected token or block, got ",
-              static_cast<int>(a.method));
-  TORCH_CHECK(a.method != VerifyMethod::kBlock || !tree,
-              "method: expected token for tree verification (block verification applies to chains), got block");
-  std::int64_t width = a.max_num_draft_tokens;
-  if (width < 0) {
-    width = 0;
-    for (std::int64_t b = 0; b < B; ++b) width = std::max(width, a.cu_num_draft_tokens[b + 1] - a.cu_num_draft_tokens[b]);
-  }
-  HostVerifyResult r;
-  r.stride = width + 1;
-  r.output_token_ids.resize(static_cast<std::size_t>(B * r.stride));
-  r.num_accepted.resize(static_cast<std::size_t>(B));
-  if (tree) r.accepted_nodes.resize(static_cast<std::size_t>(B * r.stride));
-  else r.accepted.resize(static_cast<std::size_t>(N));
-  r.status.resize(static_cast<std::size_t>(B));
-  auto opt = [](auto span) { return span.empty() ? nullptr : span.data(); };
-  CpuRows<std::int64_t> c;
-  c.B = B;
-  c.N = N;
-  c.V = V;
-  c.stride = r.stride;
-  c.logits = a.target_logits;
-  c.logits_stride = a.target_logits_stride;
-  c.cu = a.cu_num_draft_tokens.data();
-  c.ids = a.draft_token_ids.data();
-  c.parents = tree ? a.parents.data() : nullptr;
-  c.q = a.draft_probs;
-  c.has_q = opt(a.has_draft_probs);
-  c.temperature = opt(a.temperature);
-  c.top_k = opt(a.top_k);
-  c.top_p = opt(a.top_p);
-  c.min_p = opt(a.min_p);
-  c.seeds = a.seeds.data();
-  c.positions = a.positions.data();
-  c.method = a.method;
-  c.all_target_probs = a.all_target_probs;
-  c.greedy_by_scan = true;  // no target_probs come back from this entry
-  c.probs = a.workspace;
-  c.out = r.output_token_ids.data();
-  c.nacc = r.num_accepted.data();
-  c.flags = tree ? nullptr : r.accepted.data();
-  c.nodes = tree ? r.accepted_nodes.data() : nullptr;
-  c.status = r.status.data();
-  verify_rows_cpu(c, a.parallel_for);
-  return r;
 }
 
 void check_verify_status(const VerifyLogitsResult& result, const char* op) {

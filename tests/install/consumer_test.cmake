@@ -16,6 +16,35 @@ foreach(mode find_package add_subdirectory)
   run(${WORK_DIR}/${mode}/consumer)
 endforeach()
 
+# The torch-free verifier alone: built with the C++ compiler and find_package(specdec COMPONENTS verify); neither its
+# compile and link lines nor its binary may name libtorch, c10, fmt, nlohmann_json or OpenMP.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/verify_consumer -B ${WORK_DIR}/verify -G ${GENERATOR}
+                        -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "verify consumer: configure failed\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/verify --target verify_consumer --verbose
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "verify consumer: build failed\n${out}\n${err}")
+endif()
+set(_forbidden "torch|c10|fmt|nlohmann|omp")
+if(out MATCHES "(${_forbidden})")
+  message(FATAL_ERROR "verify consumer: the compile or link line names '${CMAKE_MATCH_1}'\n${out}")
+endif()
+if(NOT out MATCHES "libspecdec_verify")
+  message(FATAL_ERROR "verify consumer: expected libspecdec_verify on the link line\n${out}")
+endif()
+run(${WORK_DIR}/verify/verify_consumer)
+find_program(_ldd ldd)
+if(_ldd)
+  execute_process(COMMAND ${_ldd} ${WORK_DIR}/verify/verify_consumer OUTPUT_VARIABLE libs)
+  if(libs MATCHES "(${_forbidden})")
+    message(FATAL_ERROR "verify consumer: the binary loads '${CMAKE_MATCH_1}'\n${libs}")
+  endif()
+endif()
+
 # The README's whole-program example against the installed package (needs the libtorch parts).
 if(WITH_TORCH)
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/minimal -B ${WORK_DIR}/minimal -G ${GENERATOR}

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "specdec/sampling/block.hpp"
+#include "specdec/verify/host.hpp"
 
 namespace specdec::torch {
 
@@ -86,7 +87,7 @@ struct VerifyLogitsArgs {
   /// CPU: runs fn(i) for every i in [0, n) and returns when all are done, on the caller's threads (e.g. its model's pool:
   /// models::HasParallelFor) instead of ATen's; the rows and the requests are shared out by it. Which thread runs what
   /// changes no result. Empty: at::parallel_for.
-  std::function<void(std::int64_t n, const std::function<void(std::int64_t)>& fn)> parallel_for;
+  ParallelFor parallel_for;
 };
 
 struct VerifyLogitsResult {
@@ -105,43 +106,9 @@ std::int64_t verify_logits_workspace_bytes(std::int64_t batch_size, std::int64_t
 /// Logits processing then verification (see above).
 VerifyLogitsResult verify_logits(const VerifyLogitsArgs& args);
 
-/// verify_logits' CPU path for rows already in host memory as float32 (a CPU model's logits): the same processing,
-/// verifiers and results as verify_logits on CPU tensors, read from and written to plain arrays; no tensor is made, so
-/// a step pays no ATen dispatch (the decoder's path for CPU targets). Sizes are checked on entry (c10::Error naming the
-/// argument); values per request, into `status`, as verify_logits does. Draft logits are not taken here: pass processed
-/// draft probabilities, or use verify_logits.
-struct HostVerifyArgs {
-  const float* target_logits = nullptr;  ///< [N + B, V] float32, rows target_logits_stride floats apart
-  std::int64_t target_logits_stride = 0;
-  std::int64_t vocab_size = 0;
-  std::span<const std::int64_t> draft_token_ids;      ///< [N]
-  std::span<const std::int64_t> cu_num_draft_tokens;  ///< [B + 1]
-  std::span<const std::int64_t> parents;              ///< trees: [N]; empty: chains
-  const float* draft_probs = nullptr;                 ///< [N, V] float32, processed; or none
-  std::span<const std::uint8_t> has_draft_probs;      ///< [B] or empty
-  std::span<const float> temperature, top_p, min_p;   ///< [B] each, or empty (as an absent tensor)
-  std::span<const std::int32_t> top_k;                ///< [B] or empty
-  std::span<const std::int64_t> seeds, positions;     ///< [B] each
-  std::int64_t max_num_draft_tokens = -1;             ///< as VerifyLogitsArgs (-1: max K_b)
-  VerifyMethod method = VerifyMethod::kToken;
-  bool all_target_probs = true;                       ///< as VerifyLogitsArgs
-  /// [N + B, V] floats of scratch for the processed target rows (contents unspecified after the call: a greedy
-  /// request's rows are not written, its argmaxes come from the logits scan, the same tokens)
-  float* workspace = nullptr;
-  std::function<void(std::int64_t n, const std::function<void(std::int64_t)>& fn)> parallel_for;  ///< as VerifyLogitsArgs
-};
-
-/// verify_logits_host's results, VerifyLogitsResult's as vectors (target_probs: the caller's workspace).
-struct HostVerifyResult {
-  std::int64_t stride = 0;                      ///< output width: max K + 1
-  std::vector<std::int64_t> output_token_ids;   ///< [B, stride], -1 padded
-  std::vector<std::int32_t> num_accepted;       ///< [B]
-  std::vector<std::uint8_t> accepted;           ///< chains: [N] per-draft flags
-  std::vector<std::int64_t> accepted_nodes;     ///< trees: [B, stride] accepted node indices, -1 padded
-  std::vector<std::int32_t> status;             ///< [B] specdec::Status values
-};
-
-HostVerifyResult verify_logits_host(const HostVerifyArgs& args);
+/// Rows already in host memory as float32 (a CPU model's logits) go to the torch-free host entry
+/// specdec::verify_logits_host (specdec/verify/host.hpp): the same processing, verifiers and results as verify_logits on
+/// CPU tensors, on plain arrays, without a tensor made.
 
 /// Raises c10::Error naming the first request whose status is not kSuccess (one copy of `status` to the host: call it
 /// when the engine wants to look).
