@@ -44,7 +44,7 @@ case "${SPECDEC_GPU_CHECK_STAGES:-all}" in
   *) echo "gpu-check: SPECDEC_GPU_CHECK_STAGES: expected 'all' or 'torch', got '$SPECDEC_GPU_CHECK_STAGES'" >&2; exit 2 ;;
 esac
 kernel_bins=(test_cuda_verify test_cuda_emulation test_block_emulation test_cuda_logits test_logits_emulation
-             test_cuda_step_graph bench_verify_cuda)
+             test_cuda_step_graph test_cuda_host_api bench_verify_cuda)
 
 if [[ $mode == prepare ]]; then
   "$root/scripts/fetch-gpu-deps.sh" >/dev/null
@@ -195,7 +195,7 @@ fi
 
 # --- 2. CUDA tests and memcheck --------------------------------------------------------------------------------------
 cuda_tests=(test_cuda_verify test_cuda_emulation test_block_emulation test_cuda_logits test_logits_emulation
-            test_cuda_step_graph)
+            test_cuda_step_graph test_cuda_host_api)
 if [[ $mode_kernels == skip ]]; then
   :
 elif [[ $mode == run ]]; then

@@ -44,36 +44,12 @@
 #include <cstdint>
 
 #include "specdec/cuda/common.cuh"
+#include "specdec/cuda/verify_api.hpp"
 
 namespace specdec::cuda {
 
-/// Inputs and outputs of a batched chain verification (shapes of sampling/chain.hpp). Pointers are device pointers;
-/// sizes are host values. ProbT is float, __half or __nv_bfloat16; IdT is std::int32_t or std::int64_t.
-template <class ProbT, class IdT>
-struct ChainVerifyParams {
-  std::int64_t batch_size = 0;
-  std::int64_t vocab_size = 0;
-  std::int64_t num_draft_tokens = 0;          ///< N, the rows of draft_probs; the kernels check cu against it
-                                              ///< (every cu[b + 1] <= N, and cu[B] == N)
-  const IdT* cu_num_draft_tokens = nullptr;   ///< [B + 1]
-  const IdT* draft_token_ids = nullptr;       ///< [N]
-  const ProbT* draft_probs = nullptr;         ///< [N, V], or nullptr for deterministic drafts
-  const ProbT* target_probs = nullptr;        ///< [N + B, V]
-  const std::uint64_t* seeds = nullptr;       ///< [B]
-  const std::int64_t* positions = nullptr;    ///< [B]
-  const std::uint8_t* greedy = nullptr;       ///< [B] 1 = temperature 0, or nullptr (every row sampled)
-  float lenience = 1.0f;                      ///< in (0, 1]
-  IdT* output_token_ids = nullptr;            ///< [B, output_stride]
-  std::int64_t output_stride = 0;             ///< >= max_b K_b + 1 (checked per request on the device)
-  std::int32_t* num_accepted = nullptr;       ///< [B]
-  std::uint8_t* accepted = nullptr;           ///< [N], or nullptr
-  Status* status = nullptr;                   ///< [B] each request's status
-  const std::uint8_t* has_draft_probs = nullptr;  ///< [B] per-request draft kind (sampling/chain.hpp), or nullptr
-  // Element counts of the caller's buffers, checked on the host when given (-1 = not given).
-  std::int64_t draft_token_ids_size = -1;     ///< N
-  std::int64_t draft_probs_size = -1;         ///< N * V (ignored when draft_probs is null)
-  std::int64_t target_probs_size = -1;        ///< (N + B) * V
-};
+// ChainVerifyParams, chain_verify_workspace_size (defined in kernels/verify_workspace.cu), chain_verify_can_implement
+// and the instantiations compiled into specdec::cuda are declared in verify_api.hpp.
 
 namespace detail {
 
@@ -375,14 +351,6 @@ inline std::int64_t chain_groups(std::int64_t batch_size, std::int64_t vocab_siz
 
 }  // namespace detail
 
-/// Bytes of workspace for a batch of `batch_size` requests, `num_draft_tokens` drafts in all, vocabulary V.
-inline std::size_t chain_verify_workspace_size(std::int64_t batch_size, std::int64_t num_draft_tokens,
-                                               std::int64_t vocab_size) {
-  std::size_t bytes = 0;
-  detail::carve_chain_workspace(nullptr, batch_size, num_draft_tokens, vocab_size, &bytes);
-  return bytes;
-}
-
 /// Host-side argument checks (no device access): sizes, required pointers, lenience, the optional buffer element
 /// counts. The result names the argument, what was expected and what was received (specdec::to_string).
 template <class ProbT, class IdT>
@@ -396,12 +364,6 @@ VerifyResult chain_verify_check_arguments(const ChainVerifyParams<ProbT, IdT>& a
                                          static_cast<double>(a.lenience));
   if (a.batch_size == 0) return {};
   return detail::check_required_pointers(a);
-}
-
-/// Host-side argument checks as a status (chain_verify_check_arguments says which argument and why).
-template <class ProbT, class IdT>
-Status chain_verify_can_implement(const ChainVerifyParams<ProbT, IdT>& a) {
-  return chain_verify_check_arguments(a).status;
 }
 
 #if defined(__CUDACC__)
@@ -447,18 +409,6 @@ struct ChainVerifyTraits {
 };
 template <class ProbT, class IdT>
 using ChainVerify = detail::VerifyOperator<ChainVerifyTraits<ProbT, IdT>>;
-
-#define SPECDEC_CUDA_CHAIN_EXTERN(ProbT, IdT) \
-  extern template Status chain_verify<ProbT, IdT>(const ChainVerifyParams<ProbT, IdT>&, void*, std::size_t, cudaStream_t);
-#if !defined(SPECDEC_CUDA_INSTANTIATING)
-SPECDEC_CUDA_CHAIN_EXTERN(float, std::int32_t)
-SPECDEC_CUDA_CHAIN_EXTERN(float, std::int64_t)
-SPECDEC_CUDA_CHAIN_EXTERN(__half, std::int32_t)
-SPECDEC_CUDA_CHAIN_EXTERN(__half, std::int64_t)
-SPECDEC_CUDA_CHAIN_EXTERN(__nv_bfloat16, std::int32_t)
-SPECDEC_CUDA_CHAIN_EXTERN(__nv_bfloat16, std::int64_t)
-#endif
-#undef SPECDEC_CUDA_CHAIN_EXTERN
 
 #endif  // __CUDACC__
 

@@ -25,35 +25,12 @@
 #include <cstdint>
 
 #include "specdec/cuda/common.cuh"
+#include "specdec/cuda/verify_api.hpp"
 
 namespace specdec::cuda {
 
-/// Inputs and outputs of a batched tree verification (shapes of sampling/tree.hpp). Device pointers, host sizes.
-template <class ProbT, class IdT>
-struct TreeVerifyParams {
-  std::int64_t batch_size = 0;
-  std::int64_t vocab_size = 0;
-  std::int64_t num_draft_tokens = 0;          ///< N
-  const IdT* cu_num_draft_tokens = nullptr;   ///< [B + 1]
-  const IdT* draft_token_ids = nullptr;       ///< [N]
-  const IdT* parents = nullptr;               ///< [N] parent node of draft j (node j + 1), in [0, j]
-  const ProbT* draft_probs = nullptr;         ///< [N, V], or nullptr
-  const ProbT* target_probs = nullptr;        ///< [N + B, V]
-  const std::uint64_t* seeds = nullptr;       ///< [B]
-  const std::int64_t* positions = nullptr;    ///< [B]
-  const std::uint8_t* greedy = nullptr;       ///< [B], or nullptr
-  IdT* output_token_ids = nullptr;            ///< [B, output_stride]
-  std::int64_t output_stride = 0;             ///< >= max_b K_b + 1
-  std::int32_t* num_accepted = nullptr;       ///< [B]
-  IdT* accepted_nodes = nullptr;              ///< [B, output_stride], or nullptr
-  Status* status = nullptr;                   ///< [B]
-  const std::uint8_t* has_draft_probs = nullptr;  ///< [B] per-request draft kind (sampling/chain.hpp), or nullptr
-  // Element counts of the caller's buffers, checked on the host when given (-1 = not given).
-  std::int64_t draft_token_ids_size = -1;     ///< N
-  std::int64_t parents_size = -1;             ///< N
-  std::int64_t draft_probs_size = -1;         ///< N * V (ignored when draft_probs is null)
-  std::int64_t target_probs_size = -1;        ///< (N + B) * V
-};
+// TreeVerifyParams, tree_verify_workspace_size (defined in kernels/verify_workspace.cu), tree_verify_can_implement
+// and the instantiations compiled into specdec::cuda are declared in verify_api.hpp.
 
 namespace detail {
 
@@ -351,13 +328,6 @@ __global__ void __launch_bounds__(kTreeThreads)
 
 }  // namespace detail
 
-inline std::size_t tree_verify_workspace_size(std::int64_t batch_size, std::int64_t num_draft_tokens,
-                                              std::int64_t vocab_size) {
-  std::size_t bytes = 0;
-  detail::carve_tree_workspace(nullptr, batch_size, num_draft_tokens, vocab_size, &bytes);
-  return bytes;
-}
-
 /// Host-side argument checks (no device access), naming the argument at fault (see chain_verify_check_arguments).
 template <class ProbT, class IdT>
 VerifyResult tree_verify_check_arguments(const TreeVerifyParams<ProbT, IdT>& a) {
@@ -369,11 +339,6 @@ VerifyResult tree_verify_check_arguments(const TreeVerifyParams<ProbT, IdT>& a) 
   if (r = detail::check_required_pointers(a); !r.ok()) return r;
   if (a.num_draft_tokens > 0 && !a.parents) return specdec::detail::null_argument("parents");
   return {};
-}
-
-template <class ProbT, class IdT>
-Status tree_verify_can_implement(const TreeVerifyParams<ProbT, IdT>& a) {
-  return tree_verify_check_arguments(a).status;
 }
 
 #if defined(__CUDACC__)
@@ -409,18 +374,6 @@ struct TreeVerifyTraits {
 };
 template <class ProbT, class IdT>
 using TreeVerify = detail::VerifyOperator<TreeVerifyTraits<ProbT, IdT>>;
-
-#define SPECDEC_CUDA_TREE_EXTERN(ProbT, IdT) \
-  extern template Status tree_verify<ProbT, IdT>(const TreeVerifyParams<ProbT, IdT>&, void*, std::size_t, cudaStream_t);
-#if !defined(SPECDEC_CUDA_INSTANTIATING)
-SPECDEC_CUDA_TREE_EXTERN(float, std::int32_t)
-SPECDEC_CUDA_TREE_EXTERN(float, std::int64_t)
-SPECDEC_CUDA_TREE_EXTERN(__half, std::int32_t)
-SPECDEC_CUDA_TREE_EXTERN(__half, std::int64_t)
-SPECDEC_CUDA_TREE_EXTERN(__nv_bfloat16, std::int32_t)
-SPECDEC_CUDA_TREE_EXTERN(__nv_bfloat16, std::int64_t)
-#endif
-#undef SPECDEC_CUDA_TREE_EXTERN
 
 #endif  // __CUDACC__
 
