@@ -16,6 +16,8 @@
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/theory.hpp"
 #include "specdec/torch/device_copy.hpp"
+#include "specdec/proposers/process_logits.hpp"
+#include "specdec/torch/rows.hpp"
 #include "specdec/torch/verify_logits.hpp"
 #include "specdec/torch/verify_logits_detail.hpp"
 
@@ -164,9 +166,10 @@ void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int3
            std::to_string(V) + ")");
   }
   if (d.probs.defined()) {
-    if (d.probs.dim() != 2 || d.probs.size(0) != N || d.probs.size(1) != V || d.probs.scalar_type() != at::kFloat)
-      fail(who + "probs of shape " + std::to_string(d.probs.dim() == 2 ? d.probs.size(0) : -1) + " x " +
-           std::to_string(d.probs.dim() == 2 ? d.probs.size(1) : -1) + "; expected float32 [N, V] = [" +
+    if (!d.probs.is_host_float32() || d.probs.rows() != N || d.probs.cols() != V || !d.probs.contiguous())
+      fail(who + "probs of " + std::to_string(d.probs.rows()) + " x " + std::to_string(d.probs.cols()) + " " +
+           to_string(d.probs.dtype()) + (d.probs.device().is_cpu() ? " host" : " device") +
+           (d.probs.contiguous() ? " rows" : " strided rows") + "; expected contiguous float32 rows in host memory [N, V] = [" +
            std::to_string(N) + ", " + std::to_string(V) + "]");
   }
   if (!d.has_probs.empty()) {
@@ -249,8 +252,13 @@ proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const
   }
   const bool all_kept = static_cast<std::int64_t>(kept.size()) == static_cast<std::int64_t>(d.token_ids.size());
   // The rows of the drafts kept (those of a cut request are never read: its drafts are deterministic).
-  if (d.probs.defined())
-    out.probs = all_kept ? d.probs : d.probs.index_select(0, at::tensor(kept, at::kLong).to(d.probs.device()));
+  if (d.probs.defined() && all_kept) out.probs = d.probs;
+  if (d.probs.defined() && !all_kept) {
+    const std::int64_t V = d.probs.cols();
+    out.probs = Rows::host_float32(static_cast<std::int64_t>(kept.size()), V);
+    float* dst = out.probs.mutable_host_float32_data("cut_drafts");
+    for (std::size_t i = 0; i < kept.size(); ++i) std::copy_n(d.probs.host_row(kept[i]), V, dst + static_cast<std::int64_t>(i) * V);
+  }
   out.has_probs = d.has_probs;
   if (!d.confidence.empty())
     for (const auto j : kept) out.confidence.push_back(d.confidence[static_cast<std::size_t>(j)]);
@@ -289,22 +297,21 @@ Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor&
   if (target_probs.dim() != 2 || target_probs.scalar_type() != at::kFloat)
     throw error(Status::kInvalidArgument, "verify: target_probs: expected a float32 [N + B, V] tensor");
   const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
-  at::Tensor q;
-  if (d.probs.defined()) q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  const float* q = d.probs.defined() ? d.probs.host_float32_data("verify: draft probs") : nullptr;
   const std::int64_t N = static_cast<std::int64_t>(d.token_ids.size()), V = p.size(1);
   ChainVerifyArgs<std::int64_t, std::int64_t> a;
   a.batch_size = B;
   a.vocab_size = V;
   a.cu_num_draft_tokens = d.cu_num_drafts.data();
   a.draft_token_ids = d.token_ids.data();
-  a.draft_probs = q.defined() ? q.data_ptr<float>() : nullptr;
+  a.draft_probs = q;
   a.target_probs = p.data_ptr<float>();
   a.seeds = seeds.data();
   a.positions = positions.data();
   a.greedy = greedy.data();
   a.has_draft_probs = d.has_probs.empty() ? nullptr : d.has_probs.data();
   a.draft_token_ids_size = N;
-  a.draft_probs_size = q.defined() ? q.numel() : -1;
+  a.draft_probs_size = q ? d.probs.rows() * d.probs.cols() : -1;
   a.target_probs_size = p.numel();
   std::int64_t max_k = 0;
   for (std::int64_t b = 0; b < B; ++b) max_k = std::max(max_k, d.num_drafts(b));
@@ -339,7 +346,7 @@ void add_expected(Verified& v, const proposers::DraftBatch& d, const at::Tensor&
                   std::span<const SamplingParams* const> params) {
   if (!d.parents.empty() || !d.probs.defined()) return;
   const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
-  const at::Tensor q = d.probs.is_cpu() ? d.probs.contiguous() : d.probs.cpu().contiguous();
+  const float* q = d.probs.host_float32_data("verify: draft probs");
   const std::int64_t V = p.size(1);
   const auto B = static_cast<std::int64_t>(params.size());
   const double nan = std::nan("");
@@ -348,7 +355,7 @@ void add_expected(Verified& v, const proposers::DraftBatch& d, const at::Tensor&
     const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
     if (k == 0 || params[static_cast<std::size_t>(b)]->greedy() || !d.request_has_probs(b)) continue;
     ExpectedAccepted e;
-    if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q.data_ptr<float>() + s * V,
+    if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q + s * V,
                                                p.data_ptr<float>() + (s + b) * V, e) == Status::kSuccess)
       v.expected[static_cast<std::size_t>(b)] = e;
   }
@@ -454,7 +461,7 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& l
   a.draft_token_ids = d.token_ids;
   a.cu_num_draft_tokens = d.cu_num_drafts;
   a.parents = par;
-  a.draft_probs = d.probs.defined() ? d.probs.data_ptr<float>() : nullptr;
+  a.draft_probs = d.probs.defined() ? d.probs.host_float32_data("verify: draft probs") : nullptr;
   a.has_draft_probs = d.has_probs;
   a.temperature = temperature;
   a.top_k = top_k;
@@ -522,8 +529,8 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.target_logits = logits;
   a.draft_token_ids = view(o_ids, N, at::kLong, 8);
   a.cu_num_draft_tokens = view(o_cu, B + 1, at::kLong, 8);
-  if (d.probs.defined())  // draft rows: moved to the target's device when the proposer left them elsewhere
-    a.draft_probs = d.probs.device() == dev ? d.probs.contiguous() : torch::to_device_async(d.probs.contiguous(), dev);
+  if (d.probs.defined())  // draft rows (host memory): moved to the target's device
+    a.draft_probs = torch::to_device_async(torch::tensor_of(d.probs), dev);
   if (tree) a.parents = view(o_par, N, at::kLong, 8);
   if (kinds) a.has_draft_probs = view(o_kind, B, at::kByte, 1);
   a.temperature = view(o_temp, B, at::kFloat, 4);
@@ -537,7 +544,7 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
   a.all_target_probs = expected_acceptance;  // the only reader of the rows past a rejection
   if (logits.is_cpu()) a.parallel_for = parallel_for;
   if (workspace) {
-    const bool draft_rows = d.probs.defined() && d.probs.scalar_type() != at::kFloat;
+    const bool draft_rows = false;  // draft probs are float32 rows (check_draft_batch)
     const std::int64_t need = torch::verify_logits_workspace_bytes(B, N, logits.size(1), tree, draft_rows);
     if (!workspace->defined() || workspace->device() != dev || workspace->numel() < need)
       *workspace = at::empty({need + need / 2}, at::TensorOptions().device(dev).dtype(at::kByte));  // room to grow
@@ -568,10 +575,9 @@ Verified verify_rows(const proposers::DraftBatch& d, const at::Tensor& logits, s
   const bool host_rows = logits.is_cpu() && logits.scalar_type() == at::kFloat && logits.size(1) >= 1 &&
                          (logits.size(1) == 1 || logits.stride(1) == 1) &&
                          (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1));
-  const bool host_drafts = !d.probs.defined() || (d.probs.is_cpu() && d.probs.scalar_type() == at::kFloat &&
-                                                  d.probs.is_contiguous() && d.probs.dim() == 2 &&
-                                                  d.probs.size(0) == static_cast<std::int64_t>(d.token_ids.size()) &&
-                                                  d.probs.size(1) == logits.size(1));
+  const bool host_drafts = !d.probs.defined() || (d.probs.is_host_float32() && d.probs.contiguous() &&
+                                                  d.probs.rows() == static_cast<std::int64_t>(d.token_ids.size()) &&
+                                                  d.probs.cols() == logits.size(1));
   const auto rows = static_cast<std::int64_t>(d.token_ids.size() + params.size());
   if (host_rows && host_drafts && !expected_acceptance && logits.size(0) == rows)
     return verify_on_host_rows(d, logits, params, positions, method, workspace, parallel_for);
@@ -615,10 +621,10 @@ proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at
   f.start = start;
   f.rows = rows.numel();
   if (spec.final_hidden) {
-    f.hidden_pre_norm = out.hidden_pre_norm.index_select(0, rows);
-    f.hidden_post_norm = out.hidden_post_norm.index_select(0, rows);
+    f.hidden_pre_norm = torch::rows_of(out.hidden_pre_norm.index_select(0, rows));
+    f.hidden_post_norm = torch::rows_of(out.hidden_post_norm.index_select(0, rows));
   }
-  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(t.index_select(0, rows));
+  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(torch::rows_of(t.index_select(0, rows)));
   return f;
 }
 }  // namespace
@@ -640,12 +646,12 @@ proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, con
   proposers::TargetFeatures f;
   f.start = 0;
   if (spec.final_hidden) {
-    f.hidden_pre_norm = out.hidden_pre_norm;
-    f.hidden_post_norm = out.hidden_post_norm;
+    f.hidden_pre_norm = torch::rows_of(out.hidden_pre_norm);
+    f.hidden_post_norm = torch::rows_of(out.hidden_post_norm);
     f.rows = out.hidden_pre_norm.size(0);
   }
-  f.layer_hidden = out.layer_hidden;
-  if (!f.layer_hidden.empty()) f.rows = f.layer_hidden.front().size(0);
+  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(torch::rows_of(t));
+  if (!f.layer_hidden.empty()) f.rows = f.layer_hidden.front().rows();
   return f;
 }
 

@@ -1,5 +1,6 @@
 // EagleProposer: drafting chains and EAGLE-2 trees with an EAGLE head from the target's features (see eagle.hpp).
 #include "eagle_internal.hpp"
+#include "specdec/torch/rows.hpp"
 #include "specdec/sampling/logits_simd.hpp"
 
 namespace specdec::proposers {
@@ -44,22 +45,22 @@ struct EagleProposer::Impl {
   // [rows, feature_size] from the decoder's target features.
   at::Tensor features_of(const TargetFeatures& f, const char* who) const {
     const std::int64_t H = head.hidden_size();
-    auto check = [&](const at::Tensor& t, const char* what, std::int64_t width) {
-      if (!t.defined() || t.dim() != 2 || t.size(0) != f.rows || t.size(1) != width)
+    auto check = [&](const Rows& r, const char* what, std::int64_t width) {
+      if (!r.defined() || r.rows() != f.rows || r.cols() != width)
         fail(fmt::format("EagleProposer::{}: features.{}: expected [{}, {}], got {}", who, what, f.rows, width,
-                         t.defined() ? shape_str(t.sizes()) : std::string("none")));
+                         r.defined() ? fmt::format("[{}, {}]", r.rows(), r.cols()) : std::string("none")));
+      return torch::tensor_of(r);
     };
     if (head.version() == EagleVersion::kEagle1) {
       const bool pre = head.config().feature == EagleFeature::kPreNorm;
-      const at::Tensor& t = pre ? f.hidden_pre_norm : f.hidden_post_norm;
-      check(t, pre ? "hidden_pre_norm" : "hidden_post_norm", H);
-      return t;
+      return check(pre ? f.hidden_pre_norm : f.hidden_post_norm, pre ? "hidden_pre_norm" : "hidden_post_norm", H);
     }
     const std::int64_t Ht = head.config().target_hidden_size;
     if (f.layer_hidden.size() != 3)
-      fail(fmt::format("EagleProposer::{}: features.layer_hidden: expected 3 tensors (low, mid, high), got {}", who, f.layer_hidden.size()));
-    for (const auto& t : f.layer_hidden) check(t, "layer_hidden[i]", Ht);
-    return at::cat({f.layer_hidden[0], f.layer_hidden[1], f.layer_hidden[2]}, 1);
+      fail(fmt::format("EagleProposer::{}: features.layer_hidden: expected 3 row sets (low, mid, high), got {}", who, f.layer_hidden.size()));
+    return at::cat({check(f.layer_hidden[0], "layer_hidden[0]", Ht), check(f.layer_hidden[1], "layer_hidden[1]", Ht),
+                    check(f.layer_hidden[2], "layer_hidden[2]", Ht)},
+                   1);
   }
 
   void add_pending(Request& r, const TargetFeatures& f, std::span<const std::int64_t> context, const char* who) {
@@ -405,8 +406,8 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   if (opts.mode == EagleDraftMode::kTree && out.parents.empty()) out.parents.assign(static_cast<std::size_t>(B), {});
   if (any_probs) {  // the rows over the whole target vocabulary (0 outside the draft vocabulary)
     const std::int64_t N = out.cu_num_drafts.back();
-    out.probs = at::zeros({N, V}, kF32);
-    float* dst = out.probs.data_ptr<float>();
+    out.probs = Rows::host_float32(N, V);
+    float* dst = out.probs.mutable_host_float32_data();
     for (std::int64_t i = 0; i < B; ++i) {
       const auto& rows = probs_rows[static_cast<std::size_t>(i)];
       for (std::size_t r = 0; r * static_cast<std::size_t>(Vd) < rows.size(); ++r) {

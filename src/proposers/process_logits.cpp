@@ -1,4 +1,4 @@
-// proposers::process_logits (declared in proposers/proposer.hpp): float32 logits rows to the distributions each row's
+// proposers::process_logits (proposers/process_logits.hpp): float32 logits rows to the distributions each row's
 // request samples from, on the host, through the core's logits_to_probs. The draft-model proposer draws its drafts from
 // these rows; the decoder uses it for a step it verifies on the CPU core.
 #include <ATen/ATen.h>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "specdec/proposers/proposer.hpp"
+#include "specdec/proposers/process_logits.hpp"
 #include "specdec/sampling/logits.hpp"
 
 namespace specdec {

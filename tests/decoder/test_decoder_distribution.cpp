@@ -16,6 +16,7 @@
 #include "specdec/proposers/proposer_chain.hpp"
 #include "../proposers/cross_vocab_fixture.hpp"
 #include "specdec/proposers/suffix.hpp"
+#include "specdec/proposers/process_logits.hpp"
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/proposers/synthetic.hpp"
 #include "specdec/sampling/theory.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -440,9 +441,9 @@ TEST(DecoderDetail, CutDraftsKeepsEachRequestsDraftsDownToItsDepth) {
   EXPECT_EQ(all.parents[1], d.parents[1]);
   // a batch with draft probabilities is never cut (its rows follow the drafts)
   sp::DraftBatch q = d;
-  q.probs = at::zeros({9, 64});
+  q.probs = specdec::Rows::host_float32(9, 64);
   EXPECT_THROW(sd::detail::cut_drafts(q, limit), specdec::error);
-  EXPECT_EQ(sd::detail::cut_drafts(q, std::vector<std::int32_t>{8, 8, 8}).probs.size(0), 9);
+  EXPECT_EQ(sd::detail::cut_drafts(q, std::vector<std::int32_t>{8, 8, 8}).probs.rows(), 9);
 }
 
 TEST(DecoderDetail, MatchedDepthFollowsTheEmittedTokensDownOnePath) {
@@ -642,15 +643,16 @@ TEST(DecoderDetail, CutDraftsKeepsConfidencesAndRowsOfTheDraftsKept) {
   d.append(std::vector<std::int64_t>{1, 2, 3});
   d.append(std::vector<std::int64_t>{4, 5});
   d.confidence = {0.9f, 0.8f, 0.7f, 0.6f, 0.5f};
-  d.probs = at::arange(5 * 4, at::kFloat).view({5, 4});
+  d.probs = specdec::torch::rows_of(at::arange(5 * 4, at::kFloat).view({5, 4}));
   d.has_probs = {0, 1};
   const std::int32_t limit[] = {1, 2};
   const auto c = sd::detail::cut_drafts(d, limit);
   EXPECT_EQ(c.token_ids, (std::vector<std::int64_t>{1, 4, 5}));
   EXPECT_EQ(c.confidence, (std::vector<float>{0.9f, 0.6f, 0.5f}));
-  ASSERT_EQ(c.probs.size(0), 3);
-  EXPECT_TRUE(at::equal(c.probs[1], d.probs[3]));
-  EXPECT_TRUE(at::equal(c.probs[2], d.probs[4]));
+  ASSERT_EQ(c.probs.rows(), 3);
+  const at::Tensor cut = specdec::torch::tensor_of(c.probs), all = specdec::torch::tensor_of(d.probs);
+  EXPECT_TRUE(at::equal(cut[1], all[3]));
+  EXPECT_TRUE(at::equal(cut[2], all[4]));
   const std::int32_t cut_sampled[] = {3, 1};
   EXPECT_THROW(sd::detail::cut_drafts(d, cut_sampled), specdec::error);
 }

@@ -9,6 +9,7 @@
 #include "common.hpp"
 #include "cross_vocab_fixture.hpp"
 #include "specdec/proposers/cross_vocab.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -52,19 +53,20 @@ TEST(CrossVocabDraftProposer, DraftsSharedTokensWithRowsOnTheTargetVocabulary) {
   r.position = static_cast<std::int64_t>(ctx.size());
   const sp::DraftBatch d = p.propose(std::span(&r, 1));
   ASSERT_EQ(d.num_drafts(0), 4);
-  ASSERT_TRUE(d.probs.defined());
-  ASSERT_EQ(d.probs.size(1), 64);
+  ASSERT_TRUE(d.probs.is_host_float32());
+  const at::Tensor probs = specdec::torch::tensor_of(d.probs);
+  ASSERT_EQ(probs.size(1), 64);
   for (std::int64_t k = 0; k < 4; ++k) {
     EXPECT_LT(d.token_ids[static_cast<std::size_t>(k)], 32) << "only shared tokens are drafted";
-    EXPECT_NEAR(d.probs[k].sum().item<double>(), 1.0, 1e-5);
-    EXPECT_EQ(d.probs[k].narrow(0, 32, 32).sum().item<double>(), 0.0) << "no mass on tokens the draft cannot write";
-    EXPECT_GT(d.probs[k][d.token_ids[static_cast<std::size_t>(k)]].item<double>(), 0.0);
+    EXPECT_NEAR(probs[k].sum().item<double>(), 1.0, 1e-5);
+    EXPECT_EQ(probs[k].narrow(0, 32, 32).sum().item<double>(), 0.0) << "no mass on tokens the draft cannot write";
+    EXPECT_GT(probs[k][d.token_ids[static_cast<std::size_t>(k)]].item<double>(), 0.0);
   }
   EXPECT_EQ(draft_model.sequence_length(0), 7 + 3);  // the re-tokenized context and the drafts fed so far
   // The same call again gives the same drafts (the cache rolls back to what the new context shares with it).
   const sp::DraftBatch again = p.propose(std::span(&r, 1));
   EXPECT_EQ(again.token_ids, d.token_ids);
-  EXPECT_TRUE(again.probs.equal(d.probs));
+  EXPECT_TRUE(specdec::torch::tensor_of(again.probs).equal(probs));
   p.end_request(0);
   auto other = tiny_model(9, 10);
   EXPECT_THROW((sp::CrossVocabDraftProposer<sm::LlamaModel>(other, pair.bridge(), pair.retokenize())), specdec::error);

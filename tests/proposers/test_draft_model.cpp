@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "common.hpp"
+#include "specdec/torch/rows.hpp"
+#include "specdec/proposers/process_logits.hpp"
 
 namespace {
 
@@ -22,14 +24,15 @@ TEST(DraftModel, DraftsAreDeterministicAndProbsAreProcessedRows) {
     sp::ProposeRequest r{7, ctx, &params, 3, 4, {}};
     const auto d = p.propose(std::span(&r, 1));
     ASSERT_EQ(d.token_ids.size(), 3u);
-    ASSERT_TRUE(d.probs.defined());
-    ASSERT_EQ(d.probs.size(0), 3);
+    ASSERT_TRUE(d.probs.is_host_float32());
+    const at::Tensor probs = specdec::torch::tensor_of(d.probs);
+    ASSERT_EQ(probs.size(0), 3);
     // row 0 is the processed distribution after the context
     const specdec::SamplingParams* pp[] = {&params};
     const at::Tensor ref = sp::process_logits(fresh_next_logits(m, ctx).unsqueeze(0), pp)[0];
-    EXPECT_TRUE(at::allclose(d.probs[0], ref, 1e-5, 1e-6));
-    EXPECT_EQ((d.probs > 0).sum(1).max().item<std::int64_t>(), 5);  // top-k 5
-    for (int i = 0; i < 3; ++i) EXPECT_GT(d.probs[i][d.token_ids[static_cast<std::size_t>(i)]].item<float>(), 0.0f);
+    EXPECT_TRUE(at::allclose(probs[0], ref, 1e-5, 1e-6));
+    EXPECT_EQ((probs > 0).sum(1).max().item<std::int64_t>(), 5);  // top-k 5
+    for (int i = 0; i < 3; ++i) EXPECT_GT(probs[i][d.token_ids[static_cast<std::size_t>(i)]].item<float>(), 0.0f);
     static std::vector<std::int64_t> first;
     if (rep == 0) first = d.token_ids;
     else EXPECT_EQ(d.token_ids, first);

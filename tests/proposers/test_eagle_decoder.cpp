@@ -26,6 +26,7 @@
 #include "specdec/proposers/ngram.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/sampling/logits.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sp = specdec::proposers;
 namespace sm = specdec::models;
@@ -281,9 +282,9 @@ sp::DraftBatch fresh_head_drafts(const Target& t, sp::EagleVersion v, sp::EagleD
   sp::TargetFeatures f;
   f.start = 0;
   f.rows = static_cast<std::int64_t>(ctx.size()) - 1;
-  f.hidden_pre_norm = out.hidden_pre_norm;
-  f.hidden_post_norm = out.hidden_post_norm;
-  f.layer_hidden = out.layer_hidden;
+  f.hidden_pre_norm = specdec::torch::rows_of(out.hidden_pre_norm);
+  f.hidden_post_norm = specdec::torch::rows_of(out.hidden_post_norm);
+  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(specdec::torch::rows_of(t));
   sp::RequestContext rc;
   rc.id = 0;
   rc.context = ctx;

@@ -17,6 +17,7 @@
 #include "common.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -82,12 +83,13 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
   EXPECT_EQ(Tokens(d.token_ids.begin(), d.token_ids.begin() + 3), (Tokens{2, 7, 3}));
   EXPECT_EQ(d.num_drafts(1), 3);
   EXPECT_EQ(d.num_drafts(2), 0);  // max_drafts 0: nobody is asked
-  ASSERT_TRUE(d.probs.defined());
-  EXPECT_EQ(d.probs.size(0), 6);
-  EXPECT_EQ(d.probs.size(1), f.draft_model.vocab_size());
+  ASSERT_TRUE(d.probs.is_host_float32());
+  const at::Tensor probs = specdec::torch::tensor_of(d.probs);
+  EXPECT_EQ(probs.size(0), 6);
+  EXPECT_EQ(probs.size(1), f.draft_model.vocab_size());
   EXPECT_EQ(d.has_probs, (std::vector<std::uint8_t>{0, 1, 0}));
-  EXPECT_TRUE(d.probs.narrow(0, 0, 3).eq(0).all().item<bool>());  // the n-gram's rows are never read
-  for (int j = 3; j < 6; ++j) EXPECT_NEAR(d.probs[j].sum().item<float>(), 1.0f, 1e-5f);
+  EXPECT_TRUE(probs.narrow(0, 0, 3).eq(0).all().item<bool>());  // the n-gram's rows are never read
+  for (int j = 3; j < 6; ++j) EXPECT_NEAR(probs[j].sum().item<float>(), 1.0f, 1e-5f);
   EXPECT_EQ(chain.drafted_by(0), 1);
   EXPECT_EQ(chain.drafted_by(1), 1);
   EXPECT_EQ(chain.name(1), "draft");

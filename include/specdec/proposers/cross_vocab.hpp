@@ -33,6 +33,7 @@
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace specdec::proposers {
 
@@ -171,8 +172,8 @@ class CrossVocabDraftProposer {
       }
       batch.append(drafts);
     }
-    if (keep_rows && !rows.empty()) batch.probs = at::stack(rows);
-    if (keep_rows && rows.empty()) batch.probs = at::zeros({0, Vt}, at::TensorOptions().dtype(at::kFloat));
+    if (keep_rows && !rows.empty()) batch.probs = torch::rows_of(at::stack(rows));
+    if (keep_rows && rows.empty()) batch.probs = Rows::host_float32(0, Vt);
     return batch;
   }
 

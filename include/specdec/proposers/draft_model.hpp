@@ -24,12 +24,14 @@
 #include <vector>
 
 #include "specdec/models/causal_lm.hpp"
+#include "specdec/proposers/process_logits.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/logits_simd.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace specdec::proposers {
 
@@ -220,7 +222,7 @@ class DraftModelProposer {
                               confidence[static_cast<std::size_t>(b)].end());
       for (auto& t : rows[static_cast<std::size_t>(b)]) all_rows.push_back(t);
     }
-    if (keep_rows && !all_rows.empty()) batch.probs = at::stack(all_rows);
+    if (keep_rows && !all_rows.empty()) batch.probs = torch::rows_of(at::stack(all_rows));
     return batch;
   }
 

@@ -16,8 +16,9 @@
 // stopped or cancelled; observe is not called for a request's final step).
 //
 // Drafts may be deterministic (DraftBatch::probs undefined: accepted with probability p(x); n-gram, argmax heads) or sampled
-// (probs [N, V] float32: row j is the distribution draft j was drawn from, processed with the request's SamplingParams —
-// temperature, top-k, top-p, min-p — exactly as the target's rows are; see specdec::logits_to_probs). For trees with probs,
+// (probs [N, V] float32 rows in host memory, specdec::Rows: row j is the distribution draft j was drawn from, processed
+// with the request's SamplingParams — temperature, top-k, top-p, min-p — exactly as the target's rows are; see
+// specdec::logits_to_probs). For trees with probs,
 // row j is the distribution of node j + 1's parent that draft j was drawn from (siblings drawn i.i.d. from it). A sampling
 // proposer must draw with its own deterministic random stream, distinct from the verifier's (same seed, different key).
 //
@@ -33,14 +34,13 @@
 //     members it drafts with, in its own order (GenerationRequest::proposers -> ProposeRequest::members).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <concepts>
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "specdec/rows.hpp"
 #include "specdec/sampling/params.hpp"
 
 namespace specdec::proposers {
@@ -54,13 +54,14 @@ struct TargetFeatureSpec {
   std::vector<std::int64_t> layers;       ///< residual stream after these decoder blocks (0-based), in this order
 };
 
-/// Target hidden states for consecutive tokens of one request. Each tensor is [rows, hidden] float32 (undefined when not asked).
+/// Target hidden states for consecutive tokens of one request: [rows, hidden] float32 each, on the target's device
+/// (undefined when not asked).
 struct TargetFeatures {
   std::int64_t start = 0;                  ///< sequence index of the first row's token
   std::int64_t rows = 0;
-  at::Tensor hidden_pre_norm;              ///< when final_hidden
-  at::Tensor hidden_post_norm;             ///< when final_hidden
-  std::vector<at::Tensor> layer_hidden;    ///< one per TargetFeatureSpec::layers entry
+  Rows hidden_pre_norm;                    ///< when final_hidden
+  Rows hidden_post_norm;                   ///< when final_hidden
+  std::vector<Rows> layer_hidden;          ///< one per TargetFeatureSpec::layers entry
 };
 
 /// A request entering the proposer. The target cache holds context[0 .. n-1) at this point.
@@ -87,7 +88,7 @@ struct ProposeRequest {
 struct DraftBatch {
   std::vector<std::int64_t> token_ids;      ///< [N] drafts of request 0, then request 1, ...
   std::vector<std::int64_t> cu_num_drafts;  ///< [B + 1] prefix sums, cu[0] = 0 (B = number of ProposeRequests)
-  at::Tensor probs;                         ///< [N, V] float32, or undefined for deterministic drafts (whole batch)
+  Rows probs;                               ///< [N, V] float32 in host memory, or undefined for deterministic drafts
   /// Per-request draft kind, for batches that mix them (a ProposerChain whose members differ): empty = every request is as
   /// `probs` says; otherwise [B] entries, 1 = request b's rows of `probs` are its draft distributions, 0 = its drafts are
   /// deterministic (its rows of `probs` are never read). A 1 needs `probs` defined.
@@ -138,12 +139,6 @@ struct StepFeedback {
   std::span<const std::int64_t> context;          ///< the new context (old context + accepted drafts + emitted token)
   const TargetFeatures* features = nullptr;       ///< rows for [root, accepted drafts] when wanted, else null
 };
-
-/// The processed distributions of a batch of logit rows: row i of `logits` ([R, V] float32) goes through
-/// specdec::logits_to_probs with *row_params[i] (temperature 0 gives the one-hot argmax row). Returns [R, V] float32 on the CPU.
-/// Proposers that sample use it for their draft rows so that draft and target rows are processed identically. Throws
-/// specdec::error naming the row for NaN/+inf logits or a row whose logits are all -inf. Defined in specdec::proposers.
-at::Tensor process_logits(const at::Tensor& logits, std::span<const SamplingParams* const> row_params);
 
 /// The interface every proposer satisfies. See the file comment for the protocol.
 template <class P>

@@ -35,8 +35,6 @@
 // applies, and add() refuses members whose vocabularies differ from each other.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -250,7 +248,7 @@ class ProposerChain {
           const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(j)];
           o.drafts.assign(d.token_ids.begin() + s, d.token_ids.begin() + s + k);
           if (!d.parents.empty()) o.parents = d.parents[static_cast<std::size_t>(j)];
-          if (d.request_has_probs(j)) o.probs = d.probs.narrow(0, s, k);
+          if (d.request_has_probs(j)) o.probs = d.probs.narrow(s, k);
           if (!d.confidence.empty()) o.confidence.assign(d.confidence.begin() + s, d.confidence.begin() + s + k);
           if (!expected_mode) {
             owned[static_cast<std::size_t>(b)] = std::move(o);
@@ -274,7 +272,7 @@ class ProposerChain {
     DraftBatch out;
     out.cu_num_drafts.push_back(0);
     bool any_probs = false, any_plain = false;
-    at::Tensor like;
+    std::int64_t vocab = 0;
     for (const auto& o : owned) {
       out.append(o.drafts, o.parents);
       if (confidence_) {
@@ -284,7 +282,7 @@ class ProposerChain {
       if (o.drafts.empty()) continue;
       if (o.probs.defined()) {
         any_probs = true;
-        like = o.probs;
+        vocab = o.probs.cols();
       } else {
         any_plain = true;
       }
@@ -292,10 +290,21 @@ class ProposerChain {
     if (!out.parents.empty()) out.parents.resize(static_cast<std::size_t>(B));
     if (any_probs) {
       const auto N = static_cast<std::int64_t>(out.token_ids.size());
-      out.probs = at::zeros({N, like.size(1)}, like.options());  // rows of deterministic requests stay 0 and are never read
+      out.probs = Rows::host_float32(N, vocab);  // rows of deterministic requests stay 0 and are never read
+      float* dst = out.probs.mutable_host_float32_data("ProposerChain::propose");
       for (std::int64_t b = 0; b < B; ++b) {
         const Owned& o = owned[static_cast<std::size_t>(b)];
-        if (o.probs.defined()) out.probs.narrow(0, out.cu_num_drafts[static_cast<std::size_t>(b)], o.probs.size(0)).copy_(o.probs);
+        if (!o.probs.defined()) continue;
+        if (o.probs.cols() != vocab)
+          throw error(Status::kInvalidArgument, "ProposerChain::propose: " +
+                                                    members_[static_cast<std::size_t>(o.member)]->name +
+                                                    ": probs: expected " + std::to_string(vocab) +
+                                                    " columns (the other members' rows), got " +
+                                                    std::to_string(o.probs.cols()));
+        float* row = dst + out.cu_num_drafts[static_cast<std::size_t>(b)] * vocab;
+        for (std::int64_t r = 0; r < o.probs.rows(); ++r)
+          std::copy_n(o.probs.host_float32_data("ProposerChain::propose: a member's probs") + r * o.probs.row_stride(),
+                      vocab, row + r * vocab);
       }
       if (any_plain) {
         out.has_probs.resize(static_cast<std::size_t>(B));
@@ -337,7 +346,7 @@ class ProposerChain {
     std::int64_t member = -1;
     std::vector<std::int64_t> drafts, parents;
     std::vector<float> confidence;  // the member's, or empty
-    at::Tensor probs;  // [k, V] rows when the member's drafts came with probabilities
+    Rows probs;        // [k, V] rows when the member's drafts came with probabilities
   };
   // kMostExpected: a lookup proposal of the last step, to be walked against the tokens the step emitted.
   struct Shadow {
