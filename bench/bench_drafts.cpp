@@ -39,6 +39,7 @@
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/eagle.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 namespace sp = specdec::proposers;
@@ -85,7 +86,7 @@ struct TargetStep {
   ~TargetStep() { target().free_sequence(slot); }
   void run() {
     sm::ForwardOutput out = target().forward(sm::make_chain_batch(slot, {11}));
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     target().truncate(slot, kContext);
   }
 };
@@ -164,7 +165,7 @@ const at::Tensor& target_features() {
     const std::int64_t slot = target().allocate_sequence();
     sm::ForwardBatch b = sm::make_chain_batch(slot, synthetic_tokens(kContext + 1, 1));
     b.return_final_hidden = true;
-    at::Tensor h = target().forward(b).hidden_post_norm.narrow(0, 0, kContext).contiguous();
+    at::Tensor h = specdec::torch::tensor_of(target().forward(b).hidden_post_norm).narrow(0, 0, kContext).contiguous();
     target().free_sequence(slot);
     return h;
   }();
@@ -261,7 +262,7 @@ void BM_DraftModel(benchmark::State& state) {
   }
   time_steps(state, state.range(3) != 0, batch, static_cast<double>(m.weight_bytes_per_forward()), [&] {
     sm::ForwardOutput out = m.forward(step);
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     for (auto s : slots) m.truncate(s, kContext);
   });
   for (auto s : slots) m.free_sequence(s);

@@ -161,7 +161,7 @@ void BM_Decode(benchmark::State& state) {
   for (auto _ : state) {
     const auto f0 = std::chrono::steady_clock::now();
     sm::ForwardOutput out = m.forward(step);
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     each.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count());
     m.truncate(slot, context);  // keep the context length fixed
     ++forwards;
@@ -219,7 +219,7 @@ void BM_Prefill(benchmark::State& state) {
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     sm::ForwardOutput out = m.forward(batch);
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     m.truncate(slot, 0);
     ++forwards;
   }
@@ -257,7 +257,7 @@ void BM_DecodeAfter(benchmark::State& state) {
     }
     const auto f0 = std::chrono::steady_clock::now();
     sm::ForwardOutput out = m.forward(next);
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     each.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count());
     m.truncate(slot, context);
   }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "specdec/models/causal_lm.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace custom {
 
@@ -93,7 +94,8 @@ class TinyTransformer {
       logits.push_back(b.last_logits_only ? y.narrow(0, n - 1, 1) : y);
     }
     specdec::models::ForwardOutput out;
-    out.logits = at::matmul(at::cat(logits), embed_.t()).contiguous();  // [N, V] (or [B, V]) float32 on the device
+    // [N, V] (or [B, V]) float32 on the device, handed over as Rows that keep the tensor alive
+    out.logits = specdec::torch::rows_of(at::matmul(at::cat(logits), embed_.t()).contiguous());
     return out;
   }
 

@@ -2,7 +2,6 @@
 // a modelled cost.
 #include "specdec/decoder/replay.hpp"
 
-#include <ATen/ATen.h>
 
 #include <algorithm>
 #include <string>
@@ -143,8 +142,8 @@ models::ForwardOutput ReplayTarget::forward(const models::ForwardBatch& batch) {
     ++forwards_;
   }
   models::ForwardOutput out;
-  out.logits = at::zeros({static_cast<std::int64_t>(next.size()), vocab_}, at::kFloat);
-  float* p = out.logits.data_ptr<float>();
+  out.logits = Rows::host_float32(static_cast<std::int64_t>(next.size()), vocab_);
+  float* p = out.logits.mutable_host_float32_data();
   for (std::size_t r = 0; r < next.size(); ++r) p[static_cast<std::int64_t>(r) * vocab_ + next[r]] = 1.0f;
   return out;
 }

@@ -586,10 +586,11 @@ Verified verify_rows(const proposers::DraftBatch& d, const at::Tensor& logits, s
 
 }  // namespace
 
-Verified verify(const proposers::DraftBatch& d, const at::Tensor& target_logits,
+Verified verify(const proposers::DraftBatch& d, const Rows& target_logit_rows,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace,
                 const HostParallelFor& parallel_for) {
+  const at::Tensor target_logits = torch::tensor_of(target_logit_rows);
   // Every tensor made here stays here (the results are plain vectors): inference mode skips autograd's dispatch on the
   // step's few dozen small ATen calls. The workspace is made in it too, and only ever written by verify_logits.
   c10::InferenceMode inference;
@@ -620,11 +621,12 @@ proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at
   proposers::TargetFeatures f;
   f.start = start;
   f.rows = rows.numel();
+  auto select = [&](const Rows& r) { return torch::rows_of(torch::tensor_of(r).index_select(0, rows)); };
   if (spec.final_hidden) {
-    f.hidden_pre_norm = torch::rows_of(out.hidden_pre_norm.index_select(0, rows));
-    f.hidden_post_norm = torch::rows_of(out.hidden_post_norm.index_select(0, rows));
+    f.hidden_pre_norm = select(out.hidden_pre_norm);
+    f.hidden_post_norm = select(out.hidden_post_norm);
   }
-  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(torch::rows_of(t.index_select(0, rows)));
+  for (const auto& r : out.layer_hidden) f.layer_hidden.push_back(select(r));
   return f;
 }
 }  // namespace
@@ -632,13 +634,13 @@ proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
                                           std::span<const std::int64_t> accepted_nodes, std::int64_t start,
                                           const proposers::TargetFeatureSpec& spec) {
-  const bool on_device = out.logits.defined() && !out.logits.is_cpu();
+  const bool on_device = out.logits.defined() && !out.logits.device().is_cpu();
   at::Tensor rows = at::empty({static_cast<std::int64_t>(accepted_nodes.size()) + 1},
                               at::TensorOptions().dtype(at::kLong).pinned_memory(on_device));
   auto* r = rows.data_ptr<std::int64_t>();
   r[0] = row_begin;
   for (std::size_t i = 0; i < accepted_nodes.size(); ++i) r[i + 1] = row_begin + accepted_nodes[i];
-  at::Tensor dev_rows = on_device ? rows.to(out.logits.device(), /*non_blocking=*/true) : rows;
+  at::Tensor dev_rows = on_device ? rows.to(torch::device_of(out.logits), /*non_blocking=*/true) : rows;
   return select_rows(out, dev_rows, start, spec);
 }
 
@@ -646,11 +648,11 @@ proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, con
   proposers::TargetFeatures f;
   f.start = 0;
   if (spec.final_hidden) {
-    f.hidden_pre_norm = torch::rows_of(out.hidden_pre_norm);
-    f.hidden_post_norm = torch::rows_of(out.hidden_post_norm);
-    f.rows = out.hidden_pre_norm.size(0);
+    f.hidden_pre_norm = out.hidden_pre_norm;
+    f.hidden_post_norm = out.hidden_post_norm;
+    f.rows = out.hidden_pre_norm.rows();
   }
-  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(torch::rows_of(t));
+  f.layer_hidden = out.layer_hidden;
   if (!f.layer_hidden.empty()) f.rows = f.layer_hidden.front().rows();
   return f;
 }

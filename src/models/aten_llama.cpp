@@ -29,6 +29,7 @@
 
 #include "specdec/sampling/status.hpp"
 #include "specdec/torch/device_copy.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace specdec::models {
 
@@ -401,22 +402,23 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
   }
   for (auto& p : plans) p.slot->length = p.cached + p.n;
 
-  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(saved[static_cast<std::size_t>(l)]);
+  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(torch::rows_of(saved[static_cast<std::size_t>(l)]));
   at::Tensor normed = rms_norm(x, final_norm);
   if (b.return_final_hidden) {
-    out.hidden_pre_norm = x.to(at::kFloat);
-    out.hidden_post_norm = normed.to(at::kFloat);
+    out.hidden_pre_norm = torch::rows_of(x.to(at::kFloat));
+    out.hidden_post_norm = torch::rows_of(normed.to(at::kFloat));
   }
   if (b.last_logits_only) {
     std::vector<at::Tensor> last;
     for (const auto& p : plans) last.push_back(normed.narrow(0, p.start + p.n - 1, 1));
     normed = at::cat(last);
   }
-  out.logits = at::matmul(normed, lm_head.t()).to(at::kFloat).contiguous();
+  at::Tensor logits = at::matmul(normed, lm_head.t()).to(at::kFloat).contiguous();
   if (cfg.final_logit_softcap > 0.0) {
     const double cap = cfg.final_logit_softcap;
-    out.logits = (out.logits / cap).tanh() * cap;
+    logits = (logits / cap).tanh() * cap;
   }
+  out.logits = torch::rows_of(logits);
   return out;
 }
 

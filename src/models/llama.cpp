@@ -36,6 +36,7 @@
 #include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/rows.hpp"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -664,11 +665,13 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   }
   for (const auto& s : plans) cache.set_length(s.slot, s.cached + s.n);
 
-  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(saved[static_cast<std::size_t>(l)]);
+  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(torch::rows_of(saved[static_cast<std::size_t>(l)]));
+  at::Tensor hidden_post_norm;
   if (b.return_final_hidden) {
-    out.hidden_pre_norm = xs.clone();
-    out.hidden_post_norm = at::empty({N, H}, xs.options());
-    rms_norm(xp, final_norm.data_ptr<float>(), out.hidden_post_norm.data_ptr<float>(), N, H, eps);
+    out.hidden_pre_norm = torch::rows_of(xs.clone());
+    hidden_post_norm = at::empty({N, H}, xs.options());
+    rms_norm(xp, final_norm.data_ptr<float>(), hidden_post_norm.data_ptr<float>(), N, H, eps);
+    out.hidden_post_norm = torch::rows_of(hidden_post_norm);
   }
   // Output projection over the rows whose logits are wanted.
   at::Tensor rows;
@@ -680,7 +683,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
       rms_norm(xp + (s.start + s.n - 1) * H, final_norm.data_ptr<float>(), rows.data_ptr<float>() + i * H, 1, H, eps);
     }
   } else if (b.return_final_hidden) {
-    rows = out.hidden_post_norm;
+    rows = hidden_post_norm;
   }
   RowPrep final_rows;
   if (!rows.defined()) {  // every row's logits: the final norm runs inside the output product
@@ -688,14 +691,15 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     const float* fn = final_norm.data_ptr<float>();
     final_rows = [&, fn](std::int64_t r0, std::int64_t r1) { rms_norm(xp + r0 * H, fn, np + r0 * H, r1 - r0, H, eps); };
   }
-  out.logits = at::empty({rows.size(0), V}, xs.options());
+  const at::Tensor logits = at::empty({rows.size(0), V}, xs.options());
   mark(ForwardPhaseTimes::kOther);
-  linear(rows, lm_head(), out.logits, opts.activation_bits.lm_head, final_rows);
+  linear(rows, lm_head(), logits, opts.activation_bits.lm_head, final_rows);
   if (softcap > 0.f) {  // logits = cap * tanh(logits / cap), element by element
     const float inv_cap = 1.f / softcap;
-    for (float* e = out.logits.data_ptr<float>(), *end = e + out.logits.numel(); e != end; ++e)
+    for (float* e = logits.data_ptr<float>(), *end = e + logits.numel(); e != end; ++e)
       *e = softcap * std::tanh(*e * inv_cap);
   }
+  out.logits = torch::rows_of(logits);
   mark(ForwardPhaseTimes::kLmHead);
   if (timed) ++phase_times.forwards;
   return out;

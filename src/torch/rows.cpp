@@ -43,11 +43,15 @@ Rows rows_of(const at::Tensor& t, const char* who) {
   return Rows(v, std::make_shared<const at::Tensor>(t));
 }
 
+at::Device device_of(const Rows& r) {
+  const Device d = r.device();
+  return d.is_cpu() ? at::Device(at::kCPU) : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index));
+}
+
 at::Tensor tensor_of(const Rows& r) {
   if (!r.defined()) return {};
   const RowsView& v = r.view();
-  const at::Device device = v.device.is_cpu() ? at::Device(at::kCPU)
-                                              : at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(v.device.index));
+  const at::Device device = device_of(r);
   const auto options = at::TensorOptions().dtype(scalar_type_of(v.dtype)).device(device);
   if (v.rows == 0 || v.cols == 0) return at::empty({v.rows, v.cols}, options);
   std::shared_ptr<const void> owner = r.owner();

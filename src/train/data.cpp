@@ -10,6 +10,7 @@
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/sampling/logits_simd.hpp"
 #include "specdec/sampling/philox.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace specdec::train {
 
@@ -249,8 +250,8 @@ DataStats generate_records(models::LlamaModel& target, const std::vector<std::ve
     // Every row: float16 features, top-k, and the next token from each sequence's last row; rows spread over the
     // model's threads.
     tf = Clock::now();
-    const float* logits = out.logits.data_ptr<float>();
-    const float* hidden = out.hidden_post_norm.data_ptr<float>();
+    const float* logits = out.logits.host_float32_data("data: the target's logits");
+    const float* hidden = out.hidden_post_norm.host_float32_data("data: the target's hidden states");
     target.parallel_for(static_cast<std::int64_t>(rows.size()), [&](std::int64_t r) {
       thread_local std::vector<float> scratch;
       scratch.resize(static_cast<std::size_t>(V));
@@ -333,7 +334,9 @@ std::int64_t fuse_records(models::LlamaModel& target, const std::vector<Record>&
     Record f;
     f.tokens = r.tokens;
     f.prompt_length = r.prompt_length;
-    f.features = at::cat(out.layer_hidden, 1).to(at::kHalf);
+    std::vector<at::Tensor> layers_out;
+    for (const auto& h : out.layer_hidden) layers_out.push_back(torch::tensor_of(h));
+    f.features = at::cat(layers_out, 1).to(at::kHalf);
     f.topk_ids = r.topk_ids;
     f.topk_probs = r.topk_probs;
     writer.write(f);

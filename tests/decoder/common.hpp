@@ -12,6 +12,7 @@
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace specdec::test {
 
@@ -69,7 +70,7 @@ inline at::Tensor fresh_next_logits(sm::LlamaModel& m, const std::vector<std::in
   const auto slot = m.allocate_sequence();
   sm::ForwardBatch fb = sm::make_chain_batch(slot, tokens);
   fb.last_logits_only = true;
-  at::Tensor l = m.forward(fb).logits[0].clone();
+  at::Tensor l = specdec::torch::tensor_of(m.forward(fb).logits)[0].clone();
   m.free_sequence(slot);
   return l;
 }
@@ -80,7 +81,7 @@ inline at::Tensor cached_next_logits(sm::LlamaModel& m, std::int64_t slot, const
   EXPECT_LT(cached, static_cast<std::int64_t>(tokens.size()));
   sm::ForwardBatch fb = sm::make_chain_batch(slot, std::vector<std::int64_t>(tokens.begin() + cached, tokens.end()));
   fb.last_logits_only = true;
-  at::Tensor l = m.forward(fb).logits[0].clone();
+  at::Tensor l = specdec::torch::tensor_of(m.forward(fb).logits)[0].clone();
   m.truncate(slot, cached);
   return l;
 }

@@ -19,6 +19,7 @@
 #include "specdec/proposers/ngram.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -191,8 +192,8 @@ TEST(ReplayTarget, BadInputIsAnErrorThatChangesNothing) {
   EXPECT_THROW(target.forward(fb), specdec::error);
   fb.return_final_hidden = false;
   const auto out = target.forward(fb);
-  ASSERT_EQ(out.logits.size(0), 3);
-  EXPECT_EQ(out.logits[1].argmax().item<std::int64_t>(), rec.prompts[0][2]);
+  ASSERT_EQ(specdec::torch::tensor_of(out.logits).size(0), 3);
+  EXPECT_EQ(specdec::torch::tensor_of(out.logits)[1].argmax().item<std::int64_t>(), rec.prompts[0][2]);
   EXPECT_EQ(target.forwards(), 1);
   EXPECT_DOUBLE_EQ(target.modelled_seconds(), linear_cost(1, 3));
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "specdec/models/llama.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 
@@ -44,9 +45,9 @@ int main(int argc, char** argv) {
         return 1;
       }
       const std::int64_t slot = model.allocate_sequence(), half = std::max<std::int64_t>(1, static_cast<std::int64_t>(ids.size()) / 2);
-      std::vector<at::Tensor> rows = {model.forward(sm::make_chain_batch(slot, {ids.begin(), ids.begin() + half})).logits};
+      std::vector<at::Tensor> rows = {specdec::torch::tensor_of(model.forward(sm::make_chain_batch(slot, {ids.begin(), ids.begin() + half})).logits)};
       for (std::size_t t = static_cast<std::size_t>(half); t < ids.size(); ++t)
-        rows.push_back(model.forward(sm::make_chain_batch(slot, {ids[t]})).logits);
+        rows.push_back(specdec::torch::tensor_of(model.forward(sm::make_chain_batch(slot, {ids[t]})).logits));
       const at::Tensor logits = at::cat(rows).contiguous();
       model.free_sequence(slot);
       std::ofstream f(out / ("logits_" + std::to_string(index) + ".f32"), std::ios::binary);

@@ -13,6 +13,7 @@
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/torch/rows.hpp"
 
 #if defined(SPECDEC_TORCH_HAS_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -58,19 +59,19 @@ TEST(AtenLlama, MatchesLlamaModelOnTheSameWeights) {
   const auto rs = ref.allocate_sequence(), ms = m.allocate_sequence();
   const std::vector<std::int64_t> prompt = {5, 17, 3, 88, 42, 42, 7, 1, 60, 2, 9};
   auto a = run(ref, rs, prompt, {}, {0, 2}), b = run(m, ms, prompt, {}, {0, 2});
-  EXPECT_LT(max_diff(a.logits, b.logits), 2e-4);
-  for (int i = 0; i < 2; ++i) EXPECT_LT(max_diff(a.layer_hidden[i], b.layer_hidden[i]), 2e-4) << i;
-  EXPECT_LT(max_diff(a.hidden_pre_norm, b.hidden_pre_norm), 2e-4);
-  EXPECT_LT(max_diff(a.hidden_post_norm, b.hidden_post_norm), 2e-4);
+  EXPECT_LT(max_diff(specdec::torch::tensor_of(a.logits), specdec::torch::tensor_of(b.logits)), 2e-4);
+  for (int i = 0; i < 2; ++i) EXPECT_LT(max_diff(specdec::torch::tensor_of(a.layer_hidden[i]), specdec::torch::tensor_of(b.layer_hidden[i])), 2e-4) << i;
+  EXPECT_LT(max_diff(specdec::torch::tensor_of(a.hidden_pre_norm), specdec::torch::tensor_of(b.hidden_pre_norm)), 2e-4);
+  EXPECT_LT(max_diff(specdec::torch::tensor_of(a.hidden_post_norm), specdec::torch::tensor_of(b.hidden_post_norm)), 2e-4);
   // Incremental: a tree over the cached prompt, then keep one path and continue.
   const std::vector<std::int64_t> tree = {4, 30, 31, 32, 50};
   const std::vector<std::int32_t> parents = {-1, 0, 0, 1, 3};
-  EXPECT_LT(max_diff(run(ref, rs, tree, parents).logits, run(m, ms, tree, parents).logits), 2e-4);
+  EXPECT_LT(max_diff(specdec::torch::tensor_of(run(ref, rs, tree, parents).logits), specdec::torch::tensor_of(run(m, ms, tree, parents).logits)), 2e-4);
   const std::vector<std::int64_t> path = {0, 1, 3};
   ref.keep_path(rs, 11, path);
   m.keep_path(ms, 11, path);
   EXPECT_EQ(m.sequence_length(ms), 14);
-  EXPECT_LT(max_diff(run(ref, rs, {12, 13}).logits, run(m, ms, {12, 13}).logits), 2e-4);
+  EXPECT_LT(max_diff(specdec::torch::tensor_of(run(ref, rs, {12, 13}).logits), specdec::torch::tensor_of(run(m, ms, {12, 13}).logits)), 2e-4);
 }
 
 TEST(AtenLlama, TreeRowsEqualTheirChainsAndTruncateRollsBack) {
@@ -80,17 +81,17 @@ TEST(AtenLlama, TreeRowsEqualTheirChainsAndTruncateRollsBack) {
   const auto s = m.allocate_sequence();
   run(m, s, prompt);
   // Tree: root 10 with children 20 (-> 40) and 30: the rows of path (10, 30) equal the chain forward of [10, 30].
-  const auto tree = run(m, s, {10, 20, 30, 40}, {-1, 0, 0, 1}).logits;
+  const auto tree = specdec::torch::tensor_of(run(m, s, {10, 20, 30, 40}, {-1, 0, 0, 1}).logits);
   m.truncate(s, 6);
-  const auto chain = run(m, s, {10, 30}).logits;
+  const auto chain = specdec::torch::tensor_of(run(m, s, {10, 30}).logits);
   EXPECT_LT(max_diff(tree[0], chain[0]), 1e-5);
   EXPECT_LT(max_diff(tree[2], chain[1]), 1e-5);
   m.truncate(s, 6);
-  const auto chain2 = run(m, s, {10, 20, 40}).logits;
+  const auto chain2 = specdec::torch::tensor_of(run(m, s, {10, 20, 40}).logits);
   EXPECT_LT(max_diff(tree[3], chain2[2]), 1e-5);
   // A fresh prefill of the whole sequence gives the cached forward's last row.
   const auto t = m.allocate_sequence();
-  const auto full = run(m, t, {1, 2, 3, 4, 5, 6, 10, 20, 40}).logits;
+  const auto full = specdec::torch::tensor_of(run(m, t, {1, 2, 3, 4, 5, 6, 10, 20, 40}).logits);
   EXPECT_LT(max_diff(full[8], chain2[2]), 1e-4);
 }
 
@@ -149,8 +150,8 @@ void check_against_packed(sm::AtenLlamaModel& m, double tolerance) {
   auto ref = sm::load_llama_gguf(smollm2(), float_cache);
   const std::vector<std::int64_t> text = {1, 504, 3458, 282, 4649, 314, 3210, 30, 378, 3458, 282, 4649, 314, 7042, 30,
                                           378, 3458, 282, 4649, 314, 1345, 30, 378, 3458, 282, 2896, 314};
-  const auto a = run(ref, ref.allocate_sequence(), text).logits;
-  const auto b = run(m, m.allocate_sequence(), text).logits.cpu();
+  const auto a = specdec::torch::tensor_of(run(ref, ref.allocate_sequence(), text).logits);
+  const auto b = specdec::torch::tensor_of(run(m, m.allocate_sequence(), text).logits).cpu();
   EXPECT_LT(max_diff(a, b), tolerance);
   EXPECT_TRUE(at::equal(a.argmax(-1), b.argmax(-1)));
 }
@@ -190,8 +191,8 @@ TEST(AtenLlama, DraftCheckpointOnCuda) {
   auto cpu = draft_checkpoint(at::kCPU);
   auto gpu = draft_checkpoint(at::Device(at::kCUDA, 0));
   const std::vector<std::int64_t>& text = kDraftText;
-  const auto a = run(cpu, cpu.allocate_sequence(), text).logits;
-  const auto b = run(gpu, gpu.allocate_sequence(), text).logits;
+  const auto a = specdec::torch::tensor_of(run(cpu, cpu.allocate_sequence(), text).logits);
+  const auto b = specdec::torch::tensor_of(run(gpu, gpu.allocate_sequence(), text).logits);
   EXPECT_TRUE(b.is_cuda());
   EXPECT_LT(max_diff(a, b), 2e-3);
   std::vector<specdec::decoder::GenerationRequest> rs(2);

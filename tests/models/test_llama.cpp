@@ -25,6 +25,7 @@
 #include "specdec/models/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 using Weights = std::map<std::string, at::Tensor>;
@@ -170,7 +171,7 @@ std::vector<std::int64_t> random_tokens(std::int64_t n, std::int64_t vocab, std:
 }
 
 at::Tensor run_chain(sm::LlamaModel& m, std::int64_t slot, const std::vector<std::int64_t>& tokens) {
-  return m.forward(sm::make_chain_batch(slot, tokens)).logits;
+  return specdec::torch::tensor_of(m.forward(sm::make_chain_batch(slot, tokens)).logits);
 }
 
 // Feeds tokens one at a time into a fresh slot; returns [T, V].
@@ -299,7 +300,7 @@ TEST(LlamaModel, RaggedBatchEqualsSeparateRuns) {
     batch.token_ids.insert(batch.token_ids.end(), fresh[i].begin(), fresh[i].end());
     batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
   }
-  at::Tensor logits = m.forward(batch).logits;
+  at::Tensor logits = specdec::torch::tensor_of(m.forward(batch).logits);
   ASSERT_EQ(logits.size(0), 10);
   for (std::size_t i = 0; i < 3; ++i) {
     std::vector<std::int64_t> all = prefix[i];
@@ -347,7 +348,7 @@ TEST(LlamaModel, TreeForwardEqualsChainForwardPerPath) {
   batch.token_ids.insert(batch.token_ids.end(), nodes.begin(), nodes.end());
   batch.cu_num_tokens = {0, 2, 2 + static_cast<std::int64_t>(nodes.size())};
   batch.parents = {{}, kParents};
-  at::Tensor tree = m.forward(batch).logits.narrow(0, 2, static_cast<std::int64_t>(nodes.size()));
+  at::Tensor tree = specdec::torch::tensor_of(m.forward(batch).logits).narrow(0, 2, static_cast<std::int64_t>(nodes.size()));
   EXPECT_EQ(m.sequence_length(t), 9 + static_cast<std::int64_t>(nodes.size()));
 
   const auto paths = root_to_leaf_paths(kParents);
@@ -417,21 +418,21 @@ TEST(LlamaModel, HiddenStatesAndLastLogitsOnly) {
   batch.hidden_layers = {1, 0};
   sm::ForwardOutput full = m.forward(batch);
   ASSERT_EQ(full.layer_hidden.size(), 2u);
-  EXPECT_EQ(full.hidden_pre_norm.sizes(), (std::vector<std::int64_t>{8, c.hidden_size}));
-  EXPECT_TRUE(full.layer_hidden[0].equal(full.hidden_pre_norm)) << "the last layer's output is the pre-norm hidden state";
-  EXPECT_FALSE(full.layer_hidden[1].equal(full.hidden_pre_norm));
+  EXPECT_EQ(specdec::torch::tensor_of(full.hidden_pre_norm).sizes(), (std::vector<std::int64_t>{8, c.hidden_size}));
+  EXPECT_TRUE(specdec::torch::tensor_of(full.layer_hidden[0]).equal(specdec::torch::tensor_of(full.hidden_pre_norm))) << "the last layer's output is the pre-norm hidden state";
+  EXPECT_FALSE(specdec::torch::tensor_of(full.layer_hidden[1]).equal(specdec::torch::tensor_of(full.hidden_pre_norm)));
   at::Tensor head = w.at("lm_head.weight");
-  EXPECT_TRUE(logits_close(full.logits, at::matmul(full.hidden_post_norm, head.t())));
+  EXPECT_TRUE(logits_close(specdec::torch::tensor_of(full.logits), at::matmul(specdec::torch::tensor_of(full.hidden_post_norm), head.t())));
 
   for (auto s : batch.slots) m.truncate(s, 0);
   batch.last_logits_only = true;
   batch.return_final_hidden = false;
   batch.hidden_layers.clear();
   sm::ForwardOutput last = m.forward(batch);
-  ASSERT_EQ(last.logits.size(0), 2);
-  EXPECT_TRUE(logits_close(last.logits[0], full.logits[4]));
-  EXPECT_TRUE(logits_close(last.logits[1], full.logits[7]));
-  EXPECT_FALSE(last.hidden_pre_norm.defined());
+  ASSERT_EQ(specdec::torch::tensor_of(last.logits).size(0), 2);
+  EXPECT_TRUE(logits_close(specdec::torch::tensor_of(last.logits)[0], specdec::torch::tensor_of(full.logits)[4]));
+  EXPECT_TRUE(logits_close(specdec::torch::tensor_of(last.logits)[1], specdec::torch::tensor_of(full.logits)[7]));
+  EXPECT_FALSE(specdec::torch::tensor_of(last.hidden_pre_norm).defined());
 }
 
 TEST(LlamaModel, RejectsBadBatchesWithoutChangingState) {
@@ -513,7 +514,7 @@ TEST(LlamaModel, FewTokenForwardIsBatchInvariant) {
       m.truncate(s, 20);
       sm::ForwardBatch tree = sm::make_chain_batch(s, {more[0], more[1], more[5], more[2], more[6]});
       tree.parents = {{-1, 0, 0, 1, 2}};
-      at::Tensor tl = m.forward(tree).logits;
+      at::Tensor tl = specdec::torch::tensor_of(m.forward(tree).logits);
       EXPECT_TRUE(tl[0].equal(alone[0][0]) && tl[1].equal(alone[1][0]) && tl[3].equal(alone[2][0]))
           << "odd " << odd << " threads " << threads << " tree";
       m.free_sequence(s);
@@ -534,7 +535,7 @@ TEST(LlamaModel, ThreadCountDoesNotChangeResults) {
     sm::LlamaModel m(c, getter, o);
     const std::int64_t s = m.allocate_sequence();
     m.forward(sm::make_chain_batch(s, {tokens.begin(), tokens.begin() + 6}));
-    results.push_back(m.forward(sm::make_chain_batch(s, {tokens.begin() + 6, tokens.end()})).logits);
+    results.push_back(specdec::torch::tensor_of(m.forward(sm::make_chain_batch(s, {tokens.begin() + 6, tokens.end()})).logits));
   }
   EXPECT_TRUE(results[0].equal(results[1]));
 }
@@ -557,7 +558,7 @@ TEST(LlamaModel, LongCacheAttentionSplitChangesNoBit) {
       const std::int64_t s = m.allocate_sequence();
       m.forward(sm::make_chain_batch(s, prompt));
       const std::vector<std::int64_t> step = verify ? chain : std::vector<std::int64_t>{chain[0]};
-      (verify ? verified : decoded).push_back(m.forward(sm::make_chain_batch(s, step)).logits);
+      (verify ? verified : decoded).push_back(specdec::torch::tensor_of(m.forward(sm::make_chain_batch(s, step)).logits));
       m.free_sequence(s);
     }
   }
@@ -582,7 +583,7 @@ TEST(LlamaModel, PhaseTimesCoverDecodeAndVerifyForwardsOnly) {
     m.forward(sm::make_chain_batch(s, {tokens.begin(), tokens.begin() + 20}));  // a prompt of 20 tokens: not timed
     EXPECT_EQ(m.phase_times().forwards, 0);
     m.forward(sm::make_chain_batch(s, {tokens.begin() + 20, tokens.begin() + 21}));
-    logits.push_back(m.forward(sm::make_chain_batch(s, {tokens.begin() + 21, tokens.end()})).logits);
+    logits.push_back(specdec::torch::tensor_of(m.forward(sm::make_chain_batch(s, {tokens.begin() + 21, tokens.end()})).logits));
     const sm::ForwardPhaseTimes& t = m.phase_times();
     EXPECT_EQ(t.forwards, timed ? 2 : 0);
     double total = 0;

@@ -22,6 +22,7 @@
 
 #include "specdec/models/aten_llama.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -116,19 +117,19 @@ TEST(LlamaArchs, OptionsMatchTheAtenReference) {
     const auto rs = ref.allocate_sequence(), ms = m.allocate_sequence();
     const auto prompt = some_tokens(21, c.vocab_size, 5);  // more than 16 tokens: the blocked attention
     const auto a = run(ref, rs, prompt), b = run(m, ms, prompt);
-    ASSERT_EQ(a.logits.size(0), 21);
-    for (std::int64_t i = 0; i < 21; ++i) EXPECT_LT(max_diff(a.logits[i], b.logits[i]), 2e-4) << "prompt position " << i;
-    EXPECT_GT(a.logits.abs().max().item<double>(), 1.0);  // the comparison is not between near-zero logits
+    ASSERT_EQ(specdec::torch::tensor_of(a.logits).size(0), 21);
+    for (std::int64_t i = 0; i < 21; ++i) EXPECT_LT(max_diff(specdec::torch::tensor_of(a.logits)[i], specdec::torch::tensor_of(b.logits)[i]), 2e-4) << "prompt position " << i;
+    EXPECT_GT(specdec::torch::tensor_of(a.logits).abs().max().item<double>(), 1.0);  // the comparison is not between near-zero logits
     // A tree over the cached prompt (depths 0, 1, 1, 2, 3), then one path kept and two more tokens.
     const std::vector<std::int64_t> tree = {4, 30, 31, 32, 50};
     const std::vector<std::int32_t> parents = {-1, 0, 0, 1, 3};
-    EXPECT_LT(max_diff(run(ref, rs, tree, parents).logits, run(m, ms, tree, parents).logits), 2e-4) << "tree";
+    EXPECT_LT(max_diff(specdec::torch::tensor_of(run(ref, rs, tree, parents).logits), specdec::torch::tensor_of(run(m, ms, tree, parents).logits)), 2e-4) << "tree";
     const std::vector<std::int64_t> path = {0, 1, 3};
     ref.keep_path(rs, 21, path);
     m.keep_path(ms, 21, path);
-    EXPECT_LT(max_diff(run(ref, rs, {12, 13}).logits, run(m, ms, {12, 13}).logits), 2e-4) << "after keep_path";
+    EXPECT_LT(max_diff(specdec::torch::tensor_of(run(ref, rs, {12, 13}).logits), specdec::torch::tensor_of(run(m, ms, {12, 13}).logits)), 2e-4) << "after keep_path";
     for (int step = 0; step < 8; ++step)  // decoding past the window
-      EXPECT_LT(max_diff(run(ref, rs, {(7 * step) % c.vocab_size}).logits, run(m, ms, {(7 * step) % c.vocab_size}).logits),
+      EXPECT_LT(max_diff(specdec::torch::tensor_of(run(ref, rs, {(7 * step) % c.vocab_size}).logits), specdec::torch::tensor_of(run(m, ms, {(7 * step) % c.vocab_size}).logits)),
                 2e-4)
           << "decode step " << step;
   }
@@ -149,17 +150,17 @@ TEST(LlamaArchs, PackedForwardWithOptionsIsBatchInvariant) {
     const auto tokens = some_tokens(300, c.vocab_size, 3);
     const std::int64_t a = m.allocate_sequence(), b = m.allocate_sequence(), d = m.allocate_sequence();
     std::vector<at::Tensor> alone;
-    for (auto t : tokens) alone.push_back(run(m, b, {t}).logits[0].clone());
+    for (auto t : tokens) alone.push_back(specdec::torch::tensor_of(run(m, b, {t}).logits)[0].clone());
     // The prompt in two chunks (the blocked attention, over an empty and over a cached prefix).
     const std::vector<std::int64_t> first(tokens.begin(), tokens.begin() + 270), rest(tokens.begin() + 270, tokens.end() - 6);
-    const at::Tensor p1 = run(m, a, first).logits, p2 = run(m, a, rest).logits;
+    const at::Tensor p1 = specdec::torch::tensor_of(run(m, a, first).logits), p2 = specdec::torch::tensor_of(run(m, a, rest).logits);
     for (std::int64_t i = 0; i < 270; ++i) ASSERT_TRUE(p1[i].equal(alone[static_cast<std::size_t>(i)])) << "prompt row " << i;
     for (std::int64_t i = 0; i < p2.size(0); ++i)
       ASSERT_TRUE(p2[i].equal(alone[static_cast<std::size_t>(270 + i)])) << "second chunk row " << i;
     // A 6-token verification.
     const std::vector<std::int64_t> block(tokens.end() - 6, tokens.end());
     const std::int64_t len = m.sequence_length(a);
-    const at::Tensor chain = run(m, a, block).logits;
+    const at::Tensor chain = specdec::torch::tensor_of(run(m, a, block).logits);
     for (std::int64_t i = 0; i < 6; ++i) EXPECT_TRUE(chain[i].equal(alone[static_cast<std::size_t>(294 + i)])) << "chain row " << i;
     // A tree whose path 0-1-3 is block[0..2], beside sequence d's 2-token chain (the first two prompt tokens).
     m.truncate(a, len);
@@ -168,7 +169,7 @@ TEST(LlamaArchs, PackedForwardWithOptionsIsBatchInvariant) {
     both.token_ids = {tokens[0], tokens[1], block[0], block[1], block[4], block[2], block[5]};
     both.cu_num_tokens = {0, 2, 7};
     both.parents = {{}, {-1, 0, 0, 1, 2}};
-    const at::Tensor mixed = m.forward(both).logits;
+    const at::Tensor mixed = specdec::torch::tensor_of(m.forward(both).logits);
     EXPECT_TRUE(mixed[0].equal(alone[0]) && mixed[1].equal(alone[1])) << "the chain beside a tree";
     EXPECT_TRUE(mixed[2].equal(alone[294]) && mixed[3].equal(alone[295]) && mixed[5].equal(alone[296])) << "tree nodes";
   }
@@ -194,9 +195,9 @@ TEST(LlamaArchs, SlidingLayersIgnoreKeysBeyondTheWindow) {
     const std::int64_t s = model.allocate_sequence();
     at::Tensor out;
     if (one_by_one) {
-      for (auto id : t) out = run(model, s, {id}).logits[0].clone();
+      for (auto id : t) out = specdec::torch::tensor_of(run(model, s, {id}).logits)[0].clone();
     } else {
-      out = run(model, s, t).logits[P].clone();
+      out = specdec::torch::tensor_of(run(model, s, t).logits)[P].clone();
     }
     model.free_sequence(s);
     return out;
@@ -230,8 +231,8 @@ TEST(LlamaArchs, AtenBfloat16RunsTheOptions) {
     o.dtype = at::kBFloat16;
     sm::AtenLlamaModel bf16(c, weights, o);
     const auto prompt = some_tokens(12, c.vocab_size, 5);
-    const at::Tensor a = run(f32, f32.allocate_sequence(), prompt).logits;
-    const at::Tensor b = run(bf16, bf16.allocate_sequence(), prompt).logits;
+    const at::Tensor a = specdec::torch::tensor_of(run(f32, f32.allocate_sequence(), prompt).logits);
+    const at::Tensor b = specdec::torch::tensor_of(run(bf16, bf16.allocate_sequence(), prompt).logits);
     ASSERT_EQ(b.scalar_type(), at::kFloat);
     EXPECT_LT(max_diff(a, b), 0.05 * a.abs().max().item<double>());
   }
@@ -269,7 +270,7 @@ TEST(LlamaArchsGguf, PackedForwardMatchesTheReferenceOnEachFile) {
     ASSERT_EQ(m.config().architecture, std::string(arch).substr(0, std::string(arch).find('-')));
     const auto prompt = some_tokens(24, m.vocab_size(), 11);
     const std::int64_t ms = m.allocate_sequence(), rs = ref.allocate_sequence();
-    const at::Tensor a = run(m, ms, prompt).logits, b = run(ref, rs, prompt).logits;
+    const at::Tensor a = specdec::torch::tensor_of(run(m, ms, prompt).logits), b = specdec::torch::tensor_of(run(ref, rs, prompt).logits);
     EXPECT_GT(b.abs().max().item<double>(), 1.0);
     for (std::int64_t i = 0; i < a.size(0); ++i) EXPECT_LT(max_diff(a[i], b[i]), 2e-2) << "position " << i;
     // Greedy decoding: 16 tokens from each model, the same.
@@ -278,8 +279,8 @@ TEST(LlamaArchsGguf, PackedForwardMatchesTheReferenceOnEachFile) {
     for (int step = 0; step < 16; ++step) {
       gm.push_back(next_m);
       gr.push_back(next_r);
-      next_m = run(m, ms, {next_m}).logits[0].argmax().item<std::int64_t>();
-      next_r = run(ref, rs, {next_r}).logits[0].argmax().item<std::int64_t>();
+      next_m = specdec::torch::tensor_of(run(m, ms, {next_m}).logits)[0].argmax().item<std::int64_t>();
+      next_r = specdec::torch::tensor_of(run(ref, rs, {next_r}).logits)[0].argmax().item<std::int64_t>();
     }
     EXPECT_EQ(gm, gr);
   }

@@ -21,6 +21,7 @@
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/tokenizer.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 
@@ -61,8 +62,8 @@ int main(int argc, char** argv) {
       const auto T = static_cast<std::int64_t>(ids.size());
       const std::int64_t slot = model.allocate_sequence();
       const std::int64_t first = std::max<std::int64_t>(T / 2, 1);
-      std::vector<at::Tensor> rows = {model.forward(sm::make_chain_batch(slot, {ids.begin(), ids.begin() + first})).logits};
-      for (std::int64_t t = first; t < T; ++t) rows.push_back(model.forward(sm::make_chain_batch(slot, {ids[t]})).logits);
+      std::vector<at::Tensor> rows = {specdec::torch::tensor_of(model.forward(sm::make_chain_batch(slot, {ids.begin(), ids.begin() + first})).logits)};
+      for (std::int64_t t = first; t < T; ++t) rows.push_back(specdec::torch::tensor_of(model.forward(sm::make_chain_batch(slot, {ids[t]})).logits));
       at::Tensor logits = at::cat(rows, 0).contiguous();
       std::ofstream(out / ("ids_" + std::to_string(index) + ".txt")) << [&] {
         std::string s;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
       std::int64_t next = logits[T - 1].argmax().item<std::int64_t>();
       for (int i = 0; i < greedy; ++i) {
         g << next << " ";
-        next = model.forward(sm::make_chain_batch(slot, {next})).logits[0].argmax().item<std::int64_t>();
+        next = specdec::torch::tensor_of(model.forward(sm::make_chain_batch(slot, {next})).logits)[0].argmax().item<std::int64_t>();
       }
       g << "\n";
       model.free_sequence(slot);

@@ -18,6 +18,7 @@
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/tokenizer.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 
@@ -96,11 +97,11 @@ TEST_F(SmolLM2, GreedyAnswerNamesParis) {
   const std::int64_t slot = model_->allocate_sequence();
   sm::ForwardBatch prefill = sm::make_chain_batch(slot, {ids.begin(), ids.end()});
   prefill.last_logits_only = true;
-  std::int64_t next = top1(model_->forward(prefill).logits[0]);
+  std::int64_t next = top1(specdec::torch::tensor_of(model_->forward(prefill).logits)[0]);
   std::vector<std::int32_t> answer;
   for (int step = 0; step < 12 && !tokenizer_->is_end_of_generation(static_cast<std::int32_t>(next)); ++step) {
     answer.push_back(static_cast<std::int32_t>(next));
-    next = top1(model_->forward(sm::make_chain_batch(slot, {next})).logits[0]);
+    next = top1(specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(slot, {next})).logits)[0]);
   }
   const std::string text = tokenizer_->decode(answer, /*skip_special=*/true);
   EXPECT_NE(text.find("Paris"), std::string::npos) << "greedy answer: '" << text << "'";
@@ -119,9 +120,9 @@ TEST_F(SmolLM2, PackedForwardIsBatchInvariant) {
   for (auto s : {a, b, c}) model_->forward(sm::make_chain_batch(s, prefix));
   const std::int64_t len = model_->sequence_length(a);
   std::vector<at::Tensor> alone;
-  for (auto t : block) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
+  for (auto t : block) alone.push_back(specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(b, {t})).logits)[0].clone());
   // A 6-token verification.
-  at::Tensor chain = model_->forward(sm::make_chain_batch(a, block)).logits;
+  at::Tensor chain = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(a, block)).logits);
   for (std::size_t i = 0; i < block.size(); ++i)
     EXPECT_TRUE(chain[static_cast<std::int64_t>(i)].equal(alone[i])) << model_->kernel_name() << ": chain row " << i;
   // A tree whose path 0-1-3 is block[0..2], next to sequence c's 2-token chain in the same call.
@@ -131,7 +132,7 @@ TEST_F(SmolLM2, PackedForwardIsBatchInvariant) {
   both.token_ids = {block[0], block[1], block[0], block[1], block[4], block[2], block[5]};
   both.cu_num_tokens = {0, 2, 7};
   both.parents = {{}, {-1, 0, 0, 1, 2}};
-  at::Tensor mixed = model_->forward(both).logits;
+  at::Tensor mixed = specdec::torch::tensor_of(model_->forward(both).logits);
   EXPECT_TRUE(mixed[0].equal(alone[0]) && mixed[1].equal(alone[1])) << model_->kernel_name() << ": the chain beside a tree";
   EXPECT_TRUE(mixed[2].equal(alone[0]) && mixed[3].equal(alone[1]) && mixed[5].equal(alone[2]))
       << model_->kernel_name() << ": tree nodes on the path";
@@ -152,13 +153,13 @@ TEST_F(SmolLM2, PromptForwardHasTheBitsOfDecodingTokenByToken) {
   ASSERT_GE(ids.size(), 70u);
   const std::vector<std::int64_t> first(ids.begin(), ids.begin() + 41), second(ids.begin() + 41, ids.end());
   const std::int64_t a = model_->allocate_sequence(), b = model_->allocate_sequence();
-  const at::Tensor chunk1 = model_->forward(sm::make_chain_batch(a, first)).logits;
-  const at::Tensor chunk2 = model_->forward(sm::make_chain_batch(a, second)).logits;
+  const at::Tensor chunk1 = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(a, first)).logits);
+  const at::Tensor chunk2 = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(a, second)).logits);
   std::int64_t row = 0;
   for (const at::Tensor& chunk : {chunk1, chunk2})
     for (std::int64_t i = 0; i < chunk.size(0); ++i, ++row) {
       const std::int64_t token = ids[static_cast<std::size_t>(row)];
-      const at::Tensor single = model_->forward(sm::make_chain_batch(b, {token})).logits[0];
+      const at::Tensor single = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(b, {token})).logits)[0];
       EXPECT_TRUE(chunk[i].equal(single)) << model_->kernel_name() << ": token " << row << " of " << ids.size();
     }
   model_->free_sequence(a);
@@ -172,7 +173,7 @@ TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
       two_after_prefix("def merge_sorted(left, right):\n    result = []\n    i = j = 0", 4);
   ASSERT_EQ(path.size(), 4u);
   std::vector<at::Tensor> alone;
-  for (auto t : path) alone.push_back(model_->forward(sm::make_chain_batch(b, {t})).logits[0].clone());
+  for (auto t : path) alone.push_back(specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(b, {t})).logits)[0].clone());
   // Node 0 = path[0]; nodes 1-15 its other children; node 16 = path[1] (a child of 0), node 17 a sibling under it,
   // node 18 = path[2] (a child of 16), node 19 = path[3] (a child of 18): 20 nodes.
   sm::ForwardBatch tree = sm::make_chain_batch(a, {path[0]});
@@ -189,7 +190,7 @@ TEST_F(SmolLM2, TreesOfMoreThanSixteenNodesKeepEachPathsBits) {
   tree.cu_num_tokens = {0, static_cast<std::int64_t>(tree.token_ids.size())};
   tree.parents = {parents};
   ASSERT_EQ(tree.token_ids.size(), 20u);
-  const at::Tensor logits = model_->forward(tree).logits;
+  const at::Tensor logits = specdec::torch::tensor_of(model_->forward(tree).logits);
   const std::int64_t nodes[] = {0, 16, 18, 19};
   for (std::size_t k = 0; k < 4; ++k)
     EXPECT_TRUE(logits[nodes[k]].equal(alone[k]))
@@ -202,9 +203,9 @@ TEST_F(SmolLM2, DraftBlockOfSixEqualsSingleSteps) {
   // The speculative verify step: 6 tokens in one forward give the logits of 6 single-token forwards.
   const auto [prefix, block, a, b] = two_after_prefix("The quick brown fox jumps over the lazy dog because it", 6);
   ASSERT_EQ(block.size(), 6u);
-  at::Tensor batched = model_->forward(sm::make_chain_batch(a, block)).logits;
+  at::Tensor batched = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(a, block)).logits);
   for (std::size_t i = 0; i < block.size(); ++i) {
-    at::Tensor single = model_->forward(sm::make_chain_batch(b, {block[i]})).logits[0];
+    at::Tensor single = specdec::torch::tensor_of(model_->forward(sm::make_chain_batch(b, {block[i]})).logits)[0];
     const double scale = std::max(1.0, single.abs().max().item<double>());
     EXPECT_LE((batched[static_cast<std::int64_t>(i)] - single).abs().max().item<double>(), 1e-4 * scale) << "row " << i;
     EXPECT_EQ(top1(batched[static_cast<std::int64_t>(i)]), top1(single));

@@ -12,6 +12,7 @@
 
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sm = specdec::models;
 
@@ -129,9 +130,9 @@ TEST(LlamaPacked, LogitsMatchTheDequantisedFloatModel) {
   const std::vector<std::int64_t> prompt = {3, 17, 42, 5, 88, 11, 60, 29, 1, 77, 64, 90, 33, 8, 19, 50, 2, 71, 45, 12};
   const std::int64_t a = packed.allocate_sequence(), b = dense.allocate_sequence();
   // A prompt (the long-prompt path), then a 6-token chain and single tokens (the few-token path).
-  at::Tensor pa = packed.forward(sm::make_chain_batch(a, prompt)).logits, pb = dense.forward(sm::make_chain_batch(b, prompt)).logits;
-  at::Tensor ca = packed.forward(sm::make_chain_batch(a, {4, 9, 16, 25, 36, 49})).logits;
-  at::Tensor cb = dense.forward(sm::make_chain_batch(b, {4, 9, 16, 25, 36, 49})).logits;
+  at::Tensor pa = specdec::torch::tensor_of(packed.forward(sm::make_chain_batch(a, prompt)).logits), pb = specdec::torch::tensor_of(dense.forward(sm::make_chain_batch(b, prompt)).logits);
+  at::Tensor ca = specdec::torch::tensor_of(packed.forward(sm::make_chain_batch(a, {4, 9, 16, 25, 36, 49})).logits);
+  at::Tensor cb = specdec::torch::tensor_of(dense.forward(sm::make_chain_batch(b, {4, 9, 16, 25, 36, 49})).logits);
   for (const auto& [x, y] : {std::pair{pa, pb}, std::pair{ca, cb}}) {
     // Two activation planes: about 15-bit activations, so the logits agree to ~1e-4 of their range.
     const double scale = y.abs().max().item<double>();
@@ -172,10 +173,10 @@ TEST(LlamaPacked, ActivationBitsApplyToTheirKindOfMatrix) {
   const std::vector<std::int64_t> tokens = {3, 17, 42, 5, 88, 11};
   auto logits = [&](sm::ActivationBits bits) {
     sm::LlamaModel m = packed_model(c, ck, bits);
-    return m.forward(sm::make_chain_batch(m.allocate_sequence(), tokens)).logits;
+    return specdec::torch::tensor_of(m.forward(sm::make_chain_batch(m.allocate_sequence(), tokens)).logits);
   };
   sm::LlamaModel dense = dense_model(c, ck);
-  const at::Tensor exact = dense.forward(sm::make_chain_batch(dense.allocate_sequence(), tokens)).logits;
+  const at::Tensor exact = specdec::torch::tensor_of(dense.forward(sm::make_chain_batch(dense.allocate_sequence(), tokens)).logits);
   const at::Tensor all16 = logits(16), all8 = logits(8);
   const double scale = exact.abs().max().item<double>();
   const double err16 = (all16 - exact).abs().max().item<double>(), err8 = (all8 - exact).abs().max().item<double>();
@@ -217,8 +218,8 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   // Q8_0: 34 bytes per 32 values against float32's 128 (norms stay float).
   EXPECT_LT(q8.weight_bytes_per_forward(), dense.weight_bytes_per_forward() * 30 / 100);
   const std::vector<std::int64_t> prompt = {3, 17, 42, 5, 88, 11, 60, 29};
-  at::Tensor a = dense.forward(sm::make_chain_batch(dense.allocate_sequence(), prompt)).logits;
-  at::Tensor b = q8.forward(sm::make_chain_batch(q8.allocate_sequence(), prompt)).logits;
+  at::Tensor a = specdec::torch::tensor_of(dense.forward(sm::make_chain_batch(dense.allocate_sequence(), prompt)).logits);
+  at::Tensor b = specdec::torch::tensor_of(q8.forward(sm::make_chain_batch(q8.allocate_sequence(), prompt)).logits);
   // 8-bit weights (a step of max|w| / 127 per block of 32): logits within a few percent of their range.
   EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * a.abs().max().item<double>());
 
@@ -227,7 +228,7 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   o.quantized_float_type = sm::GgmlType::kQ4_0;
   sm::LlamaModel q4(c, floats, o);
   EXPECT_LT(q4.weight_bytes_per_forward(), q8.weight_bytes_per_forward() * 60 / 100);
-  at::Tensor d4 = q4.forward(sm::make_chain_batch(q4.allocate_sequence(), prompt)).logits;
+  at::Tensor d4 = specdec::torch::tensor_of(q4.forward(sm::make_chain_batch(q4.allocate_sequence(), prompt)).logits);
   EXPECT_LT((a - d4).abs().max().item<double>(), 0.3 * a.abs().max().item<double>());
   EXPECT_GT((a - d4).abs().mean().item<double>(), (a - b).abs().mean().item<double>());
   o.quantized_float_type = sm::GgmlType::kQ6_K;

@@ -24,6 +24,7 @@
 #include "specdec/models/tokenizer.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/eagle.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace sp = specdec::proposers;
 namespace sm = specdec::models;
@@ -72,7 +73,7 @@ class DraftsSmolLM2 : public ::testing::Test {
     const std::int64_t slot = target_->allocate_sequence();
     sm::ForwardBatch b = sm::make_chain_batch(slot, ids);
     b.return_final_hidden = true;
-    at::Tensor f = target_->forward(b).hidden_post_norm;
+    at::Tensor f = specdec::torch::tensor_of(target_->forward(b).hidden_post_norm);
     target_->free_sequence(slot);
     return f;
   }
@@ -134,8 +135,8 @@ TEST_F(DraftsSmolLM2, PackedDraftModelAgreesWithTheFloatModel) {
   sm::LlamaModel reference = draft_model(false), packed = draft_model(true);
   EXPECT_EQ(reference.kernel_name(), "float32");
   EXPECT_NE(packed.kernel_name(), "float32");
-  const at::Tensor want = reference.forward(sm::make_chain_batch(reference.allocate_sequence(), ids)).logits;
-  const at::Tensor got = packed.forward(sm::make_chain_batch(packed.allocate_sequence(), ids)).logits;
+  const at::Tensor want = specdec::torch::tensor_of(reference.forward(sm::make_chain_batch(reference.allocate_sequence(), ids)).logits);
+  const at::Tensor got = specdec::torch::tensor_of(packed.forward(sm::make_chain_batch(packed.allocate_sequence(), ids)).logits);
   const auto [top1, rel] = agreement(want, got);
   std::printf("draft model, Q8_0: top-1 agreement %.3f, max |diff| %.4f of the logits' range\n", top1, rel);
   EXPECT_GE(top1, 0.9);
@@ -193,13 +194,13 @@ TEST_F(DraftsSmolLM2, PackedDraftLogitsAreBatchInvariant) {
       slots.push_back(m.allocate_sequence());
       m.forward(sm::make_chain_batch(slots.back(), *ids));
     }
-    const at::Tensor alone = m.forward(sm::make_chain_batch(slots[0], {42})).logits;
+    const at::Tensor alone = specdec::torch::tensor_of(m.forward(sm::make_chain_batch(slots[0], {42})).logits);
     m.truncate(slots[0], static_cast<std::int64_t>(a.size()));
     sm::ForwardBatch batch;
     batch.slots = {slots[1], slots[0], slots[2]};
     batch.cu_num_tokens = {0, 1, 2, 3};
     batch.token_ids = {7, 42, 9};
-    const at::Tensor together = m.forward(batch).logits;
+    const at::Tensor together = specdec::torch::tensor_of(m.forward(batch).logits);
     EXPECT_TRUE(at::equal(together.narrow(0, 1, 1), alone));
   }
 }

@@ -129,11 +129,11 @@ std::vector<std::int64_t> greedy(sm::LlamaModel& m, const std::vector<std::int64
   const std::int64_t s = m.allocate_sequence();
   auto fb = sm::make_chain_batch(s, prompt);
   fb.last_logits_only = true;
-  at::Tensor logits = m.forward(fb).logits;
+  at::Tensor logits = specdec::torch::tensor_of(m.forward(fb).logits);
   std::vector<std::int64_t> out;
   for (std::int64_t i = 0; i < n; ++i) {
     out.push_back(logits[0].argmax().item<std::int64_t>());
-    logits = m.forward(sm::make_chain_batch(s, {out.back()})).logits;
+    logits = specdec::torch::tensor_of(m.forward(sm::make_chain_batch(s, {out.back()})).logits);
   }
   m.free_sequence(s);
   return out;
@@ -282,9 +282,9 @@ sp::DraftBatch fresh_head_drafts(const Target& t, sp::EagleVersion v, sp::EagleD
   sp::TargetFeatures f;
   f.start = 0;
   f.rows = static_cast<std::int64_t>(ctx.size()) - 1;
-  f.hidden_pre_norm = specdec::torch::rows_of(out.hidden_pre_norm);
-  f.hidden_post_norm = specdec::torch::rows_of(out.hidden_post_norm);
-  for (const auto& t : out.layer_hidden) f.layer_hidden.push_back(specdec::torch::rows_of(t));
+  f.hidden_pre_norm = out.hidden_pre_norm;
+  f.hidden_post_norm = out.hidden_post_norm;
+  f.layer_hidden = out.layer_hidden;
   sp::RequestContext rc;
   rc.id = 0;
   rc.context = ctx;
@@ -353,7 +353,7 @@ void target_first_two(sm::LlamaModel& target, const std::vector<std::int64_t>& p
   const std::int64_t s = target.allocate_sequence();
   auto fb = sm::make_chain_batch(s, prompt);
   fb.last_logits_only = true;
-  const at::Tensor l = target.forward(fb).logits[0].contiguous();
+  const at::Tensor l = specdec::torch::tensor_of(target.forward(fb).logits)[0].contiguous();
   const auto q = specdec::logits_to_probs(std::span<const float>(l.data_ptr<float>(), V), params);
   for (std::int64_t a = 0; a < V; ++a) {
     p1[static_cast<std::size_t>(a)] = q[static_cast<std::size_t>(a)];
@@ -363,7 +363,7 @@ void target_first_two(sm::LlamaModel& target, const std::vector<std::int64_t>& p
     prompt2.push_back(a);
     auto fb2 = sm::make_chain_batch(s2, prompt2);
     fb2.last_logits_only = true;
-    const at::Tensor l2 = target.forward(fb2).logits[0].contiguous();
+    const at::Tensor l2 = specdec::torch::tensor_of(target.forward(fb2).logits)[0].contiguous();
     const auto q2 = specdec::logits_to_probs(std::span<const float>(l2.data_ptr<float>(), V), params);
     for (std::int64_t b = 0; b < V; ++b)
       p12[static_cast<std::size_t>(a * V + b)] = static_cast<double>(q[static_cast<std::size_t>(a)]) * q2[static_cast<std::size_t>(b)];

@@ -4,6 +4,7 @@
 #include "specdec/train/corpus.hpp"
 #include "specdec/train/data.hpp"
 #include "specdec/train/records.hpp"
+#include "specdec/torch/rows.hpp"
 
 #include <gtest/gtest.h>
 
@@ -185,7 +186,7 @@ TEST(TrainData, GenerationIsDeterministicWithASeedWhateverTheBatch) {
     const std::int64_t slot = m.allocate_sequence();
     auto out = m.forward(specdec::models::make_chain_batch(slot, seq));
     for (int t = 0; t < 12; ++t) {
-      const std::int64_t next = out.logits[out.logits.size(0) - 1].argmax().item<std::int64_t>();
+      const std::int64_t next = specdec::torch::tensor_of(out.logits)[specdec::torch::tensor_of(out.logits).size(0) - 1].argmax().item<std::int64_t>();
       seq.push_back(next);
       out = m.forward(specdec::models::make_chain_batch(slot, std::vector<std::int64_t>{next}));
     }

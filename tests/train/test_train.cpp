@@ -13,6 +13,7 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/proposer.hpp"
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -130,8 +131,8 @@ TEST(Train, RecordsHoldTheTargetsPostNormFeaturesAndTopK) {
     const auto out = t.model->forward(b);
     t.model->free_sequence(slot);
     EXPECT_EQ(static_cast<std::int64_t>(r.tokens.size()), 14 + r.prompt_length);
-    EXPECT_TRUE(at::allclose(r.features.to(at::kFloat), out.hidden_post_norm, 1e-2, 1e-2));
-    EXPECT_TRUE(at::equal(r.topk_ids.select(1, 0).to(at::kLong), out.logits.argmax(-1)));
+    EXPECT_TRUE(at::allclose(r.features.to(at::kFloat), specdec::torch::tensor_of(out.hidden_post_norm), 1e-2, 1e-2));
+    EXPECT_TRUE(at::equal(r.topk_ids.select(1, 0).to(at::kLong), specdec::torch::tensor_of(out.logits).argmax(-1)));
     const auto p = r.topk_probs.to(at::kFloat);
     EXPECT_TRUE((p.narrow(1, 0, 7) >= p.narrow(1, 1, 7)).all().item<bool>());
   }
@@ -330,7 +331,7 @@ TEST(Train, FusedRecordsHoldTheTargetsLayerOutputs) {
     ASSERT_EQ(r.features.size(1), 3 * t.cfg.hidden_size);
     for (int j = 0; j < 3; ++j)
       EXPECT_TRUE(at::allclose(r.features.narrow(1, j * t.cfg.hidden_size, t.cfg.hidden_size).to(at::kFloat),
-                               out.layer_hidden[static_cast<std::size_t>(j)], 1e-2, 1e-2)) << "block " << layers[static_cast<std::size_t>(j)];
+                               specdec::torch::tensor_of(out.layer_hidden[static_cast<std::size_t>(j)]), 1e-2, 1e-2)) << "block " << layers[static_cast<std::size_t>(j)];
   }
   fs::remove_all(dir);
 }
@@ -358,7 +359,8 @@ TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
     want = torch::linear(m.hidden(torch::tensor(ids)), m.embed);
   }
   const auto got = loaded.forward(specdec::models::make_chain_batch(loaded.allocate_sequence(), ids));
-  EXPECT_TRUE(at::allclose(got.logits, want, 1e-3, 1e-3)) << (got.logits - want).abs().max().item<float>();
+  const at::Tensor got_logits = specdec::torch::tensor_of(got.logits);
+  EXPECT_TRUE(at::allclose(got_logits, want, 1e-3, 1e-3)) << (got_logits - want).abs().max().item<float>();
   fs::remove_all(dir);
 }
 

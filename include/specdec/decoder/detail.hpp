@@ -57,7 +57,7 @@ struct Verified {
 /// a larger one on the logits' device when it is too small or elsewhere. `parallel_for` (CPU logits): the threads the
 /// work is shared on (torch::VerifyLogitsArgs::parallel_for; the target's pool when it has one), empty: ATen's.
 using HostParallelFor = std::function<void(std::int64_t, const std::function<void(std::int64_t)>&)>;
-Verified verify(const proposers::DraftBatch& drafts, const at::Tensor& target_logits,
+Verified verify(const proposers::DraftBatch& drafts, const Rows& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block = {}, bool expected_acceptance = false,
                 at::Tensor* workspace = nullptr, const HostParallelFor& parallel_for = {});

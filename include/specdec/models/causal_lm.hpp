@@ -7,13 +7,13 @@
 // keeps only the accepted root-to-leaf path (keep_path, of models with the TreeCausalLM capability).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <concepts>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <vector>
+
+#include "specdec/rows.hpp"
 
 namespace specdec::models {
 
@@ -41,15 +41,17 @@ struct ForwardBatch {
   std::vector<std::int64_t> hidden_layers;
 };
 
+/// Rows on the model's device (specdec/rows.hpp; a torch model wraps its tensors with specdec::torch::rows_of), each
+/// owned by the result (not a view of buffers the model reuses).
 struct ForwardOutput {
-  /// [N, V] float32 (or [B, V] when last_logits_only); owned by the caller (not a view of model buffers).
-  at::Tensor logits;
+  /// [N, V] float32, float16 or bfloat16 (or [B, V] when last_logits_only).
+  Rows logits;
   /// [N, hidden] float32 when return_final_hidden: the residual stream after the last block, before the final RMSNorm.
-  at::Tensor hidden_pre_norm;
+  Rows hidden_pre_norm;
   /// [N, hidden] float32 when return_final_hidden: after the final RMSNorm (the input of the output projection).
-  at::Tensor hidden_post_norm;
-  /// One [N, hidden] float32 tensor per entry of ForwardBatch::hidden_layers, in the same order.
-  std::vector<at::Tensor> layer_hidden;
+  Rows hidden_post_norm;
+  /// One [N, hidden] float32 row set per entry of ForwardBatch::hidden_layers, in the same order.
+  std::vector<Rows> layer_hidden;
 };
 
 /// The model interface the speculative decoder drives: what every target needs. Every operation throws specdec::error (or

@@ -146,7 +146,7 @@ class CrossVocabDraftProposer {
         for (std::int32_t k = 0; k < r.max_drafts; ++k) {
           models::ForwardBatch fb = models::make_chain_batch(s.slot, feed);
           fb.last_logits_only = true;
-          at::Tensor logits = model_->forward(fb).logits.to(at::kCPU, at::kFloat).contiguous();
+          at::Tensor logits = torch::tensor_of(model_->forward(fb).logits).to(at::kCPU, at::kFloat).contiguous();
           s.ids.insert(s.ids.end(), feed.begin(), feed.end());
           float* l = logits.data_ptr<float>();
           for (std::int64_t d = 0; d < Vd; ++d)

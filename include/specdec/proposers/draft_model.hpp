@@ -188,7 +188,7 @@ class DraftModelProposer {
       if (all_greedy) {
         // The argmax is taken on the host: a draft model on a device sends its float32 logits down once per draft
         // (as the processed rows below do).
-        const at::Tensor l = out.logits.to(at::kCPU, at::kFloat).contiguous();
+        const at::Tensor l = torch::tensor_of(out.logits).to(at::kCPU, at::kFloat).contiguous();
         for (std::size_t i = 0; i < members.size(); ++i) {
           const specdec::detail::RowArgmax scan =
               specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(l.data_ptr<float>() + static_cast<std::int64_t>(i) * V, V);
@@ -201,7 +201,7 @@ class DraftModelProposer {
       }
       std::vector<const SamplingParams*> params;
       for (auto b : members) params.push_back(requests[static_cast<std::size_t>(b)].params);
-      const at::Tensor q = process_logits(out.logits, params);
+      const at::Tensor q = process_logits(torch::tensor_of(out.logits), params);
       const float* qp = q.data_ptr<float>();
       for (std::size_t i = 0; i < members.size(); ++i) {
         const auto b = members[i];

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "specdec/rows.hpp"
 
@@ -16,5 +17,8 @@ Rows rows_of(const at::Tensor& t, const char* who = "rows_of");
 /// Rows as a [rows, cols] tensor over the same memory (strided by row_stride) on their device; undefined Rows give an
 /// undefined tensor. The tensor holds the Rows' owner until it is freed.
 at::Tensor tensor_of(const Rows& r);
+
+/// The ATen device rows live on.
+at::Device device_of(const Rows& r);
 
 }  // namespace specdec::torch
