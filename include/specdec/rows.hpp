@@ -107,9 +107,9 @@ class Rows {
                                                 std::to_string(first + count) + ") within " +
                                                 std::to_string(defined_ ? view_.rows : 0) + " rows");
     RowsView v = view_;
-    v.data = static_cast<const char*>(view_.data) +
-             static_cast<std::size_t>(first * view_.row_stride) * dtype_size(view_.dtype);
-    if (count == 0 && view_.data == nullptr) v.data = nullptr;
+    if (view_.data != nullptr)  // rows of 0 columns may have no memory at all
+      v.data = static_cast<const char*>(view_.data) +
+               static_cast<std::size_t>(first * view_.row_stride) * dtype_size(view_.dtype);
     v.rows = count;
     return Rows(v, owner_);
   }

@@ -421,12 +421,12 @@ Verified verified_from(std::int64_t B, std::int64_t stride, const std::int64_t* 
 
 /// A CPU target's float32 rows: specdec::verify_logits_host on the step's own vectors, so a step makes no tensor (the
 /// ATen path's staging, views, outputs and conversions cost ~0.25 ms a step on a 2-vCPU host: bench_decoder).
-Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& logits,
+Verified verify_on_host_rows(const proposers::DraftBatch& d, const Rows& logits,
                              std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                              VerifyMethod method, at::Tensor* workspace, const HostParallelFor& parallel_for) {
   const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
-  const std::int64_t V = logits.size(1);
+  const std::int64_t V = logits.cols();
   const bool tree = !d.parents.empty();
   const std::vector<std::int64_t> par = tree ? flat_parents(d) : std::vector<std::int64_t>();
   std::vector<std::int64_t> seeds(static_cast<std::size_t>(B));
@@ -455,8 +455,8 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const at::Tensor& l
     rows = local.data();
   }
   HostVerifyArgs a;
-  a.target_logits = logits.data_ptr<float>();
-  a.target_logits_stride = logits.stride(0);
+  a.target_logits = logits.host_float32_data("verify: target_logits");
+  a.target_logits_stride = logits.row_stride();
   a.vocab_size = V;
   a.draft_token_ids = d.token_ids;
   a.cu_num_draft_tokens = d.cu_num_drafts;
@@ -569,28 +569,27 @@ Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logi
 
 /// float32 rows in host memory (a CPU target) without the expected-acceptance measure: verify_on_host_rows; the rest
 /// (a GPU target, other dtypes, the measure, which reads every processed row): verify_on_device.
-Verified verify_rows(const proposers::DraftBatch& d, const at::Tensor& logits, std::span<const SamplingParams* const> params,
+Verified verify_rows(const proposers::DraftBatch& d, const Rows& logits, std::span<const SamplingParams* const> params,
                      std::span<const std::int64_t> positions, bool expected_acceptance, VerifyMethod method,
                      at::Tensor* workspace, const HostParallelFor& parallel_for) {
-  const bool host_rows = logits.is_cpu() && logits.scalar_type() == at::kFloat && logits.size(1) >= 1 &&
-                         (logits.size(1) == 1 || logits.stride(1) == 1) &&
-                         (logits.size(0) <= 1 || logits.stride(0) >= logits.size(1));
+  // Rows keep row_stride >= cols and a contiguous last dimension by construction.
+  const bool host_rows = logits.is_host_float32() && logits.cols() >= 1;
   const bool host_drafts = !d.probs.defined() || (d.probs.is_host_float32() && d.probs.contiguous() &&
                                                   d.probs.rows() == static_cast<std::int64_t>(d.token_ids.size()) &&
-                                                  d.probs.cols() == logits.size(1));
+                                                  d.probs.cols() == logits.cols());
   const auto rows = static_cast<std::int64_t>(d.token_ids.size() + params.size());
-  if (host_rows && host_drafts && !expected_acceptance && logits.size(0) == rows)
+  if (host_rows && host_drafts && !expected_acceptance && logits.rows() == rows)
     return verify_on_host_rows(d, logits, params, positions, method, workspace, parallel_for);
-  return verify_on_device(d, logits, params, positions, expected_acceptance, method, workspace, parallel_for);
+  return verify_on_device(d, torch::tensor_of(logits), params, positions, expected_acceptance, method, workspace,
+                          parallel_for);
 }
 
 }  // namespace
 
-Verified verify(const proposers::DraftBatch& d, const Rows& target_logit_rows,
+Verified verify(const proposers::DraftBatch& d, const Rows& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace,
                 const HostParallelFor& parallel_for) {
-  const at::Tensor target_logits = torch::tensor_of(target_logit_rows);
   // Every tensor made here stays here (the results are plain vectors): inference mode skips autograd's dispatch on the
   // step's few dozen small ATen calls. The workspace is made in it too, and only ever written by verify_logits.
   c10::InferenceMode inference;
@@ -599,8 +598,8 @@ Verified verify(const proposers::DraftBatch& d, const Rows& target_logit_rows,
     throw error(Status::kInvalidArgument, "verify: expected " + std::to_string(d.num_requests()) +
                                               " per-request params and positions, got " + std::to_string(B) + " and " +
                                               std::to_string(positions.size()));
-  if (!target_logits.defined() || target_logits.dim() != 2)
-    throw error(Status::kInvalidArgument, "verify: target_logits: expected a 2-D tensor [N + B, V]");
+  if (!target_logits.defined())
+    throw error(Status::kInvalidArgument, "verify: target_logits: expected rows [N + B, V], got none");
   if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
     if (static_cast<std::int64_t>(block.size()) != B)
       throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(B) +
@@ -609,7 +608,7 @@ Verified verify(const proposers::DraftBatch& d, const Rows& target_logit_rows,
     if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
       return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock, workspace,
                          parallel_for);
-    return verify_on_host(d, target_logits, params, positions, block, expected_acceptance);
+    return verify_on_host(d, torch::tensor_of(target_logits), params, positions, block, expected_acceptance);
   }
   return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace,
                      parallel_for);

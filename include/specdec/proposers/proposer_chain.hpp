@@ -301,10 +301,9 @@ class ProposerChain {
                                                     ": probs: expected " + std::to_string(vocab) +
                                                     " columns (the other members' rows), got " +
                                                     std::to_string(o.probs.cols()));
+        const float* src = o.probs.host_float32_data("ProposerChain::propose: a member's probs");
         float* row = dst + out.cu_num_drafts[static_cast<std::size_t>(b)] * vocab;
-        for (std::int64_t r = 0; r < o.probs.rows(); ++r)
-          std::copy_n(o.probs.host_float32_data("ProposerChain::propose: a member's probs") + r * o.probs.row_stride(),
-                      vocab, row + r * vocab);
+        for (std::int64_t r = 0; r < o.probs.rows(); ++r) std::copy_n(src + r * o.probs.row_stride(), vocab, row + r * vocab);
       }
       if (any_plain) {
         out.has_probs.resize(static_cast<std::size_t>(B));
