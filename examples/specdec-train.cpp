@@ -166,6 +166,11 @@ void add_train_flags(CLI::App* app, TrainOptions& t, std::vector<std::string>& d
   app->add_option("--max-len", t.max_len, "rows per record at most")->capture_default_str()->check(int_range(2, 1'000'000));
   app->add_option("--epochs", t.epochs, "passes over the data at most")->capture_default_str()->check(real_range(0, 1e6, true));
   app->add_option("--minutes", t.minutes, "wall-clock budget")->capture_default_str()->check(real_range(0, 1e6, false));
+  app->add_option("--sitting-minutes", t.sitting_minutes,
+                  "stop this call after this long, saving --checkpoint, without changing the schedule (0: no limit); "
+                  "rerun the same command to continue")
+      ->capture_default_str()->check(real_range(0, 1e6, true));
+  app->add_flag("--bf16", t.bf16, "matrix products in bfloat16 (autocast, float32 parameters and optimizer)");
   app->add_option("--clip", t.clip, "gradient norm clip")->capture_default_str()->check(real_range(0, 1e6, true));
   app->add_option("--checkpoint-every", t.checkpoint_every, "steps between checkpoints")
       ->capture_default_str()->check(int_range(1, 1'000'000'000));
@@ -604,6 +609,7 @@ int main(int argc, char** argv) {
                  res.rows, hms(res.seconds), res.first_loss, res.last_loss, res.last_top1, e_out,
                  fs::file_size(fs::path(e_out) / "model.safetensors"));
       (void)loaded;
+      if (!res.finished) fmt::print("eagle: the sitting ended before the schedule; rerun the same command to continue from its --checkpoint\n");
       return 0;
     }
     if (draft_cmd->parsed()) {
@@ -621,6 +627,7 @@ int main(int argc, char** argv) {
                  hms(res.seconds), res.first_loss, res.last_loss, res.last_top1, t_out,
                  fs::file_size(fs::path(t_out) / "model.safetensors"));
       (void)loaded;
+      if (!res.finished) fmt::print("draft: the sitting ended before the schedule; rerun the same command to continue from its --checkpoint\n");
       return 0;
     }
   } catch (const c10::Error& e) {

@@ -211,6 +211,71 @@ TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   fs::remove_all(dir);
 }
 
+// bfloat16 autocast computes the same objective as float32 to bfloat16's precision: the loss within 1% and the
+// gradient pointing the same way (cosine > 0.99), while the products really run in bfloat16 inside the guard and in
+// float32 after it.
+TEST(Train, Bf16AutocastKeepsTheLossAndTheGradient) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("bf16");
+  const auto recs = make_records(t, dir);
+  st::EagleTrainable m(t.cfg, t.tw, 1);
+  m.set_requires_grad();
+  const torch::Tensor noise = torch::zeros({t.cfg.hidden_size});
+  auto loss_and_grad = [&](bool bf16) {
+    for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
+    const st::AutocastBf16 amp(bf16);
+    std::mt19937_64 rng(7);
+    auto L = st::eagle_loss(m, recs[0], 640, noise, 1.0, rng, 3, 0.8, false);
+    L.total.backward();
+    std::vector<torch::Tensor> g;
+    for (auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().flatten().clone() : torch::zeros({p.numel()}));
+    return std::pair<double, torch::Tensor>(L.total.item<double>(), torch::cat(g).to(at::kDouble));
+  };
+  const auto [l32, g32] = loss_and_grad(false);
+  const auto [l16, g16] = loss_and_grad(true);
+  EXPECT_NEAR(l16, l32, 0.01 * std::abs(l32));
+  const double cosine = (g32 * g16).sum().item<double>() / (g32.norm().item<double>() * g16.norm().item<double>());
+  EXPECT_GT(cosine, 0.99);
+  EXPECT_GT((g32 - g16).abs().max().item<double>(), 0.0);  // the two really ran in different precisions
+  const auto a = torch::randn({4, 8}), b = torch::randn({8, 4});
+  {
+    const st::AutocastBf16 amp(true);
+    EXPECT_EQ(at::matmul(a, b).scalar_type(), at::kBFloat16);
+  }
+  EXPECT_EQ(at::matmul(a, b).scalar_type(), at::kFloat);
+  fs::remove_all(dir);
+}
+
+// --sitting-minutes: each call stops after its sitting (here: one step) and saves the state; rerunning continues the
+// same schedule until it ends, and only the last call reports it finished. The step count of the sittings together is
+// the schedule's (the same rows budget as one uninterrupted call, within one step's rows).
+TEST(Train, SittingsContinueOneSchedule) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("sitting");
+  const auto recs = make_records(t, dir);
+  st::TrainOptions o = quick_options(3);
+  o.minutes = 1e5;
+  st::EagleTrainable whole(t.cfg, t.tw, 1);
+  const auto one = st::train_eagle(whole, recs, o);
+  ASSERT_TRUE(one.finished);
+  ASSERT_GE(one.steps, 4);
+  o.sitting_minutes = 1e-9;
+  o.checkpoint = dir / "state";
+  st::EagleTrainable m(t.cfg, t.tw, 1);
+  int calls = 0;
+  st::TrainResult r;
+  do {
+    r = st::train_eagle(m, recs, o);
+    ++calls;
+    ASSERT_EQ(r.steps, 1) << "call " << calls;  // one step a sitting
+    ASSERT_LE(calls, 4 * one.steps);
+  } while (!r.finished && calls < 4 * one.steps);
+  EXPECT_TRUE(r.finished);
+  EXPECT_NEAR(static_cast<double>(calls), static_cast<double>(one.steps), 1.0);
+  EXPECT_NEAR(static_cast<double>(r.rows), static_cast<double>(one.rows), static_cast<double>(o.tokens_per_step) * 2);
+  fs::remove_all(dir);
+}
+
 // EAGLE-3's training set: the records again with the outputs of the target blocks `layers`, concatenated.
 std::vector<st::Record> fuse(TinyTarget& t, const std::vector<st::Record>& recs, const std::vector<std::int64_t>& layers,
                              const fs::path& dir) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>

@@ -18,6 +18,8 @@ struct TrainOptions {
   std::int64_t max_len = 640;
   double epochs = 4;
   double minutes = 12;          // wall-clock budget (the cosine schedule runs to whichever ends first: estimated)
+  double sitting_minutes = 0;   // > 0: this call stops (and saves its state) after this long; the schedule is unchanged
+  bool bf16 = false;            // the forward and backward matrix products in bfloat16 (autocast); parameters stay float32
   double clip = 0.5;
   double weight_decay = 0.0;
   double noise = 0.2;           // EAGLE: uniform feature noise amplitude (x feature RMS)
@@ -40,6 +42,33 @@ struct TrainResult {
   std::int64_t steps = 0, rows = 0;
   double first_loss = 0, last_loss = 0, last_top1 = 0, seconds = 0;
   std::vector<double> step_losses;
+  bool finished = true;  // false: --sitting-minutes ended this call before the schedule did (rerun to continue)
+};
+
+/// bfloat16 autocast on the CPU while alive (when `on`): matrix products run in bfloat16 with float32 accumulation, the
+/// gradients reach the float32 parameters. The weight-cast cache is cleared when the guard ends.
+class AutocastBf16 {
+ public:
+  explicit AutocastBf16(bool on) : on_(on) {
+    if (!on_) return;
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    was_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::increment_nesting();
+  }
+  ~AutocastBf16() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_cpu_enabled(was_enabled_);
+    at::autocast::set_autocast_cpu_dtype(was_dtype_);
+  }
+  AutocastBf16(const AutocastBf16&) = delete;
+  AutocastBf16& operator=(const AutocastBf16&) = delete;
+
+ private:
+  bool on_ = false, was_enabled_ = false;
+  at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
 /// A generic loop over records: `loss_of(record, rng)` returns (loss tensor, rows, top1). Resumes from opts.checkpoint when it
@@ -85,6 +114,7 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
   TrainResult res;
   double ema = -1, ema_top1 = 0;
   std::int64_t rows_at_start = rows_done;
+  bool sitting_over = false;
   auto progress = [&](double el) {
     const double by_rows = static_cast<double>(rows_done) / planned_rows;
     const double by_time = el / (o.minutes * 60);
@@ -94,6 +124,10 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
     const double el = elapsed_before + seconds_since(t0);
     const double frac = progress(el);
     if (frac >= 1.0) break;
+    if (o.sitting_minutes > 0 && res.steps > 0 && seconds_since(t0) > o.sitting_minutes * 60) {  // at least one step a call
+      sitting_over = true;
+      break;
+    }
     // Learning rate: linear warm-up, then cosine to min_lr_ratio over the planned budget.
     double lr = o.lr;
     if (step < o.warmup_steps) lr = o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
@@ -102,6 +136,9 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
     opt.zero_grad();
     std::int64_t rows = 0;
     double loss_sum = 0, top1_sum = 0;
+    // bfloat16 autocast for the whole step: the float32 parameters' bf16 copies are cast once and reused by every record
+    // (the cache holds until the parameters change, after the step).
+    const AutocastBf16 amp(o.bf16);
     while (rows < o.tokens_per_step) {
       if (cursor >= order.size()) {
         std::shuffle(order.begin(), order.end(), rng);
@@ -139,6 +176,7 @@ TrainResult train_loop(std::vector<torch::Tensor> params, const std::vector<Reco
   }
   res.seconds = elapsed_before + seconds_since(t0);
   save_checkpoint(res.seconds);
+  res.finished = !sitting_over;
   res.rows = rows_done;
   res.last_loss = ema;
   res.last_top1 = ema_top1;
