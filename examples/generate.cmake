@@ -1,5 +1,5 @@
 # specdec-generate: the CLI on a real model (default: the bundled SmolLM2-135M-Instruct GGUF).
-if(TARGET specdec_decoder)
+if(TARGET specdec_decoder AND TARGET specdec_proposers)
   find_package(CLI11 REQUIRED)
   # The version and the git commit the binary was built from (its --json output records both), refreshed every build.
   set(_specdec_build_info ${CMAKE_CURRENT_BINARY_DIR}/specdec_build_info.cpp)

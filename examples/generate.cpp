@@ -49,6 +49,7 @@
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/theory.hpp"
+#include "specdec/torch/device_backend.hpp"
 #if defined(SPECDEC_HAVE_EAGLE)
 #include "specdec/proposers/eagle.hpp"
 #endif
@@ -842,6 +843,7 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
+  if (o.device != "cpu") spec_options.device_backend = specdec::torch::make_device_backend;  // rows on the device
   spec_options.adaptive.enabled = o.adaptive;
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.shadow_probes = !o.no_shadow_probes;

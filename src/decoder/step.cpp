@@ -1,9 +1,5 @@
 // The non-template parts of SpeculativeDecoder's step: draft validation, forward batches, verification, stop strings,
 // metrics.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <c10/core/InferenceMode.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,15 +7,12 @@
 
 #include "specdec/decoder/detail.hpp"
 #include "specdec/decoder/types.hpp"
-#include "specdec/models/tokenizer.hpp"
+#include "specdec/models/float16.hpp"
 #include "specdec/sampling/block.hpp"
-#include "specdec/sampling/logits.hpp"
+#include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/theory.hpp"
-#include "specdec/torch/device_copy.hpp"
-#include "specdec/proposers/process_logits.hpp"
-#include "specdec/torch/rows.hpp"
-#include "specdec/torch/verify_logits.hpp"
-#include "specdec/torch/verify_logits_detail.hpp"
+#include "specdec/verify/host.hpp"
+#include "specdec/verify/status_rule.hpp"
 
 namespace specdec {
 
@@ -94,11 +87,6 @@ double DecoderMetrics::theoretical_speedup(double t1) const {
   const int g = static_cast<int>(std::lround(mean_gamma()));
   if (g == 0) return 1.0;
   return theory::walltime_improvement(std::min(total.acceptance_rate(), 1.0), g, cost_ratio(t1), verify_cost_ratio(t1));
-}
-
-Detokenizer make_detokenizer(const models::Tokenizer& tokenizer) {
-  const models::Tokenizer* t = &tokenizer;
-  return [t](std::int64_t token) { return t->token_to_piece(static_cast<std::int32_t>(token)); };
 }
 
 namespace detail {
@@ -288,146 +276,46 @@ std::int64_t matched_depth(const proposers::DraftBatch& d, std::int64_t b, std::
 
 namespace {
 
-/// A chain batch with some block-verified requests, on the CPU core: block[b] picks verify_block_one or
-/// verify_chain_one for request b after one check of the whole batch (sampling/chain.hpp, block.hpp).
-Verified verify_chains_on_core(const proposers::DraftBatch& d, const at::Tensor& target_probs,
-                               std::span<const std::uint64_t> seeds, std::span<const std::int64_t> positions,
-                               std::span<const std::uint8_t> greedy, std::span<const std::uint8_t> block) {
-  const auto B = static_cast<std::int64_t>(seeds.size());
-  if (target_probs.dim() != 2 || target_probs.scalar_type() != at::kFloat)
-    throw error(Status::kInvalidArgument, "verify: target_probs: expected a float32 [N + B, V] tensor");
-  const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
-  const float* q = d.probs.defined() ? d.probs.host_float32_data("verify: draft probs") : nullptr;
-  const std::int64_t N = static_cast<std::int64_t>(d.token_ids.size()), V = p.size(1);
-  ChainVerifyArgs<std::int64_t, std::int64_t> a;
-  a.batch_size = B;
-  a.vocab_size = V;
-  a.cu_num_draft_tokens = d.cu_num_drafts.data();
-  a.draft_token_ids = d.token_ids.data();
-  a.draft_probs = q;
-  a.target_probs = p.data_ptr<float>();
-  a.seeds = seeds.data();
-  a.positions = positions.data();
-  a.greedy = greedy.data();
-  a.has_draft_probs = d.has_probs.empty() ? nullptr : d.has_probs.data();
-  a.draft_token_ids_size = N;
-  a.draft_probs_size = q ? d.probs.rows() * d.probs.cols() : -1;
-  a.target_probs_size = p.numel();
-  std::int64_t max_k = 0;
-  for (std::int64_t b = 0; b < B; ++b) max_k = std::max(max_k, d.num_drafts(b));
-  const std::int64_t stride = max_k + 1;
-  std::vector<std::int64_t> tokens(static_cast<std::size_t>(B * stride), -1);
-  std::vector<std::int32_t> counts(static_cast<std::size_t>(B));
-  const ChainVerifyOutputs<std::int64_t> out{tokens.data(), stride, counts.data(), nullptr};
-  VerifyResult r = ::specdec::detail::check_chain(a, out, max_k);
-  std::vector<float> tile_masses(static_cast<std::size_t>(num_tiles(V)));
-  for (std::int64_t b = 0; b < B && r.ok(); ++b)
-    r = block[static_cast<std::size_t>(b)]
-            ? verify_block_one(a, b, tokens.data() + b * stride, &counts[static_cast<std::size_t>(b)], nullptr,
-                               tile_masses.data())
-            : verify_chain_one(a, b, tokens.data() + b * stride, &counts[static_cast<std::size_t>(b)], nullptr,
-                               tile_masses.data());
-  if (!r.ok()) throw error(r.status, "verify: " + to_string(r));
-  Verified v;
-  v.tokens.resize(static_cast<std::size_t>(B));
-  v.nodes.resize(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t n = counts[static_cast<std::size_t>(b)];
-    v.tokens[static_cast<std::size_t>(b)].assign(tokens.begin() + b * stride, tokens.begin() + b * stride + n + 1);
-    auto& nd = v.nodes[static_cast<std::size_t>(b)];
-    for (std::int64_t i = 0; i < n; ++i) nd.push_back(i + 1);
-  }
-  return v;
+[[noreturn]] void no_backend(const char* what, const Rows& rows) {
+  throw error(Status::kInvalidArgument,
+              std::string(what) + ": rows on device " + (rows.device().type == DeviceType::kCuda ? "cuda:" : "?:") +
+                  std::to_string(rows.device().index) +
+                  " need DecoderOptions::device_backend (e.g. specdec::torch::make_device_backend)");
 }
 
-/// Verified::expected: expected accepted drafts of every sampled chain request with draft probs, from the processed
-/// target rows [N + B, V] (copied to the host when they are elsewhere; only measure_expected_acceptance asks).
-void add_expected(Verified& v, const proposers::DraftBatch& d, const at::Tensor& target_probs,
-                  std::span<const SamplingParams* const> params) {
-  if (!d.parents.empty() || !d.probs.defined()) return;
-  const at::Tensor p = target_probs.is_cpu() ? target_probs.contiguous() : target_probs.cpu().contiguous();
-  const float* q = d.probs.host_float32_data("verify: draft probs");
-  const std::int64_t V = p.size(1);
-  const auto B = static_cast<std::int64_t>(params.size());
-  const double nan = std::nan("");
-  v.expected.assign(static_cast<std::size_t>(B), ExpectedAccepted{nan, nan});
-  for (std::int64_t b = 0; b < B; ++b) {
-    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
-    if (k == 0 || params[static_cast<std::size_t>(b)]->greedy() || !d.request_has_probs(b)) continue;
-    ExpectedAccepted e;
-    if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q + s * V,
-                                               p.data_ptr<float>() + (s + b) * V, e) == Status::kSuccess)
-      v.expected[static_cast<std::size_t>(b)] = e;
-  }
-}
-
-/// A chain batch that mixes block- and token-verified requests: the logits processed on the host (process_logits) and
-/// each chain verified on the CPU core by its own method (the device entry takes one method per batch).
-Verified verify_on_host(const proposers::DraftBatch& d, const at::Tensor& logits,
-                        std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                        std::span<const std::uint8_t> block, bool expected_acceptance) {
-  const auto B = static_cast<std::int64_t>(params.size());
-  std::vector<const SamplingParams*> row_params;
-  row_params.reserve(static_cast<std::size_t>(static_cast<std::int64_t>(d.token_ids.size()) + B));
-  std::vector<std::uint64_t> seeds(static_cast<std::size_t>(B));
-  std::vector<std::uint8_t> greedy(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) {
-    const SamplingParams* p = params[static_cast<std::size_t>(b)];
-    row_params.insert(row_params.end(), static_cast<std::size_t>(d.num_drafts(b) + 1), p);
-    seeds[static_cast<std::size_t>(b)] = p->seed;
-    greedy[static_cast<std::size_t>(b)] = p->greedy() ? 1 : 0;
-  }
-  const at::Tensor probs =
-      proposers::process_logits(logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), row_params);
-  Verified v = verify_chains_on_core(d, probs, seeds, positions, greedy, block);
-  if (expected_acceptance) add_expected(v, d, probs, params);
-  return v;
-}
-
-/// A tree batch's parents as one [N] array in verify_logits' layout (a request without its own parents: a chain).
-std::vector<std::int64_t> flat_parents(const proposers::DraftBatch& d) {
-  std::vector<std::int64_t> par(d.token_ids.size());
-  for (std::int64_t b = 0; b < d.num_requests(); ++b) {
-    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
-    const auto& pb = d.parents[static_cast<std::size_t>(b)];
-    for (std::int64_t j = s; j < e; ++j) par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
-  }
-  return par;
-}
-
-/// The step's Verified from verify_logits' results on the host (tokens [B, stride], counts, statuses, tree nodes or
-/// none); raises for the first failed request.
-template <class Count>
-Verified verified_from(std::int64_t B, std::int64_t stride, const std::int64_t* out, const Count* nacc, const Count* status,
-                       const std::int64_t* nodes) {
-  for (std::int64_t b = 0; b < B; ++b)
-    if (status[b] != 0) {
-      const auto st = static_cast<Status>(status[b]);
-      throw error(st, "verify: request " + std::to_string(b) + " of the step failed: " + to_string(st) + ": " +
-                          torch::detail::blame(st));
+/// Host rows of any dtype as float32 rows (float32 ones as they are; float16 / bfloat16 converted exactly).
+Rows host_float32_rows(const Rows& r) {
+  if (r.dtype() == DType::kFloat32) return r;
+  Rows out = Rows::host_float32(r.rows(), r.cols());
+  float* dst = out.mutable_host_float32_data("verify: target_logits");
+  const auto* src = static_cast<const std::uint16_t*>(r.view().data);
+  const bool half = r.dtype() == DType::kFloat16;
+  for (std::int64_t i = 0; i < r.rows(); ++i)
+    for (std::int64_t j = 0; j < r.cols(); ++j) {
+      const std::uint16_t x = src[i * r.row_stride() + j];
+      dst[i * r.cols() + j] = half ? models::half_to_float(x) : models::bf16_to_float(x);
     }
-  Verified v;
-  v.tokens.resize(static_cast<std::size_t>(B));
-  v.nodes.resize(static_cast<std::size_t>(B));
-  for (std::int64_t b = 0; b < B; ++b) {
-    const auto n = static_cast<std::int64_t>(nacc[b]);
-    v.tokens[static_cast<std::size_t>(b)].assign(out + b * stride, out + b * stride + n + 1);
-    auto& nd = v.nodes[static_cast<std::size_t>(b)];
-    nd.resize(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = nodes ? nodes[b * stride + i] : i + 1;
-  }
-  return v;
+  return out;
 }
 
-/// A CPU target's float32 rows: specdec::verify_logits_host on the step's own vectors, so a step makes no tensor (the
-/// ATen path's staging, views, outputs and conversions cost ~0.25 ms a step on a 2-vCPU host: bench_decoder).
-Verified verify_on_host_rows(const proposers::DraftBatch& d, const Rows& logits,
-                             std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                             VerifyMethod method, at::Tensor* workspace, const HostParallelFor& parallel_for) {
+/// Host float32 rows: specdec::verify_logits_host on the step's own vectors, so a step makes no tensor (staging, views,
+/// outputs and conversions of a tensor path cost ~0.25 ms a step on a 2-vCPU host: bench_decoder). `block`: per-request
+/// methods of a chain batch, or empty (`method` for all). With `expected_acceptance` every row is processed and the
+/// processed rows give Verified::expected.
+Verified verify_host_rows(const proposers::DraftBatch& d, const Rows& logits, std::span<const SamplingParams* const> params,
+                          std::span<const std::int64_t> positions, VerifyMethod method, std::span<const std::uint8_t> block,
+                          bool expected_acceptance, std::vector<float>* workspace, const HostParallelFor& parallel_for) {
   const auto B = static_cast<std::int64_t>(params.size());
   const auto N = static_cast<std::int64_t>(d.token_ids.size());
   const std::int64_t V = logits.cols();
   const bool tree = !d.parents.empty();
+  if (logits.rows() != N + B)
+    throw error(Status::kInvalidArgument, "verify: target_logits: expected N + B = " + std::to_string(N + B) +
+                                              " rows, got " + std::to_string(logits.rows()));
+  if (d.probs.defined() && (d.probs.rows() != N || d.probs.cols() != V))
+    throw error(Status::kInvalidArgument, "verify: draft probs: expected [N, V] = [" + std::to_string(N) + ", " +
+                                              std::to_string(V) + "], got [" + std::to_string(d.probs.rows()) + ", " +
+                                              std::to_string(d.probs.cols()) + "]");
   const std::vector<std::int64_t> par = tree ? flat_parents(d) : std::vector<std::int64_t>();
   std::vector<std::int64_t> seeds(static_cast<std::size_t>(B));
   std::vector<float> temperature(static_cast<std::size_t>(B)), top_p(static_cast<std::size_t>(B)),
@@ -442,21 +330,14 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const Rows& logits,
     top_p[i] = p.top_p;
     min_p[i] = p.min_p;
   }
-  const std::int64_t need = (N + B) * V;
   std::vector<float> local;
-  float* rows = nullptr;
-  if (workspace) {
-    const std::int64_t bytes = need * static_cast<std::int64_t>(sizeof(float));
-    if (!workspace->defined() || !workspace->is_cpu() || workspace->numel() < bytes)
-      *workspace = at::empty({bytes + bytes / 2}, at::TensorOptions().dtype(at::kByte));  // room to grow
-    rows = reinterpret_cast<float*>(workspace->data_ptr<std::uint8_t>());
-  } else {
-    local.resize(static_cast<std::size_t>(need));
-    rows = local.data();
-  }
+  std::vector<float>& rows = workspace ? *workspace : local;
+  const auto need = static_cast<std::size_t>((N + B) * V);
+  if (rows.size() < need) rows.resize(need + need / 2);  // room to grow
+  const Rows lg = host_float32_rows(logits);
   HostVerifyArgs a;
-  a.target_logits = logits.host_float32_data("verify: target_logits");
-  a.target_logits_stride = logits.row_stride();
+  a.target_logits = lg.host_float32_data("verify: target_logits");
+  a.target_logits_stride = lg.row_stride();
   a.vocab_size = V;
   a.draft_token_ids = d.token_ids;
   a.cu_num_draft_tokens = d.cu_num_drafts;
@@ -470,129 +351,73 @@ Verified verify_on_host_rows(const proposers::DraftBatch& d, const Rows& logits,
   a.seeds = seeds;
   a.positions = positions;
   a.method = method;
-  a.all_target_probs = false;  // only the expected-acceptance measure reads rows past a rejection (not on this path)
-  a.workspace = rows;
+  a.block = block;
+  // Only the expected-acceptance measure reads the rows past a rejection.
+  a.all_target_probs = expected_acceptance;
+  a.workspace = rows.data();
   a.parallel_for = parallel_for;
   const HostVerifyResult r = verify_logits_host(a);
-  return verified_from(B, r.stride, r.output_token_ids.data(), r.num_accepted.data(), r.status.data(),
-                       tree ? r.accepted_nodes.data() : nullptr);
-}
-
-/// Every other batch: specdec::torch::verify_logits on the logits' device. The step's small inputs (ids, cu, parents,
-/// seeds, positions, sampling parameters, draft kinds) are staged in one host buffer and uploaded in one copy; the
-/// results (tokens, counts, statuses, tree nodes) come back in one copy. The [N + B, V] rows stay on the device.
-Verified verify_on_device(const proposers::DraftBatch& d, const at::Tensor& logits,
-                          std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                          bool expected_acceptance, VerifyMethod method, at::Tensor* workspace,
-                          const HostParallelFor& parallel_for) {
-  const auto B = static_cast<std::int64_t>(params.size());
-  const auto N = static_cast<std::int64_t>(d.token_ids.size());
-  const bool tree = !d.parents.empty(), kinds = !d.has_probs.empty();
-  std::int64_t max_k = 0;
-  for (std::int64_t b = 0; b < B; ++b) max_k = std::max(max_k, d.num_drafts(b));
-  // Staging layout: 8-byte aligned sections, so each is a view of its own dtype.
-  auto up8 = [](std::int64_t n) { return (n + 7) / 8 * 8; };
-  const std::int64_t o_ids = 0, o_cu = o_ids + 8 * N, o_par = o_cu + 8 * (B + 1), o_seed = o_par + (tree ? 8 * N : 0),
-                     o_pos = o_seed + 8 * B, o_temp = o_pos + 8 * B, o_topk = o_temp + up8(4 * B),
-                     o_topp = o_topk + up8(4 * B), o_minp = o_topp + up8(4 * B), o_kind = o_minp + up8(4 * B),
-                     total = o_kind + up8(kinds ? B : 0);
-  const at::Device dev = logits.device();
-  // Page-locked on a device, so the upload is asynchronous (the host allocator's cached blocks: no allocation per step).
-  at::Tensor host = at::empty({total}, at::TensorOptions().dtype(at::kByte).pinned_memory(!logits.is_cpu()));
-  std::uint8_t* h = host.data_ptr<std::uint8_t>();
-  // An empty section (no drafts this step) may come from an empty vector whose data() is null: copy nothing then.
-  auto put = [h](std::int64_t off, const void* src, std::int64_t bytes) {
-    if (bytes > 0) std::memcpy(h + off, src, static_cast<std::size_t>(bytes));
-  };
-  put(o_ids, d.token_ids.data(), 8 * N);
-  put(o_cu, d.cu_num_drafts.data(), 8 * (B + 1));
-  if (tree) {
-    const std::vector<std::int64_t> par = flat_parents(d);
-    put(o_par, par.data(), 8 * N);
-  }
-  put(o_pos, positions.data(), 8 * B);
-  for (std::int64_t b = 0; b < B; ++b) {
-    const SamplingParams& p = *params[static_cast<std::size_t>(b)];
-    const auto seed = static_cast<std::int64_t>(p.seed);
-    std::memcpy(h + o_seed + 8 * b, &seed, 8);
-    std::memcpy(h + o_temp + 4 * b, &p.temperature, 4);
-    std::memcpy(h + o_topk + 4 * b, &p.top_k, 4);
-    std::memcpy(h + o_topp + 4 * b, &p.top_p, 4);
-    std::memcpy(h + o_minp + 4 * b, &p.min_p, 4);
-  }
-  if (kinds) put(o_kind, d.has_probs.data(), B);
-  const at::Tensor staged = logits.is_cpu() ? host : host.to(dev, /*non_blocking=*/true);  // host -> device, no sync
-  auto view = [&](std::int64_t off, std::int64_t n, at::ScalarType t, std::int64_t size) {
-    return staged.slice(0, off, off + n * size).view(t);
-  };
-  torch::VerifyLogitsArgs a;
-  a.target_logits = logits;
-  a.draft_token_ids = view(o_ids, N, at::kLong, 8);
-  a.cu_num_draft_tokens = view(o_cu, B + 1, at::kLong, 8);
-  if (d.probs.defined())  // draft rows (host memory): moved to the target's device
-    a.draft_probs = torch::to_device_async(torch::tensor_of(d.probs), dev);
-  if (tree) a.parents = view(o_par, N, at::kLong, 8);
-  if (kinds) a.has_draft_probs = view(o_kind, B, at::kByte, 1);
-  a.temperature = view(o_temp, B, at::kFloat, 4);
-  a.top_k = view(o_topk, B, at::kInt, 4);
-  a.top_p = view(o_topp, B, at::kFloat, 4);
-  a.min_p = view(o_minp, B, at::kFloat, 4);
-  a.seeds = view(o_seed, B, at::kLong, 8);
-  a.positions = view(o_pos, B, at::kLong, 8);
-  a.max_num_draft_tokens = max_k;
-  a.method = method;
-  a.all_target_probs = expected_acceptance;  // the only reader of the rows past a rejection
-  if (logits.is_cpu()) a.parallel_for = parallel_for;
-  if (workspace) {
-    const bool draft_rows = false;  // draft probs are float32 rows (check_draft_batch)
-    const std::int64_t need = torch::verify_logits_workspace_bytes(B, N, logits.size(1), tree, draft_rows);
-    if (!workspace->defined() || workspace->device() != dev || workspace->numel() < need)
-      *workspace = at::empty({need + need / 2}, at::TensorOptions().device(dev).dtype(at::kByte));  // room to grow
-    a.workspace = *workspace;
-  }
-  const torch::VerifyLogitsResult r = torch::verify_logits(a);
-  std::vector<at::Tensor> parts{r.output_token_ids.reshape({-1}).to(at::kLong), r.num_accepted.to(at::kLong),
-                                r.status.to(at::kLong)};
-  if (tree) parts.push_back(r.accepted.reshape({-1}).to(at::kLong));
-  const at::Tensor packed = at::cat(parts);
-  // device -> host: the step's one host synchronisation (none on CPU).
-  const at::Tensor back = packed.is_cpu() ? packed : packed.cpu();
-  const std::int64_t stride = r.output_token_ids.size(1);
-  const std::int64_t* out = back.data_ptr<std::int64_t>();
-  const std::int64_t* nacc = out + B * stride;
-  const std::int64_t* status = nacc + B;
-  const std::int64_t* nodes = tree ? status + B : nullptr;
-  Verified v = verified_from(B, stride, out, nacc, status, nodes);
-  if (expected_acceptance) add_expected(v, d, r.target_probs, params);
+  std::vector<std::int64_t> nacc(r.num_accepted.begin(), r.num_accepted.end()), status(r.status.begin(), r.status.end());
+  Verified v = verified_from(B, r.stride, r.output_token_ids.data(), nacc.data(), status.data(),
+                             tree ? r.accepted_nodes.data() : nullptr);
+  if (expected_acceptance) add_expected(v, d, rows.data(), V, params);
   return v;
-}
-
-/// float32 rows in host memory (a CPU target) without the expected-acceptance measure: verify_on_host_rows; the rest
-/// (a GPU target, other dtypes, the measure, which reads every processed row): verify_on_device.
-Verified verify_rows(const proposers::DraftBatch& d, const Rows& logits, std::span<const SamplingParams* const> params,
-                     std::span<const std::int64_t> positions, bool expected_acceptance, VerifyMethod method,
-                     at::Tensor* workspace, const HostParallelFor& parallel_for) {
-  // Rows keep row_stride >= cols and a contiguous last dimension by construction.
-  const bool host_rows = logits.is_host_float32() && logits.cols() >= 1;
-  const bool host_drafts = !d.probs.defined() || (d.probs.is_host_float32() && d.probs.contiguous() &&
-                                                  d.probs.rows() == static_cast<std::int64_t>(d.token_ids.size()) &&
-                                                  d.probs.cols() == logits.cols());
-  const auto rows = static_cast<std::int64_t>(d.token_ids.size() + params.size());
-  if (host_rows && host_drafts && !expected_acceptance && logits.rows() == rows)
-    return verify_on_host_rows(d, logits, params, positions, method, workspace, parallel_for);
-  return verify_on_device(d, torch::tensor_of(logits), params, positions, expected_acceptance, method, workspace,
-                          parallel_for);
 }
 
 }  // namespace
 
+std::vector<std::int64_t> flat_parents(const proposers::DraftBatch& d) {
+  std::vector<std::int64_t> par(d.token_ids.size());
+  for (std::int64_t b = 0; b < d.num_requests(); ++b) {
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], e = d.cu_num_drafts[static_cast<std::size_t>(b + 1)];
+    const auto& pb = d.parents[static_cast<std::size_t>(b)];
+    for (std::int64_t j = s; j < e; ++j) par[static_cast<std::size_t>(j)] = pb.empty() ? j - s : pb[static_cast<std::size_t>(j - s)];
+  }
+  return par;
+}
+
+Verified verified_from(std::int64_t B, std::int64_t stride, const std::int64_t* out, const std::int64_t* nacc,
+                       const std::int64_t* status, const std::int64_t* nodes) {
+  for (std::int64_t b = 0; b < B; ++b)
+    if (status[b] != 0) {
+      const auto st = static_cast<Status>(status[b]);
+      throw error(st, "verify: request " + std::to_string(b) + " of the step failed: " + to_string(st) + ": " +
+                          ::specdec::detail::blame(st));
+    }
+  Verified v;
+  v.tokens.resize(static_cast<std::size_t>(B));
+  v.nodes.resize(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto n = nacc[b];
+    v.tokens[static_cast<std::size_t>(b)].assign(out + b * stride, out + b * stride + n + 1);
+    auto& nd = v.nodes[static_cast<std::size_t>(b)];
+    nd.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) nd[static_cast<std::size_t>(i)] = nodes ? nodes[b * stride + i] : i + 1;
+  }
+  return v;
+}
+
+void add_expected(Verified& v, const proposers::DraftBatch& d, const float* p, std::int64_t V,
+                  std::span<const SamplingParams* const> params) {
+  if (!d.parents.empty() || !d.probs.defined()) return;
+  const float* q = d.probs.host_float32_data("verify: draft probs");
+  const auto B = static_cast<std::int64_t>(params.size());
+  const double nan = std::nan("");
+  v.expected.assign(static_cast<std::size_t>(B), ExpectedAccepted{nan, nan});
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
+    if (k == 0 || params[static_cast<std::size_t>(b)]->greedy() || !d.request_has_probs(b)) continue;
+    ExpectedAccepted e;
+    if (expected_accepted_drafts<std::int64_t>(V, k, d.token_ids.data() + s, q + s * V, p + (s + b) * V, e) ==
+        Status::kSuccess)
+      v.expected[static_cast<std::size_t>(b)] = e;
+  }
+}
+
 Verified verify(const proposers::DraftBatch& d, const Rows& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
-                std::span<const std::uint8_t> block, bool expected_acceptance, at::Tensor* workspace,
-                const HostParallelFor& parallel_for) {
-  // Every tensor made here stays here (the results are plain vectors): inference mode skips autograd's dispatch on the
-  // step's few dozen small ATen calls. The workspace is made in it too, and only ever written by verify_logits.
-  c10::InferenceMode inference;
+                std::span<const std::uint8_t> block, bool expected_acceptance, std::vector<float>* workspace,
+                DeviceBackend* device, const HostParallelFor& parallel_for) {
   const auto B = static_cast<std::int64_t>(params.size());
   if (d.num_requests() != B || static_cast<std::int64_t>(positions.size()) != B)
     throw error(Status::kInvalidArgument, "verify: expected " + std::to_string(d.num_requests()) +
@@ -600,47 +425,72 @@ Verified verify(const proposers::DraftBatch& d, const Rows& target_logits,
                                               std::to_string(positions.size()));
   if (!target_logits.defined())
     throw error(Status::kInvalidArgument, "verify: target_logits: expected rows [N + B, V], got none");
+  if (target_logits.cols() < 1)
+    throw error(Status::kInvalidArgument, "verify: target_logits: expected rows of V >= 1 columns, got 0");
+  VerifyMethod method = VerifyMethod::kToken;
+  std::span<const std::uint8_t> per_request;  // a chain batch that mixes block- and token-verified requests
   if (d.parents.empty() && std::any_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) {
     if (static_cast<std::int64_t>(block.size()) != B)
       throw error(Status::kInvalidArgument, "verify: block: expected " + std::to_string(B) +
                                                 " per-request flags, got " + std::to_string(block.size()));
-    // Every request block-verified: the device entry's block mode; a mix of methods: the CPU core, request by request.
-    if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; }))
-      return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kBlock, workspace,
-                         parallel_for);
-    return verify_on_host(d, torch::tensor_of(target_logits), params, positions, block, expected_acceptance);
+    if (std::all_of(block.begin(), block.end(), [](std::uint8_t m) { return m != 0; })) method = VerifyMethod::kBlock;
+    else per_request = block;
   }
-  return verify_rows(d, target_logits, params, positions, expected_acceptance, VerifyMethod::kToken, workspace,
-                     parallel_for);
+  const bool host_drafts = !d.probs.defined() || (d.probs.is_host_float32() && d.probs.contiguous());
+  if (!host_drafts && !device) no_backend("verify: draft probs", d.probs);
+  if (target_logits.device().is_cpu() && host_drafts)
+    return verify_host_rows(d, target_logits, params, positions, method, per_request, expected_acceptance, workspace,
+                            parallel_for);
+  if (!device) no_backend("verify: target_logits", target_logits);
+  if (per_request.empty()) return device->verify(d, target_logits, params, positions, method, expected_acceptance);
+  // The device entry takes one method a batch: a mix is verified on the host, request by request.
+  proposers::DraftBatch host = d;
+  if (d.probs.defined() && !host_drafts) host.probs = device->to_host_float32(d.probs);
+  const Rows rows = target_logits.device().is_cpu() ? target_logits : device->to_host_float32(target_logits);
+  return verify_host_rows(host, rows, params, positions, method, per_request, expected_acceptance, workspace, parallel_for);
 }
 
 namespace {
-proposers::TargetFeatures select_rows(const models::ForwardOutput& out, const at::Tensor& rows, std::int64_t start,
-                                      const proposers::TargetFeatureSpec& spec) {
+/// Rows `index` of host rows, in that order (the same dtype).
+Rows select_host_rows(const Rows& r, std::span<const std::int64_t> index) {
+  const std::size_t width = static_cast<std::size_t>(r.cols()) * dtype_size(r.dtype());
+  auto buf = std::make_shared<std::vector<unsigned char>>(index.size() * width);
+  const auto* src = static_cast<const unsigned char*>(r.view().data);
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    if (index[i] < 0 || index[i] >= r.rows())
+      throw error(Status::kInvalidArgument, "gather_features: row " + std::to_string(index[i]) + " of " +
+                                                std::to_string(r.rows()));
+    std::memcpy(buf->data() + i * width, src + static_cast<std::size_t>(index[i] * r.row_stride()) * dtype_size(r.dtype()),
+                width);
+  }
+  RowsView v = r.view();
+  v.data = buf->data();
+  v.rows = static_cast<std::int64_t>(index.size());
+  v.row_stride = r.cols();
+  return Rows(v, std::shared_ptr<const void>(buf, buf->data()));
+}
+}  // namespace
+
+proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
+                                          std::span<const std::int64_t> accepted_nodes, std::int64_t start,
+                                          const proposers::TargetFeatureSpec& spec, DeviceBackend* device) {
+  std::vector<std::int64_t> index(accepted_nodes.size() + 1);
+  index[0] = row_begin;
+  for (std::size_t i = 0; i < accepted_nodes.size(); ++i) index[i + 1] = row_begin + accepted_nodes[i];
+  auto select = [&](const Rows& r) {
+    if (r.device().is_cpu()) return select_host_rows(r, index);
+    if (!device) no_backend("gather_features", r);
+    return device->select_rows(r, index);
+  };
   proposers::TargetFeatures f;
   f.start = start;
-  f.rows = rows.numel();
-  auto select = [&](const Rows& r) { return torch::rows_of(torch::tensor_of(r).index_select(0, rows)); };
+  f.rows = static_cast<std::int64_t>(index.size());
   if (spec.final_hidden) {
     f.hidden_pre_norm = select(out.hidden_pre_norm);
     f.hidden_post_norm = select(out.hidden_post_norm);
   }
   for (const auto& r : out.layer_hidden) f.layer_hidden.push_back(select(r));
   return f;
-}
-}  // namespace
-
-proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
-                                          std::span<const std::int64_t> accepted_nodes, std::int64_t start,
-                                          const proposers::TargetFeatureSpec& spec) {
-  const bool on_device = out.logits.defined() && !out.logits.device().is_cpu();
-  at::Tensor rows = at::empty({static_cast<std::int64_t>(accepted_nodes.size()) + 1},
-                              at::TensorOptions().dtype(at::kLong).pinned_memory(on_device));
-  auto* r = rows.data_ptr<std::int64_t>();
-  r[0] = row_begin;
-  for (std::size_t i = 0; i < accepted_nodes.size(); ++i) r[i + 1] = row_begin + accepted_nodes[i];
-  at::Tensor dev_rows = on_device ? rows.to(torch::device_of(out.logits), /*non_blocking=*/true) : rows;
-  return select_rows(out, dev_rows, start, spec);
 }
 
 proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, const proposers::TargetFeatureSpec& spec) {

@@ -76,7 +76,7 @@ void verify_rows_cpu(const CpuRows<IdT>& c, const RangeFor& range_for) {
   const bool tree = c.parents != nullptr;
   std::vector<Status> target_rows(static_cast<std::size_t>(N + B), Status::kSuccess);
   // Lazy rows: each request's rows are processed in the verification loop as the chain rule reaches them.
-  const bool lazy = !c.all_target_probs && !tree && c.method == VerifyMethod::kToken && !c.draft_rows;
+  const bool lazy = !c.all_target_probs && !tree && c.method == VerifyMethod::kToken && !c.block && !c.draft_rows;
   const float* lg = c.logits;
   const std::int64_t lg_stride = c.logits_stride;
   float* const p = c.probs;  // written here too when rows are processed lazily
@@ -147,7 +147,7 @@ void verify_rows_cpu(const CpuRows<IdT>& c, const RangeFor& range_for) {
         }
         st = tree ? verify_tree_request<IdT>(V, k, c.ids + start, c.parents + start, qb, pb, seed, c.positions[b], greedy,
                                              c.out + b * stride, c.nodes + b * stride, c.nacc + b, tiles.data())
-                  : c.method == VerifyMethod::kBlock
+                  : (c.block ? c.block[b] != 0 : c.method == VerifyMethod::kBlock)
                       ? verify_block_request<IdT>(V, k, c.ids + start, qb, pb, seed, c.positions[b], greedy,
                                                   c.out + b * stride, c.nacc + b, c.flags + start, tiles.data())
                       : verify_chain_request<IdT>(V, k, c.ids + start, qb, pb, seed, c.positions[b], greedy, 1.0f,

@@ -58,6 +58,10 @@ HostVerifyResult verify_logits_host(const HostVerifyArgs& a) {
               static_cast<int>(a.method));
   SPECDEC_HOST_CHECK(a.method != VerifyMethod::kBlock || !tree,
               "method: expected token for tree verification (block verification applies to chains), got block");
+  check_b(a.block.size(), "block", true);
+  SPECDEC_HOST_CHECK(a.block.empty() || !tree,
+              "block: expected none for tree verification (block verification applies to chains), got ", a.block.size(),
+              " flags");
   std::int64_t width = a.max_num_draft_tokens;
   if (width < 0) {
     width = 0;
@@ -90,6 +94,7 @@ HostVerifyResult verify_logits_host(const HostVerifyArgs& a) {
   c.seeds = a.seeds.data();
   c.positions = a.positions.data();
   c.method = a.method;
+  c.block = opt(a.block);
   c.all_target_probs = a.all_target_probs;
   c.greedy_by_scan = true;  // no target_probs come back from this entry
   c.probs = a.workspace;

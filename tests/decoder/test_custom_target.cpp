@@ -9,6 +9,7 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
+#include "specdec/torch/device_backend.hpp"
 #include "tiny_transformer.hpp"
 
 namespace {
@@ -34,6 +35,7 @@ std::vector<std::vector<std::int64_t>> generate(Proposer& p, custom::TinyTransfo
                                                 const std::vector<sd::GenerationRequest>& rs, int g) {
   sd::DecoderOptions o;
   o.num_speculative_tokens = g;
+  o.device_backend = specdec::torch::make_device_backend;  // the target's rows on CUDA (unused on the CPU)
   sd::SpeculativeDecoder dec(p, target, o);
   std::vector<std::vector<std::int64_t>> out;
   for (auto& r : dec.generate(rs)) out.push_back(r.tokens);

@@ -16,34 +16,39 @@ foreach(mode find_package add_subdirectory)
   run(${WORK_DIR}/${mode}/consumer)
 endforeach()
 
-# The torch-free verifier alone: built with the C++ compiler and find_package(specdec COMPONENTS verify); neither its
-# compile and link lines nor its binary may name libtorch, c10, fmt, nlohmann_json or OpenMP.
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/verify_consumer -B ${WORK_DIR}/verify -G ${GENERATOR}
-                        -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "verify consumer: configure failed\n${out}\n${err}")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/verify --target verify_consumer --verbose
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "verify consumer: build failed\n${out}\n${err}")
-endif()
-if(out MATCHES "(torch|c10|libfmt|-lfmt|/fmt/|nlohmann|openmp|gomp|libomp)")
-  message(FATAL_ERROR "verify consumer: the compile or link line names '${CMAKE_MATCH_1}'\n${out}")
-endif()
-if(NOT out MATCHES "libspecdec_verify")
-  message(FATAL_ERROR "verify consumer: expected libspecdec_verify on the link line\n${out}")
-endif()
-run(${WORK_DIR}/verify/verify_consumer)
-find_program(_ldd ldd)
-if(_ldd)
-  execute_process(COMMAND ${_ldd} ${WORK_DIR}/verify/verify_consumer OUTPUT_VARIABLE libs)
-  string(REGEX REPLACE "\\(0x[0-9a-f]+\\)" "" libs "${libs}")  # the load addresses, which are hex digits
-  if(libs MATCHES "(libtorch|libc10|libfmt|libgomp|libomp|nlohmann)")
-    message(FATAL_ERROR "verify consumer: the binary loads '${CMAKE_MATCH_1}'\n${libs}")
+# Torch-free consumers, each built with the C++ compiler and find_package(specdec COMPONENTS <component>): neither the
+# compile and link lines nor the binary may name libtorch, c10, fmt, nlohmann_json or OpenMP.
+#   verify: the CPU verification alone; decoder: the decoder loop and the n-gram proposer around a plain C++ target.
+function(torch_free_consumer name library)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/${name}_consumer -B ${WORK_DIR}/${name} -G ${GENERATOR}
+                          -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DSPECDEC_SOURCE_DIR=${SOURCE_DIR}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} consumer: configure failed\n${out}\n${err}")
   endif()
-endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/${name} --target ${name}_consumer --verbose
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} consumer: build failed\n${out}\n${err}")
+  endif()
+  if(out MATCHES "(torch|c10|libfmt|-lfmt|/fmt/|nlohmann|openmp|gomp|libomp)")
+    message(FATAL_ERROR "${name} consumer: the compile or link line names '${CMAKE_MATCH_1}'\n${out}")
+  endif()
+  if(NOT out MATCHES "${library}")
+    message(FATAL_ERROR "${name} consumer: expected ${library} on the link line\n${out}")
+  endif()
+  run(${WORK_DIR}/${name}/${name}_consumer)
+  find_program(_ldd ldd)
+  if(_ldd)
+    execute_process(COMMAND ${_ldd} ${WORK_DIR}/${name}/${name}_consumer OUTPUT_VARIABLE libs)
+    string(REGEX REPLACE "\\(0x[0-9a-f]+\\)" "" libs "${libs}")  # the load addresses, which are hex digits
+    if(libs MATCHES "(libtorch|libc10|libfmt|libgomp|libomp|nlohmann)")
+      message(FATAL_ERROR "${name} consumer: the binary loads '${CMAKE_MATCH_1}'\n${libs}")
+    endif()
+  endif()
+endfunction()
+torch_free_consumer(verify libspecdec_verify)
+torch_free_consumer(decoder libspecdec_decoder)
 
 # The README's whole-program example against the installed package (needs the libtorch parts).
 if(WITH_TORCH)

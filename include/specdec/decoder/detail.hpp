@@ -2,17 +2,17 @@
 // ragged forward batch, batched verification and stop-string matching. Internal to SpeculativeDecoder.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "specdec/decoder/device_backend.hpp"
 #include "specdec/decoder/types.hpp"
 #include "specdec/models/causal_lm.hpp"
 #include "specdec/proposers/proposer.hpp"
+#include "specdec/verify/host.hpp"
 
 namespace specdec::decoder::detail {
 
@@ -37,35 +37,30 @@ proposers::DraftBatch cut_drafts(const proposers::DraftBatch& drafts, std::span<
 /// fewer than both the drafts' depth and emitted.size(), the next one would have been rejected).
 std::int64_t matched_depth(const proposers::DraftBatch& drafts, std::int64_t b, std::span<const std::int64_t> emitted);
 
-struct Verified {
-  std::vector<std::vector<std::int64_t>> tokens;  ///< per request: accepted drafts then the recovered/bonus token
-  std::vector<std::vector<std::int64_t>> nodes;   ///< per request: node indices (1-based) of the accepted drafts
-  /// per request, when asked for: expected accepted drafts given the block (token-level, block); empty or NaN otherwise
-  std::vector<ExpectedAccepted> expected;
-};
+using decoder::Verified;
 
-/// Processes the target's logits ([N + B, V], the K_b + 1 rows of each request, on the target's device) with each
-/// request's SamplingParams and verifies every request's drafts (chains or trees, per-request draft kinds) with
-/// specdec::torch::verify_logits on that device: only the step's small inputs go up (one copy) and the accepted tokens,
-/// counts, statuses and tree nodes come back (one copy); the rows stay on the device. positions[b] = sequence index of
-/// request b's first draft token. block[b] = 1 verifies request b's chain by block verification (sampling/block.hpp):
-/// a chain batch with such a request is processed on the host (process_logits) and verified on the CPU core, the rest
-/// token by token; a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none).
-/// With `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft
-/// probs (from the processed rows, copied to the host). A failed request (a NaN logit, ...) throws specdec::error.
-/// `workspace`, when given, is the caller's buffer kept across steps (torch::VerifyLogitsArgs::workspace), replaced by
-/// a larger one on the logits' device when it is too small or elsewhere. `parallel_for` (CPU logits): the threads the
-/// work is shared on (torch::VerifyLogitsArgs::parallel_for; the target's pool when it has one), empty: ATen's.
-using HostParallelFor = std::function<void(std::int64_t, const std::function<void(std::int64_t)>&)>;
+/// Processes the target's logits ([N + B, V], the K_b + 1 rows of each request) with each request's SamplingParams and
+/// verifies every request's drafts (chains or trees, per-request draft kinds). Rows in host memory are verified here
+/// (specdec::verify_logits_host; float16 / bfloat16 rows converted first), rows on a device by `device` (the decoder's
+/// DeviceBackend; none: specdec::error naming DecoderOptions::device_backend). positions[b] = sequence index of request
+/// b's first draft token. block[b] = 1 verifies request b's chain by block verification (sampling/block.hpp), 0 token by
+/// token; a batch with a tree is verified token by token whatever `block` says. `block` may be empty (none). With
+/// `expected_acceptance`, Verified::expected gets expected_accepted_drafts for every sampled chain with draft probs. A
+/// failed request (a NaN logit, ...) throws specdec::error. `workspace`: the caller's host rows kept across steps (grown
+/// when too small). `parallel_for` (host rows): the threads the work is shared on (the target's pool when it has one),
+/// empty: the calling thread.
+using HostParallelFor = ParallelFor;
 Verified verify(const proposers::DraftBatch& drafts, const Rows& target_logits,
                 std::span<const SamplingParams* const> params, std::span<const std::int64_t> positions,
                 std::span<const std::uint8_t> block = {}, bool expected_acceptance = false,
-                at::Tensor* workspace = nullptr, const HostParallelFor& parallel_for = {});
+                std::vector<float>* workspace = nullptr, DeviceBackend* device = nullptr,
+                const HostParallelFor& parallel_for = {});
 
 /// Rows of the forward output for [root, accepted nodes...] of request b (row offsets from the batch's cu_num_tokens).
+/// Host rows are copied; rows on a device are gathered there by `device` (none: specdec::error).
 proposers::TargetFeatures gather_features(const models::ForwardOutput& out, std::int64_t row_begin,
                                           std::span<const std::int64_t> accepted_nodes, std::int64_t start,
-                                          const proposers::TargetFeatureSpec& spec);
+                                          const proposers::TargetFeatureSpec& spec, DeviceBackend* device = nullptr);
 /// All rows of a prefill output as features (start 0).
 proposers::TargetFeatures prefill_features(const models::ForwardOutput& out, const proposers::TargetFeatureSpec& spec);
 

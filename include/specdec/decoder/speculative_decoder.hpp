@@ -1,11 +1,11 @@
 // SpeculativeDecoder<Draft, Target>: the generation loop over a batch of requests.
 //
 // Each step: the proposer drafts up to g tokens per request (a chain or a tree); ONE target forward runs every request's
-// [last token, drafts...]; specdec::torch::verify_logits processes the logits with each request's SamplingParams and
-// verifies the chains or trees on the target's device, keeping the accepted drafts and drawing one recovered/bonus token per
-// request (seed = the request's seed, position = sequence index of its first draft token, greedy rows at temperature 0);
-// only the accepted tokens, counts and statuses come back to the host (a batch with a block-verified request is processed
-// on the host and verified on the CPU core instead: detail::verify); the target cache is rolled back to
+// [last token, drafts...]; the verifier processes the logits with each request's SamplingParams and verifies the chains
+// or trees where the rows are (host rows: specdec::verify_logits_host; rows on a GPU: the DeviceBackend of
+// DecoderOptions::device_backend, e.g. the torch layer's, which returns only the accepted tokens, counts and statuses),
+// keeping the accepted drafts and drawing one recovered/bonus token per request (seed = the request's seed, position =
+// sequence index of its first draft token, greedy rows at temperature 0); the target cache is rolled back to
 // the accepted prefix (trees: keep_path); the tokens are streamed; the proposer learns what was accepted. A request that
 // finishes (stop token, stop string, max_new_tokens, or the target's context length when it has one) leaves at once and
 // frees its slots; the others continue.
@@ -75,6 +75,7 @@ class SpeculativeDecoder {
     }
     if constexpr (models::HasMaxSequenceLength<Target>)
       max_sequence_length_ = static_cast<std::int64_t>(target_->max_sequence_length());
+    if (options_.device_backend) device_backend_ = options_.device_backend();
   }
 
   ~SpeculativeDecoder() {
@@ -236,10 +237,10 @@ class SpeculativeDecoder {
       ++metrics_.verify_forwards;
     }
 
-    // 3. logits processing and verification on the target's device (only the accepted tokens come back)
+    // 3. logits processing and verification where the rows are (a device's: only the accepted tokens come back)
     const detail::Verified v = detail::verify(drafts, out.logits, params, positions, block,
                                               options_.measure_expected_acceptance, &verify_workspace_,
-                                              host_parallel_for());
+                                              device_backend_.get(), host_parallel_for());
     cost_model_.observe(B, N + B, seconds_since(t_target));  // what a step of N + B rows costs beyond its drafting
 
     // 4. emit, stop, roll caches back, tell the proposer
@@ -302,7 +303,8 @@ class SpeculativeDecoder {
       f.emitted_token = r.context.back();
       f.context = r.context;
       if (feature_spec_) {
-        features.push_back(detail::gather_features(out, fb.cu_num_tokens[static_cast<std::size_t>(b)], nodes, L, *feature_spec_));
+        features.push_back(detail::gather_features(out, fb.cu_num_tokens[static_cast<std::size_t>(b)], nodes, L, *feature_spec_,
+                                                   device_backend_.get()));
         f.features = &features.back();
       }
       feedback.push_back(f);
@@ -780,7 +782,8 @@ class SpeculativeDecoder {
   TokenCallback callback_;
   DecoderMetrics metrics_;
   ForwardCostModel cost_model_;          // F(B, T) of verification steps, learned from this run's steps
-  at::Tensor verify_workspace_;         // verification's rows, kept across steps (no fresh [N + B, V] rows per step)
+  std::vector<float> verify_workspace_;  // host verification's rows, kept across steps (no fresh [N + B, V] rows a step)
+  std::unique_ptr<DeviceBackend> device_backend_;  // rows on a device (DecoderOptions::device_backend), or none
   double draft_position_seconds_ = -1;   // decayed mean of Proposer::propose seconds per sequential draft position
 };
 

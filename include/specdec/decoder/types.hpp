@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -136,8 +137,16 @@ using TokenCallback = std::function<void(RequestId id, std::span<const std::int6
 
 /// Turns one token id into its bytes (for stop strings). Keep the decoder tokenizer-agnostic: any function will do.
 using Detokenizer = std::function<std::string(std::int64_t token)>;
-/// A Detokenizer over a specdec tokenizer (token_to_piece). The tokenizer must outlive the function.
-Detokenizer make_detokenizer(const models::Tokenizer& tokenizer);
+/// A Detokenizer over a tokenizer with token_to_piece(int32) (models::Tokenizer, or an engine's own). The tokenizer must
+/// outlive the function.
+template <class Tokenizer>
+Detokenizer make_detokenizer(const Tokenizer& tokenizer) {
+  return [t = &tokenizer](std::int64_t token) { return std::string(t->token_to_piece(static_cast<std::int32_t>(token))); };
+}
+
+class DeviceBackend;  // device_backend.hpp
+/// Makes a decoder's DeviceBackend (one per decoder instance).
+using DeviceBackendFactory = std::function<std::unique_ptr<DeviceBackend>()>;
 
 struct DecoderOptions {
   /// g (>= 0): drafts per step, or with the adaptive policy the most a step may draft; 0 = autoregressive decoding.
@@ -156,6 +165,9 @@ struct DecoderOptions {
   std::int32_t calibration_forwards = 3;
   /// Fill RequestMetrics::expected_accepted_token/_block (reads every draft and target row of each chain step once more).
   bool measure_expected_acceptance = false;
+  /// For a target whose rows live on a GPU: verification, feature rows and copies there (device_backend.hpp), e.g.
+  /// specdec::torch::make_device_backend. Empty: a step whose rows are on a device throws specdec::error naming this.
+  DeviceBackendFactory device_backend;
 };
 
 }  // namespace specdec::decoder

@@ -19,6 +19,7 @@
 //   temperature, top_p, min_p [B] float32, top_k [B] int32, each or empty (as absent: 1, off, off, off)
 //   seeds, positions     [B]: each request's seed and its first draft token's sequence index (the Philox counter)
 //   workspace            [N + B, V] floats of the caller's scratch, reused across steps
+//   block                [B] or empty: per-request verification method of a chain batch (1 = block, 0 = token)
 // Sizes are checked on entry and raise specdec::error naming the argument, what was expected and what was received;
 // values are checked per request and land in HostVerifyResult::status (a specdec::Status each; a failed request's
 // tokens are -1 and its count 0). Requests are independent.
@@ -55,6 +56,8 @@ struct HostVerifyArgs {
   /// A bound on every K_b: the output width is max_num_draft_tokens + 1; -1 = max K_b.
   std::int64_t max_num_draft_tokens = -1;
   VerifyMethod method = VerifyMethod::kToken;
+  /// Chains only: [B] per-request methods (1 = block, 0 = token) that override `method`, or empty (all `method`).
+  std::span<const std::uint8_t> block;
   /// false (token-verified chains): a request's rows after its first rejected draft are only checked (the same
   /// statuses), not turned into probabilities. The tokens, counts, flags and statuses are the same either way.
   bool all_target_probs = true;

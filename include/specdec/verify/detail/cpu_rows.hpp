@@ -41,6 +41,7 @@ struct CpuRows {
   const std::int32_t* top_k = nullptr;
   const std::int64_t *seeds = nullptr, *positions = nullptr;
   VerifyMethod method = VerifyMethod::kToken;
+  const std::uint8_t* block = nullptr;  // chains: [B] per-request methods (1 = block) overriding `method`, or none
   bool all_target_probs = true;
   // Greedy requests verified lazily take each row's argmax from its logits scan and write no probability row (their
   // rows of `probs` are then unspecified): the same tokens and statuses, since a greedy row's processed distribution
