@@ -213,6 +213,42 @@ TEST(HostVerify, EqualsTheCoreReferenceOnRandomSteps) {
   EXPECT_GT(sampled_steps, 100);
 }
 
+// Per-request methods (HostVerifyArgs::block): each request gets what its own method gives it alone (requests are
+// independent), so a mixed step equals the token reference's rows for token requests and the block reference's rows
+// for block requests.
+TEST(HostVerify, PerRequestMethodsEqualEachMethodsReference) {
+  int mixed = 0;
+  for (std::int64_t V : {5, 64, 1000})
+    for (int draft_kind : {0, 1, 2})
+      for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+        Step s = random_step(seed * 977 + static_cast<std::uint64_t>(V), Shape::kChain, V, draft_kind);
+        const HostVerifyResult token = reference(s);
+        s.shape = Shape::kBlock;
+        const HostVerifyResult block = reference(s);
+        s.shape = Shape::kChain;
+        std::vector<std::uint8_t> methods(static_cast<std::size_t>(s.B));
+        for (std::int64_t b = 0; b < s.B; ++b) methods[static_cast<std::size_t>(b)] = static_cast<std::uint8_t>((b + seed) % 2);
+        mixed += std::count(methods.begin(), methods.end(), 1) > 0 && std::count(methods.begin(), methods.end(), 0) > 0;
+        HostVerifyResult want = token;
+        for (std::int64_t b = 0; b < s.B; ++b) {
+          if (!methods[static_cast<std::size_t>(b)]) continue;
+          std::copy_n(block.output_token_ids.begin() + b * want.stride, want.stride, want.output_token_ids.begin() + b * want.stride);
+          want.num_accepted[static_cast<std::size_t>(b)] = block.num_accepted[static_cast<std::size_t>(b)];
+          want.status[static_cast<std::size_t>(b)] = block.status[static_cast<std::size_t>(b)];
+          std::copy(block.accepted.begin() + s.cu[b], block.accepted.begin() + s.cu[b + 1], want.accepted.begin() + s.cu[b]);
+        }
+        std::vector<float> ws;
+        HostVerifyArgs a = args_of(s, ws);
+        a.block = methods;
+        for (bool all_rows : {true, false}) {
+          a.all_target_probs = all_rows;
+          expect_same(verify_logits_host(a), want, "V " + std::to_string(V) + " drafts " + std::to_string(draft_kind) +
+                                                       " seed " + std::to_string(seed));
+        }
+      }
+  EXPECT_GT(mixed, 20);
+}
+
 TEST(HostVerify, SameBitsOnAnyThreads) {
   for (Shape shape : {Shape::kChain, Shape::kBlock, Shape::kTree})
     for (std::uint64_t seed = 1; seed <= 6; ++seed) {
@@ -295,6 +331,14 @@ TEST(HostVerify, SizesAreNamedErrors) {
   e = a;
   e.method = VerifyMethod::kBlock;
   expect_error(e, "method: expected token for tree verification");
+  e = a;
+  const std::vector<std::uint8_t> flags(static_cast<std::size_t>(s.B), 1);
+  e.block = flags;
+  expect_error(e, "block: expected none for tree verification");
+  e = a;
+  e.parents = {};
+  e.block = std::span<const std::uint8_t>(flags).first(1);
+  expect_error(e, "block: expected 3 values (one per request) or none, got 1");
 }
 
 }  // namespace
