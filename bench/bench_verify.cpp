@@ -19,6 +19,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+// The probabilities-in entry (deprecated) is measured beside the others.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include "specdec/torch/rejection_sample.hpp"
 #include "specdec/torch/verify_logits.hpp"
 #endif

@@ -1,5 +1,7 @@
 // specdec — tensor front of the verifiers: every check in one place, then the CPU core (parallel over requests)
 // or the CUDA kernels.
+// The deprecated probabilities-in entries, tested (or defined) here.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include "specdec/torch/rejection_sample.hpp"
 
 #include <ATen/Parallel.h>

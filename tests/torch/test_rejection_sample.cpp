@@ -7,6 +7,8 @@
 #include "specdec/sampling/block.hpp"
 #include "specdec/sampling/chain.hpp"
 #include "specdec/sampling/tree.hpp"
+// The deprecated probabilities-in entries, tested (or defined) here.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include "specdec/torch/rejection_sample.hpp"
 #include "stats.hpp"
 

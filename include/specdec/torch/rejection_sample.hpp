@@ -1,4 +1,6 @@
-// specdec — tensor front of the verifiers: validation in one place, CPU/CUDA dispatch.
+// specdec — tensor front of the verifiers on processed probabilities: validation in one place, CPU/CUDA dispatch.
+// Deprecated, the library's one deprecated path: specdec::torch::verify_logits (verify_logits.hpp) takes logits, or
+// processed rows (draft_probs; target rows as logits at temperature 1 give the same law), and is the entry to use.
 //
 // Shapes (docs/design.md, "Shapes"), B requests, N = sum_b K_b drafts, V vocabulary:
 //   draft_token_ids     [N]        int32 or int64
@@ -59,6 +61,7 @@ struct TreeRejectionSampleResult {
 };
 
 /// Chain verification of a ragged batch (see sampling/chain.hpp for the rule).
+[[deprecated("specdec::torch::rejection_sample: use specdec::torch::verify_logits (verify_logits.hpp)")]]
 RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
                                        const std::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs,
                                        const at::Tensor& seeds, const at::Tensor& positions,
@@ -67,6 +70,7 @@ RejectionSampleResult rejection_sample(const at::Tensor& draft_token_ids, const 
                                        const std::optional<at::Tensor>& has_draft_probs = std::nullopt);
 
 /// Tree verification of a ragged batch (see sampling/tree.hpp for the rule).
+[[deprecated("specdec::torch::tree_rejection_sample: use specdec::torch::verify_logits (verify_logits.hpp)")]]
 TreeRejectionSampleResult tree_rejection_sample(const at::Tensor& draft_token_ids, const at::Tensor& parents,
                                                 const at::Tensor& cu_num_draft_tokens,
                                                 const std::optional<at::Tensor>& draft_probs,

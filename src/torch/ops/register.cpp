@@ -1,17 +1,19 @@
 // specdec — torch custom ops: torch.ops.specdec.verify_logits (the engine-facing entry: logits in, tokens out, no host
-// synchronisation on CUDA) with verify_logits_workspace_bytes, rejection_sample, block_rejection_sample (block
-// verification of chains) and tree_rejection_sample.
+// synchronisation on CUDA) with verify_logits_workspace_bytes; and the one deprecated path, the probabilities-in ops
+// rejection_sample, block_rejection_sample (block verification of chains) and tree_rejection_sample, kept for callers
+// that process logits themselves (verify_logits takes processed rows too: draft_probs, and target rows at temperature 1).
+// Every op has one schema; the per-request draft kind is its last argument, `Tensor? has_draft_probs=None`.
 // Built as the loadable module libspecdec_ops.so, for `torch.ops.load_library(path)` in Python engines.
-// The per-request draft kind (has_draft_probs) is a second overload of each op, ".draft_kinds", whose schema is the
-// first one's plus `Tensor? has_draft_probs=None` at the end: the default overload keeps its schema exactly, so boxed
-// and typed callers of older versions still work, and Python resolves `has_draft_probs=...` to the new overload.
 #include <torch/library.h>
 
 #include <cstdint>
 #include <tuple>
 
-#include "specdec/torch/rejection_sample.hpp"
 #include "specdec/torch/verify_logits.hpp"
+
+// The deprecated ops call the deprecated entries.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#include "specdec/torch/rejection_sample.hpp"
 
 namespace {
 
@@ -20,7 +22,7 @@ std::optional<T> to_std(const c10::optional<T>& v) {
   return v.has_value() ? std::optional<T>(*v) : std::nullopt;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_kinds_op(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_op(
     const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
     const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
     const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, double lenience, bool validate_probs,
@@ -29,14 +31,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_kinds_op(
                                             seeds, positions, to_std(greedy), {lenience, validate_probs},
                                             to_std(has_draft_probs));
   return {r.output_token_ids, r.num_accepted, r.accepted};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rejection_sample_op(
-    const at::Tensor& draft_token_ids, const at::Tensor& cu_num_draft_tokens,
-    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
-    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, double lenience, bool validate_probs) {
-  return rejection_sample_kinds_op(draft_token_ids, cu_num_draft_tokens, draft_probs, target_probs, seeds, positions,
-                                   greedy, lenience, validate_probs, c10::nullopt);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> block_rejection_sample_op(
@@ -52,7 +46,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> block_rejection_sample_op(
   return {r.output_token_ids, r.num_accepted, r.accepted};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_kinds_op(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_op(
     const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
     const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
     const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs,
@@ -61,14 +55,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_kinds_op(
                                                  target_probs, seeds, positions, to_std(greedy),
                                                  {1.0, validate_probs}, to_std(has_draft_probs));
   return {r.output_token_ids, r.num_accepted, r.accepted_nodes};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> tree_rejection_sample_op(
-    const at::Tensor& draft_token_ids, const at::Tensor& parents, const at::Tensor& cu_num_draft_tokens,
-    const c10::optional<at::Tensor>& draft_probs, const at::Tensor& target_probs, const at::Tensor& seeds,
-    const at::Tensor& positions, const c10::optional<at::Tensor>& greedy, bool validate_probs) {
-  return tree_rejection_sample_kinds_op(draft_token_ids, parents, cu_num_draft_tokens, draft_probs, target_probs,
-                                        seeds, positions, greedy, validate_probs, c10::nullopt);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> verify_logits_op(
@@ -122,17 +108,13 @@ TORCH_LIBRARY(specdec, m) {
       "verify_logits_workspace_bytes(int batch_size, int num_draft_tokens, int vocab_size, bool tree, "
       "bool draft_rows) -> int",
       &verify_logits_workspace_bytes_op);
+  // Deprecated: probabilities in (verify_logits above is the entry to use).
   m.def(
       "rejection_sample(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
       "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, float lenience=1.0, "
-      "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted)",
-      &rejection_sample_op);
-  m.def(
-      "rejection_sample.draft_kinds(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
-      "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, float lenience=1.0, "
       "bool validate_probs=True, Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, "
       "Tensor accepted)",
-      &rejection_sample_kinds_op);
+      &rejection_sample_op);
   m.def(
       "block_rejection_sample(Tensor draft_token_ids, Tensor cu_num_draft_tokens, Tensor? draft_probs, "
       "Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, bool validate_probs=True, "
@@ -141,12 +123,7 @@ TORCH_LIBRARY(specdec, m) {
   m.def(
       "tree_rejection_sample(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
       "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "
-      "bool validate_probs=True) -> (Tensor output_token_ids, Tensor num_accepted, Tensor accepted_nodes)",
-      &tree_rejection_sample_op);
-  m.def(
-      "tree_rejection_sample.draft_kinds(Tensor draft_token_ids, Tensor parents, Tensor cu_num_draft_tokens, "
-      "Tensor? draft_probs, Tensor target_probs, Tensor seeds, Tensor positions, Tensor? greedy=None, "
       "bool validate_probs=True, Tensor? has_draft_probs=None) -> (Tensor output_token_ids, Tensor num_accepted, "
       "Tensor accepted_nodes)",
-      &tree_rejection_sample_kinds_op);
+      &tree_rejection_sample_op);
 }
