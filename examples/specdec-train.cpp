@@ -248,6 +248,10 @@ int main(int argc, char** argv) {
   std::string f_out;
   fuse_cmd->add_option("--data", f_data, "training set(s) written by `specdec-train data`")->required();
   fuse_cmd->add_option("--out", f_out, "output training set with [T, 3 x hidden] features")->required()->check(output_path(false));
+  double f_fraction = 1.0;
+  fuse_cmd->add_option("--fraction", f_fraction,
+                       "fuse this share of the records, spread evenly over the input (the fused features are 3x the size)")
+      ->capture_default_str()->check(real_range(0, 1, false));
 
   auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE head (EAGLE-1, or EAGLE-3 on `fuse`d training sets)");
   TrainOptions eopt;
@@ -487,7 +491,14 @@ int main(int argc, char** argv) {
     }
     if (fuse_cmd->parsed()) {
       std::int64_t H = 0;
-      const auto data = read_record_files(f_data, &H);
+      auto data = read_record_files(f_data, &H);
+      if (f_fraction < 1.0) {  // record i is kept when floor(i * f) steps: an even spread
+        std::vector<Record> kept;
+        for (std::size_t i = 0; i < data.size(); ++i)
+          if (std::floor(static_cast<double>(i + 1) * f_fraction) > std::floor(static_cast<double>(i) * f_fraction))
+            kept.push_back(std::move(data[i]));
+        data = std::move(kept);
+      }
       std::int64_t longest = 0;
       for (const auto& r : data) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(r.tokens.size()));
       specdec::models::LlamaOptions lo;
