@@ -21,7 +21,7 @@
 #include <memory>
 
 #include "specdec/decoder/speculative_decoder.hpp"
-#include "specdec/models/host_threads.hpp"
+#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/ngram.hpp"
 

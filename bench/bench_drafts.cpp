@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "specdec/decoder/speculative_decoder.hpp"
-#include "specdec/models/host_threads.hpp"
+#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/eagle.hpp"

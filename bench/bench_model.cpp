@@ -54,7 +54,7 @@
 #include "specdec/models/detail/packed_matrix.hpp"
 #include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
-#include "specdec/models/host_threads.hpp"
+#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 
 namespace sm = specdec::models;

@@ -3,7 +3,7 @@ include(CMakePackageConfigHelpers)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/specdec DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(_specdec_export_targets specdec_core specdec_verify)
-foreach(_t specdec_model_io specdec_cpu specdec_torch specdec_models specdec_proposers specdec_decoder specdec_train specdec_cuda specdec_cuda_headers)
+foreach(_t specdec_model_io specdec_cpu specdec_models specdec_torch specdec_torch_models specdec_proposers specdec_decoder specdec_train specdec_cuda specdec_cuda_headers)
   if(TARGET ${_t})
     list(APPEND _specdec_export_targets ${_t})
   endif()

@@ -36,10 +36,10 @@
 
 #include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
-#include "specdec/models/aten_llama.hpp"
+#include "specdec/torch/aten_llama.hpp"
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
-#include "specdec/models/host_threads.hpp"
+#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"

@@ -149,7 +149,7 @@ if [[ -n "$torch_prefix" ]]; then
         src/torch/CMakeFiles/specdec_torch.dir/verify_logits.cpp.o \
         src/torch/CMakeFiles/specdec_ops.dir/ops/register.cpp.o \
         src/decoder/CMakeFiles/specdec_decoder.dir/step.cpp.o \
-        src/models/CMakeFiles/specdec_models.dir/aten_llama.cpp.o \
+        src/torch/models/CMakeFiles/specdec_torch_models.dir/aten_llama.cpp.o \
         tests/models/CMakeFiles/test_aten_llama.dir/test_aten_llama.cpp.o \
         tests/torch/CMakeFiles/specdec_torch_tests.dir/test_rejection_sample.cpp.o \
         tests/torch/CMakeFiles/specdec_torch_tests.dir/test_verify_logits.cpp.o \

@@ -2,8 +2,6 @@
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/detail/weight_arena.hpp"
 
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,17 +15,13 @@ namespace specdec::models {
 namespace {
 using detail::fail;
 
-// A zeroed cache in huge pages (detail::allocate_huge_pages): a decode at a long context streams the whole cache once per
-// forward, like the weights.
-at::Tensor zeros_in_huge_pages(at::IntArrayRef sizes, bool half) {
-  std::int64_t numel = 1;
-  for (const auto s : sizes) numel *= s;
-  const auto bytes = static_cast<std::size_t>(numel) * (half ? 2u : 4u);
+// `elements` zeroed elements of `element_bytes` in huge pages (detail::allocate_huge_pages): a decode at a long context
+// streams the whole cache once per forward, like the weights.
+std::shared_ptr<std::byte> zeros_in_huge_pages(std::int64_t elements, std::int64_t element_bytes) {
+  const auto bytes = static_cast<std::size_t>(std::max<std::int64_t>(elements * element_bytes, 1));
   std::shared_ptr<std::byte> memory = detail::allocate_huge_pages(bytes);
   std::memset(memory.get(), 0, bytes);
-  void* data = memory.get();
-  return at::from_blob(data, sizes, [memory](void*) mutable { memory.reset(); },
-                       at::TensorOptions().dtype(half ? at::kHalf : at::kFloat));
+  return memory;
 }
 }  // namespace
 
@@ -38,39 +32,41 @@ KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   if (shape.initial_capacity < 1)
     fail(fmt::format("KvCache: initial_capacity: expected >= 1, got {}", shape.initial_capacity));
   if (shape.initial_slots < 1) fail(fmt::format("KvCache: initial_slots: expected >= 1, got {}", shape.initial_slots));
-  c10::NoGradGuard guard;
   capacity_ = shape.initial_capacity;
-  storage_ = zeros_in_huge_pages({shape.num_layers, 2, shape.initial_slots, shape.num_kv_heads, capacity_, shape.head_dim},
-                                 shape.half);
-  if (shape.key_blocks)
-    key_blocks_ = zeros_in_huge_pages(
-        {shape.num_layers, shape.initial_slots, shape.num_kv_heads, key_block_count(), shape.head_dim, 16}, shape.half);
   lengths_.assign(static_cast<std::size_t>(shape.initial_slots), 0);
   allocated_.assign(static_cast<std::size_t>(shape.initial_slots), false);
+  storage_ = zeros_in_huge_pages(storage_elements(), element_bytes());
+  if (shape.key_blocks) key_blocks_ = zeros_in_huge_pages(key_block_elements(), element_bytes());
 }
 
 void KvCache::resize(std::int64_t slots, std::int64_t capacity) {
-  c10::NoGradGuard guard;
-  at::Tensor grown = zeros_in_huge_pages({shape_.num_layers, 2, slots, shape_.num_kv_heads, capacity, shape_.head_dim}, shape_.half);
-  if (storage_.defined()) {
-    const std::int64_t old_slots = storage_.size(2);
-    grown.narrow(2, 0, old_slots).narrow(4, 0, capacity_).copy_(storage_);
-  }
-  storage_ = std::move(grown);
-  if (key_blocks_.defined()) {  // blocks hold whole runs of 16 positions, so the old ones are a prefix of the new
-    at::Tensor blocks = zeros_in_huge_pages(
-        {shape_.num_layers, slots, shape_.num_kv_heads, (capacity + 15) / 16, shape_.head_dim, 16}, shape_.half);
-    blocks.narrow(1, 0, key_blocks_.size(1)).narrow(3, 0, key_blocks_.size(3)).copy_(key_blocks_);
-    key_blocks_ = std::move(blocks);
-  }
+  const std::int64_t old_slots = num_slots(), old_capacity = capacity_, old_blocks = key_block_count();
+  const std::int64_t hd = shape_.head_dim, nkv = shape_.num_kv_heads, eb = element_bytes();
+  const std::shared_ptr<std::byte> old_storage = storage_, old_key_blocks = key_blocks_;
   capacity_ = capacity;
   lengths_.resize(static_cast<std::size_t>(slots), 0);
   allocated_.resize(static_cast<std::size_t>(slots), false);
+  storage_ = zeros_in_huge_pages(storage_elements(), eb);
+  // [layers, 2, slots, kv heads, capacity, head_dim]: every (layer, k/v, slot, kv head) run of old_capacity positions
+  // moves to the start of its longer run.
+  const std::int64_t run = old_capacity * hd * eb;
+  for (std::int64_t outer = 0; outer < shape_.num_layers * 2; ++outer)
+    for (std::int64_t sh = 0; sh < old_slots * nkv; ++sh)
+      std::memcpy(storage_.get() + (outer * slots * nkv + sh) * capacity * hd * eb,
+                  old_storage.get() + (outer * old_slots * nkv + sh) * run, static_cast<std::size_t>(run));
+  if (old_key_blocks) {  // blocks hold whole runs of 16 positions, so the old ones are a prefix of the new
+    key_blocks_ = zeros_in_huge_pages(key_block_elements(), eb);
+    const std::int64_t block_run = old_blocks * hd * 16 * eb;
+    for (std::int64_t l = 0; l < shape_.num_layers; ++l)
+      for (std::int64_t sh = 0; sh < old_slots * nkv; ++sh)
+        std::memcpy(key_blocks_.get() + (l * slots * nkv + sh) * key_block_count() * hd * 16 * eb,
+                    old_key_blocks.get() + (l * old_slots * nkv + sh) * block_run, static_cast<std::size_t>(block_run));
+  }
   ++reallocations_;
 }
 
 std::int64_t KvCache::allocate() {
-  if (!storage_.defined()) fail("KvCache::allocate: the cache was default-constructed (no shape)");
+  if (!storage_) fail("KvCache::allocate: the cache was default-constructed (no shape)");
   auto it = std::find(allocated_.begin(), allocated_.end(), false);
   std::int64_t slot = it - allocated_.begin();
   if (it == allocated_.end()) resize(num_slots() * 2, capacity_);
@@ -137,16 +133,21 @@ void KvCache::keep_path(std::int64_t slot, std::int64_t prefix_length, std::span
   std::size_t first_moved = 0;
   while (first_moved < path.size() && path[first_moved] == static_cast<std::int64_t>(first_moved)) ++first_moved;
   if (first_moved < path.size()) {
-    c10::NoGradGuard guard;
-    const auto moved = static_cast<std::int64_t>(path.size() - first_moved);
-    std::vector<std::int64_t> src(path.begin() + static_cast<std::ptrdiff_t>(first_moved), path.end());
-    for (auto& s : src) s += prefix_length;
-    at::Tensor index = at::tensor(src, at::TensorOptions().dtype(at::kLong));
-    at::Tensor seq = storage_.select(2, slot);  // [layers, 2, kv_heads, capacity, head_dim]
-    // Each destination position precedes its source (path[i] >= i) and sources are read before any write, so gather first.
-    at::Tensor gathered = seq.index_select(3, index);
-    seq.narrow(3, prefix_length + static_cast<std::int64_t>(first_moved), moved).copy_(gathered);
-    if (key_blocks_.defined())
+    // Each destination position precedes its source (path[i] >= i), and the moves go in increasing order, so no source
+    // is overwritten before it is read.
+    const std::int64_t hd = shape_.head_dim, nkv = shape_.num_kv_heads, eb = element_bytes();
+    for (std::int64_t l = 0; l < shape_.num_layers; ++l)
+      for (std::int64_t which = 0; which < 2; ++which) {
+        std::byte* base = static_cast<std::byte*>(data_of(l, which));
+        for (std::int64_t h = 0; h < nkv; ++h) {
+          std::byte* seq = base + (slot * nkv + h) * capacity_ * hd * eb;
+          for (std::size_t i = first_moved; i < path.size(); ++i) {
+            const std::int64_t dst = prefix_length + static_cast<std::int64_t>(i), src = prefix_length + path[i];
+            std::memmove(seq + dst * hd * eb, seq + src * hd * eb, static_cast<std::size_t>(hd * eb));
+          }
+        }
+      }
+    if (key_blocks_)
       for (std::int64_t l = 0; l < shape_.num_layers; ++l)
         for (std::int64_t h = 0; h < shape_.num_kv_heads; ++h)
           for (std::int64_t p = prefix_length + static_cast<std::int64_t>(first_moved);
@@ -169,12 +170,8 @@ void KvCache::write_key_block(std::int64_t layer, std::int64_t slot, std::int64_
     copy(static_cast<const float*>(data_of(layer, 0)), static_cast<float*>(block_data_of(layer)));
 }
 
-at::Tensor KvCache::keys(std::int64_t layer) const { return storage_.select(0, layer).select(0, 0); }
-at::Tensor KvCache::values(std::int64_t layer) const { return storage_.select(0, layer).select(0, 1); }
-
 std::int64_t KvCache::bytes() const noexcept {
-  const std::int64_t elements = (storage_.defined() ? storage_.numel() : 0) + (key_blocks_.defined() ? key_blocks_.numel() : 0);
-  return elements * element_bytes();
+  return ((storage_ ? storage_elements() : 0) + (key_blocks_ ? key_block_elements() : 0)) * element_bytes();
 }
 
 }  // namespace specdec::models

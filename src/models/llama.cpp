@@ -1,19 +1,16 @@
 // The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations)
-// or float32 weights (detail::linear_rows; BLAS above 16 rows). Per layer: RMSNorm -> fused q/k/v product -> rotary
+// or float32 weights (detail::linear_rows, 16 token rows at a time). Per layer: RMSNorm -> fused q/k/v product -> rotary
 // embedding (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention
 // per sequence (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a
 // longer chain, a prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
 // gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. The options of other architectures
 // (LlamaConfig) are branches per layer: q/k/v biases and QK-norm after the q/k/v product, a sliding layer's RoPE table
 // and window (mask_outside_window), the attention's and the MLP's outputs normalised before the residual add, GELU for
-// SiLU, embeddings scaled, logits soft-capped. Element-wise steps are plain loops over raw float pointers; ATen holds
-// the buffers and runs the float BLAS products.
+// SiLU, embeddings scaled, logits soft-capped. Element-wise steps are plain loops over raw float pointers into the
+// model's own workspace (detail::FloatRows); no tensor library.
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/llama.hpp"
 
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,7 +33,6 @@
 #include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
 #include "specdec/sampling/status.hpp"
-#include "specdec/torch/rows.hpp"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -183,21 +179,39 @@ std::int64_t first_window_block(const std::int64_t* pos, std::int64_t n, std::in
   return std::max<std::int64_t>(lo - window + 1, 0) / 16 * 16;
 }
 
+// rows x cols float32 host rows whose values the caller writes next (not zeroed).
+Rows uninitialized_rows(std::int64_t rows, std::int64_t cols) {
+  std::shared_ptr<float[]> values = std::make_shared_for_overwrite<float[]>(static_cast<std::size_t>(std::max<std::int64_t>(rows * cols, 1)));
+  RowsView v;
+  v.data = values.get();
+  v.rows = rows;
+  v.cols = cols;
+  v.row_stride = cols;
+  return Rows(v, std::move(values));
+}
+
+// A copy of rows x cols contiguous values.
+Rows host_copy(const float* src, std::int64_t rows, std::int64_t cols) {
+  Rows r = uninitialized_rows(rows, cols);
+  std::copy_n(src, rows * cols, r.mutable_host_float32_data());
+  return r;
+}
+
 }  // namespace
 
 struct LlamaModel::Impl {
   struct Layer {
-    at::Tensor attn_norm;  // [H]
+    FloatTensor attn_norm;  // [H]
     Linear wqkv;           // [(nh + 2 nkv) * hd, H]
     Linear wo;             // [H, nh * hd]
-    at::Tensor ffn_norm;   // [H]
+    FloatTensor ffn_norm;   // [H]
     Linear wgu;            // [2F, H]: gate rows then up rows
     Linear wdown;          // [H, F]
     // The options of LlamaConfig beyond Llama's block (undefined / false when off; checked once per layer).
-    at::Tensor qkv_bias;        // [qkv_dim]: q, k and v biases (attention_bias)
-    at::Tensor q_norm, k_norm;  // [hd] each: RMSNorm per head before RoPE (qk_norm)
-    at::Tensor post_attn_norm;  // [H]: RMSNorm of the attention output before the residual add (post_attention_norm)
-    at::Tensor post_ffn_norm;   // [H]: RMSNorm of the MLP output before the residual add (post_ffn_norm)
+    FloatTensor qkv_bias;        // [qkv_dim]: q, k and v biases (attention_bias)
+    FloatTensor q_norm, k_norm;  // [hd] each: RMSNorm per head before RoPE (qk_norm)
+    FloatTensor post_attn_norm;  // [H]: RMSNorm of the attention output before the residual add (post_attention_norm)
+    FloatTensor post_ffn_norm;   // [H]: RMSNorm of the MLP output before the residual add (post_ffn_norm)
     bool sliding = false;       // attends to the last cfg.sliding_window positions, RoPE of sliding_rope_theta
   };
 
@@ -209,7 +223,7 @@ struct LlamaModel::Impl {
   Linear embed;           // [V, H] (rows looked up)
   Linear lm_head_own;     // [V, H] when not tied
   bool tied = false;
-  at::Tensor final_norm;  // [H]
+  FloatTensor final_norm;  // [H]
   const Linear& lm_head() const { return tied ? embed : lm_head_own; }
   std::vector<Layer> layers;
   std::vector<float> inv_freq;  // [hd / 2]
@@ -224,7 +238,7 @@ struct LlamaModel::Impl {
   KvCache cache;
   // Workspace, grown to the largest batch seen: rows x width.
   std::int64_t ws_rows = 0;
-  at::Tensor x, normed, qkv, qbuf, attn, gu, act;
+  detail::FloatRows x, normed, qkv, qbuf, attn, gu, act;
   ForwardPhaseTimes phase_times;
   std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
   std::vector<float> rope_buf;    // one rotated key before a float16 cache stores it [hd]
@@ -232,11 +246,12 @@ struct LlamaModel::Impl {
   Activations activations;
 
   static std::int64_t planes(int bits) { return bits == 8 ? 1 : 2; }
-  void linear(const at::Tensor& in, const Linear& w, const at::Tensor& out, int bits, const RowPrep& prep = {}) {
-    detail::block_linear(*pool, w, in, out, false, activations.q, planes(bits), prep);
+  // out (+)= in @ w^T over n rows; in and out contiguous rows (out's w.rows wide).
+  void linear(const float* in, std::int64_t n, const Linear& w, float* out, int bits, const RowPrep& prep = {}) {
+    detail::block_linear(*pool, w, in, n, out, w.rows, false, activations.q, planes(bits), prep);
   }
-  void linear_accumulate(const at::Tensor& in, const Linear& w, const at::Tensor& acc, int bits, const RowPrep& prep = {}) {
-    detail::block_linear(*pool, w, in, acc, true, activations.q, planes(bits), prep);
+  void linear_accumulate(const float* in, std::int64_t n, const Linear& w, float* acc, int bits, const RowPrep& prep = {}) {
+    detail::block_linear(*pool, w, in, n, acc, w.rows, true, activations.q, planes(bits), prep);
   }
 
   void ensure_rope(std::int64_t positions) {
@@ -263,14 +278,13 @@ struct LlamaModel::Impl {
     if (rows <= ws_rows) return;
     std::int64_t n = std::max<std::int64_t>(ws_rows, 8);
     while (n < rows) n *= 2;
-    const auto f32 = at::TensorOptions().dtype(at::kFloat);
-    x = at::empty({n, H}, f32);
-    normed = at::empty({n, H}, f32);
-    qkv = at::empty({n, qkv_dim}, f32);
-    qbuf = at::empty({n * q_dim}, f32);
-    attn = at::empty({n, q_dim}, f32);
-    gu = at::empty({n, 2 * F}, f32);
-    act = at::empty({n, F}, f32);
+    x.grow(n, H);
+    normed.grow(n, H);
+    qkv.grow(n, qkv_dim);
+    qbuf.grow(n, q_dim);
+    attn.grow(n, q_dim);
+    gu.grow(n, 2 * F);
+    act.grow(n, F);
     ws_rows = n;
   }
 
@@ -371,8 +385,8 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
   const std::int64_t cap = cache.capacity();
   const std::int64_t seq_offset = s.slot * nkv * cap * hd;
   const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;
-  const float* q = qbuf.data_ptr<float>() + s.start * q_dim;  // [nkv, n, group, hd]
-  float* out = attn.data_ptr<float>() + s.start * q_dim;
+  const float* q = qbuf.data() + s.start * q_dim;  // [nkv, n, group, hd]
+  float* out = attn.data() + s.start * q_dim;
   // One share of scores_buf per worker slot (B tokens of rows at the whole cache's width), so the pool's threads
   // allocate nothing. (With a thread_local buffer in the workers, the CLI's startup cost profile, timed right after a
   // prefill, priced a 2-row verification at 1.00-1.04 one-row forwards instead of 1.06-1.11 and 9 rows at 1.67-1.81
@@ -441,8 +455,8 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, cons
       scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
     const std::int64_t cap = cache.capacity();
     const std::int64_t seq_offset = s.slot * nkv * cap * hd;
-    const float* q = qbuf.data_ptr<float>() + s.start * q_dim;
-    float* out = attn.data_ptr<float>() + s.start * q_dim;
+    const float* q = qbuf.data() + s.start * q_dim;
+    float* out = attn.data() + s.start * q_dim;
     float* sc = scores_buf.data();
     const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;  // a kv head's key blocks (KvCache::key_block_data)
     // keys, values: the layer's cache (float32 or float16); blocks: its key blocks, or nullptr.
@@ -535,7 +549,6 @@ void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, cons
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
-  c10::NoGradGuard guard;
   std::vector<std::int64_t> positions;
   std::vector<SequencePlan> plans = plan(b, positions);
   const std::int64_t N = static_cast<std::int64_t>(b.token_ids.size());
@@ -546,19 +559,18 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   ensure_rope(max_pos + 1);
   ensure_workspace(N);
 
-  at::Tensor xs = x.narrow(0, 0, N), ns = normed.narrow(0, 0, N), qkvs = qkv.narrow(0, 0, N), attns = attn.narrow(0, 0, N),
-             gus = gu.narrow(0, 0, N), acts = act.narrow(0, 0, N);
-  for (std::int64_t t = 0; t < N; ++t) embed.row(b.token_ids[static_cast<std::size_t>(t)], xs.data_ptr<float>() + t * H);
+  float* xp = x.data();
+  float* np = normed.data();
+  float* qkvp = qkv.data();
+  float* qp = qbuf.data();
+  float* attnp = attn.data();
+  for (std::int64_t t = 0; t < N; ++t) embed.row(b.token_ids[static_cast<std::size_t>(t)], xp + t * H);
   if (embed_scale != 1.f)  // Gemma: embeddings times sqrt(hidden), in float32
-    for (float* e = xs.data_ptr<float>(), *end = e + N * H; e != end; ++e) *e *= embed_scale;
+    for (float* e = xp, *end = e + N * H; e != end; ++e) *e *= embed_scale;
 
   ForwardOutput out;
-  std::vector<at::Tensor> saved(layers.size());
+  std::vector<Rows> saved(layers.size());
   const std::int64_t half = hd / 2;
-  float* xp = xs.data_ptr<float>();
-  float* np = ns.data_ptr<float>();
-  const float* qkvp = qkvs.data_ptr<float>();
-  float* qp = qbuf.data_ptr<float>();
   const std::int64_t cap = cache.capacity();
   const std::int64_t slot_stride = nkv * cap * hd;  // in the [slots, nkv, cap, hd] view of one layer's keys or values
 
@@ -574,21 +586,21 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   for (std::size_t l = 0; l < layers.size(); ++l) {
     const Layer& L = layers[l];
     // RMSNorm, SiLU and the final norm run row by row inside the product that reads them (RowPrep).
-    const float* attn_norm = L.attn_norm.data_ptr<float>();
-    linear(ns, L.wqkv, qkvs, opts.activation_bits.qkv, [&](std::int64_t r0, std::int64_t r1) {
+    const float* attn_norm = L.attn_norm.data();
+    linear(np, N, L.wqkv, qkvp, opts.activation_bits.qkv, [&](std::int64_t r0, std::int64_t r1) {
       rms_norm(xp + r0 * H, attn_norm, np + r0 * H, r1 - r0, H, eps);
     });
     if (L.qkv_bias.defined() || L.q_norm.defined()) {
       // Qwen2's q/k/v biases, then Qwen 3's and Gemma's RMSNorm over each head of q and of k, row by row, before RoPE.
-      const float* bias = L.qkv_bias.defined() ? L.qkv_bias.data_ptr<float>() : nullptr;
-      float* rows = qkvs.data_ptr<float>();
+      const float* bias = L.qkv_bias.defined() ? L.qkv_bias.data() : nullptr;
+      float* rows = qkvp;
       for (std::int64_t t = 0; t < N; ++t) {
         float* row = rows + t * qkv_dim;
         if (bias != nullptr)
           for (std::int64_t j = 0; j < qkv_dim; ++j) row[j] += bias[j];
         if (L.q_norm.defined()) {
-          rms_norm(row, L.q_norm.data_ptr<float>(), row, nh, hd, eps);
-          rms_norm(row + q_dim, L.k_norm.data_ptr<float>(), row + q_dim, nkv, hd, eps);
+          rms_norm(row, L.q_norm.data(), row, nh, hd, eps);
+          rms_norm(row + q_dim, L.k_norm.data(), row + q_dim, nkv, hd, eps);
         }
       }
     }
@@ -633,73 +645,76 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     mark(ForwardPhaseTimes::kAttention);
     if (L.post_attn_norm.defined()) {
       // Gemma: the attention's output normalised before the residual add (the normed rows are free until the MLP's norm).
-      linear(attns, L.wo, ns, opts.activation_bits.attn_out);
-      rms_norm(np, L.post_attn_norm.data_ptr<float>(), np, N, H, eps);
+      linear(attnp, N, L.wo, np, opts.activation_bits.attn_out);
+      rms_norm(np, L.post_attn_norm.data(), np, N, H, eps);
       for (std::int64_t j = 0; j < N * H; ++j) xp[j] += np[j];
     } else {
-      linear_accumulate(attns, L.wo, xs, opts.activation_bits.attn_out);
+      linear_accumulate(attnp, N, L.wo, xp, opts.activation_bits.attn_out);
     }
     mark(ForwardPhaseTimes::kAttnOut);
 
-    const float* ffn_norm = L.ffn_norm.data_ptr<float>();
-    linear(ns, L.wgu, gus, opts.activation_bits.gate_up, [&](std::int64_t r0, std::int64_t r1) {
+    const float* ffn_norm = L.ffn_norm.data();
+    linear(np, N, L.wgu, gu.data(), opts.activation_bits.gate_up, [&](std::int64_t r0, std::int64_t r1) {
       rms_norm(xp + r0 * H, ffn_norm, np + r0 * H, r1 - r0, H, eps);
     });
     mark(ForwardPhaseTimes::kGateUp);
-    const float* gup = gus.data_ptr<float>();
-    float* actp = acts.data_ptr<float>();
+    const float* gup = gu.data();
+    float* actp = act.data();
     const RowPrep act_rows = gelu ? RowPrep([&](std::int64_t r0, std::int64_t r1) {
       detail::gelu_tanh_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F);
     }) : RowPrep([&](std::int64_t r0, std::int64_t r1) { detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F); });
     if (L.post_ffn_norm.defined()) {
       // Gemma: the MLP's output normalised before the residual add.
-      linear(acts, L.wdown, ns, opts.activation_bits.down, act_rows);
-      rms_norm(np, L.post_ffn_norm.data_ptr<float>(), np, N, H, eps);
+      linear(actp, N, L.wdown, np, opts.activation_bits.down, act_rows);
+      rms_norm(np, L.post_ffn_norm.data(), np, N, H, eps);
       for (std::int64_t j = 0; j < N * H; ++j) xp[j] += np[j];
     } else {
-      linear_accumulate(acts, L.wdown, xs, opts.activation_bits.down, act_rows);
+      linear_accumulate(actp, N, L.wdown, xp, opts.activation_bits.down, act_rows);
     }
     mark(ForwardPhaseTimes::kDown);
     if (std::find(b.hidden_layers.begin(), b.hidden_layers.end(), static_cast<std::int64_t>(l)) != b.hidden_layers.end())
-      saved[l] = xs.clone();
+      saved[l] = host_copy(xp, N, H);
   }
   for (const auto& s : plans) cache.set_length(s.slot, s.cached + s.n);
 
-  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(torch::rows_of(saved[static_cast<std::size_t>(l)]));
-  at::Tensor hidden_post_norm;
+  for (const auto l : b.hidden_layers) out.layer_hidden.push_back(saved[static_cast<std::size_t>(l)]);
+  Rows hidden_post_norm;
   if (b.return_final_hidden) {
-    out.hidden_pre_norm = torch::rows_of(xs.clone());
-    hidden_post_norm = at::empty({N, H}, xs.options());
-    rms_norm(xp, final_norm.data_ptr<float>(), hidden_post_norm.data_ptr<float>(), N, H, eps);
-    out.hidden_post_norm = torch::rows_of(hidden_post_norm);
+    out.hidden_pre_norm = host_copy(xp, N, H);
+    hidden_post_norm = uninitialized_rows(N, H);
+    rms_norm(xp, final_norm.data(), hidden_post_norm.mutable_host_float32_data(), N, H, eps);
+    out.hidden_post_norm = hidden_post_norm;
   }
   // Output projection over the rows whose logits are wanted.
-  at::Tensor rows;
+  const float* rows = nullptr;
+  std::int64_t R = N;
+  Rows last_rows;
   if (b.last_logits_only) {
-    const auto B = static_cast<std::int64_t>(plans.size());
-    rows = at::empty({B, H}, xs.options());
-    for (std::int64_t i = 0; i < B; ++i) {
+    R = static_cast<std::int64_t>(plans.size());
+    last_rows = uninitialized_rows(R, H);
+    for (std::int64_t i = 0; i < R; ++i) {
       const auto& s = plans[static_cast<std::size_t>(i)];
-      rms_norm(xp + (s.start + s.n - 1) * H, final_norm.data_ptr<float>(), rows.data_ptr<float>() + i * H, 1, H, eps);
+      rms_norm(xp + (s.start + s.n - 1) * H, final_norm.data(), last_rows.mutable_host_float32_data() + i * H, 1, H, eps);
     }
+    rows = last_rows.host_float32_data();
   } else if (b.return_final_hidden) {
-    rows = hidden_post_norm;
+    rows = hidden_post_norm.host_float32_data();
   }
   RowPrep final_rows;
-  if (!rows.defined()) {  // every row's logits: the final norm runs inside the output product
-    rows = ns;
-    const float* fn = final_norm.data_ptr<float>();
+  if (rows == nullptr) {  // every row's logits: the final norm runs inside the output product
+    rows = np;
+    const float* fn = final_norm.data();
     final_rows = [&, fn](std::int64_t r0, std::int64_t r1) { rms_norm(xp + r0 * H, fn, np + r0 * H, r1 - r0, H, eps); };
   }
-  const at::Tensor logits = at::empty({rows.size(0), V}, xs.options());
+  const Rows logits = uninitialized_rows(R, V);
+  float* lp = logits.mutable_host_float32_data();
   mark(ForwardPhaseTimes::kOther);
-  linear(rows, lm_head(), logits, opts.activation_bits.lm_head, final_rows);
+  linear(rows, R, lm_head(), lp, opts.activation_bits.lm_head, final_rows);
   if (softcap > 0.f) {  // logits = cap * tanh(logits / cap), element by element
     const float inv_cap = 1.f / softcap;
-    for (float* e = logits.data_ptr<float>(), *end = e + logits.numel(); e != end; ++e)
-      *e = softcap * std::tanh(*e * inv_cap);
+    for (float* e = lp, *end = e + R * V; e != end; ++e) *e = softcap * std::tanh(*e * inv_cap);
   }
-  out.logits = torch::rows_of(logits);
+  out.logits = logits;
   mark(ForwardPhaseTimes::kLmHead);
   if (timed) ++phase_times.forwards;
   return out;
@@ -722,7 +737,6 @@ LlamaModel LlamaModel::from_stored(const LlamaConfig& config, const StoredWeight
 
 LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightGetter& get, const LlamaOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  c10::NoGradGuard guard;
   Impl& m = *impl_;
   m.cfg = config;
   m.opts = options;
@@ -796,10 +810,14 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
     Impl::Layer layer;
     layer.attn_norm = detail::fetch_vector(get, p + "input_layernorm.weight", m.H);
     layer.ffn_norm = detail::fetch_vector(get, p + std::string(pre_ffn_norm_name(c)), m.H);
-    if (c.attention_bias)
-      layer.qkv_bias = at::cat({detail::fetch_vector(get, p + "self_attn.q_proj.bias", m.q_dim),
-                                detail::fetch_vector(get, p + "self_attn.k_proj.bias", m.kv_dim),
-                                detail::fetch_vector(get, p + "self_attn.v_proj.bias", m.kv_dim)});
+    if (c.attention_bias) {
+      std::vector<float> bias;
+      for (const auto& [name, n] : {std::pair{"q_proj", m.q_dim}, std::pair{"k_proj", m.kv_dim}, std::pair{"v_proj", m.kv_dim}}) {
+        const FloatTensor t = detail::fetch_vector(get, p + "self_attn." + name + ".bias", n);
+        bias.insert(bias.end(), t.data(), t.data() + t.numel());
+      }
+      layer.qkv_bias = FloatTensor({m.qkv_dim}, std::move(bias));
+    }
     if (c.qk_norm) {
       layer.q_norm = detail::fetch_vector(get, p + "self_attn.q_norm.weight", m.hd);
       layer.k_norm = detail::fetch_vector(get, p + "self_attn.k_norm.weight", m.hd);
@@ -837,7 +855,7 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
     for (auto d : shape) n *= d;
     std::vector<float> v(static_cast<std::size_t>(n));
     for (auto& e : v) e = mean + std * normal(rng);
-    return at::tensor(v, at::TensorOptions().dtype(at::kFloat)).view(shape);
+    return FloatTensor(std::move(shape), std::move(v));
   };
   const std::int64_t H = config.hidden_size, F = config.intermediate_size, V = config.vocab_size;
   const std::int64_t nh = config.num_heads, nkv = config.num_kv_heads ? config.num_kv_heads : nh;
@@ -845,10 +863,9 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
   const float in_h = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(H, 1)));
   const float in_q = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(nh * hd, 1)));
   const float in_f = 1.f / std::sqrt(static_cast<float>(std::max<std::int64_t>(F, 1)));
-  auto weights = std::make_shared<std::unordered_map<std::string, at::Tensor>>();
+  auto weights = std::make_shared<std::unordered_map<std::string, FloatTensor>>();
   auto& w = *weights;
   {
-    c10::NoGradGuard guard;
     w["model.embed_tokens.weight"] = make({V, H}, 0.f, 1.f);
     if (!config.tie_word_embeddings) w["lm_head.weight"] = make({V, H}, 0.f, in_h);
     w["model.norm.weight"] = make({H}, 1.f, 0.1f);
@@ -880,7 +897,7 @@ WeightGetter random_llama_weights(const LlamaConfig& config, std::uint64_t seed)
   }
   return [weights](const std::string& name) {
     auto it = weights->find(name);
-    return it == weights->end() ? at::Tensor() : it->second;
+    return it == weights->end() ? FloatTensor() : it->second;
   };
 }
 
@@ -909,7 +926,7 @@ const KvCache& LlamaModel::cache() const noexcept { return impl_->cache; }
 std::int64_t LlamaModel::weight_bytes_per_forward() const noexcept {
   const Impl& m = *impl_;
   std::int64_t n = m.lm_head().bytes() + m.final_norm.numel() * 4;
-  const auto vector_bytes = [](const at::Tensor& t) { return t.defined() ? t.numel() * 4 : std::int64_t{0}; };
+  const auto vector_bytes = [](const FloatTensor& t) { return t.numel() * 4; };
   for (const auto& l : m.layers)
     n += (l.attn_norm.numel() + l.ffn_norm.numel()) * 4 + l.wqkv.bytes() + l.wo.bytes() + l.wgu.bytes() + l.wdown.bytes() +
          vector_bytes(l.qkv_bias) + vector_bytes(l.q_norm) + vector_bytes(l.k_norm) + vector_bytes(l.post_attn_norm) +
@@ -938,14 +955,19 @@ std::string LlamaModel::kernel_name() const {
   return packed ? detail::to_string(detail::best_cpu_isa()) : "float32";
 }
 
-at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads) {
-  if (weight.dim() == 1) return unpermute_gguf_qk(weight.unsqueeze(1), n_heads).squeeze(1);  // a bias: the rows' order
-  if (weight.dim() != 2 || n_heads < 1 || weight.size(0) % (2 * n_heads) != 0)
+FloatTensor unpermute_gguf_qk(const FloatTensor& weight, std::int64_t n_heads) {
+  const bool vector = weight.dim() == 1;  // a bias: the rows' order
+  if ((weight.dim() != 2 && !vector) || n_heads < 1 || weight.size(0) % (2 * n_heads) != 0)
     fail(fmt::format("unpermute_gguf_qk: weight: expected [n_heads * head_dim, in] with n_heads = {} and even head_dim, got {}",
-                     n_heads, shape_str(weight.sizes())));
-  const std::int64_t rows = weight.size(0), in = weight.size(1), half = rows / n_heads / 2;
+                     n_heads, shape_str(weight.shape())));
+  const std::int64_t rows = weight.size(0), in = vector ? 1 : weight.size(1), hd = rows / n_heads, half = hd / 2;
   // GGUF row h*hd + 2j + s holds HF row h*hd + s*half + j.
-  return weight.reshape({n_heads, half, 2, in}).transpose(1, 2).reshape({rows, in}).contiguous();
+  FloatTensor out(weight.shape());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t h = r / hd, s = (r % hd) / half, j = r % half;
+    std::copy_n(weight.data() + (h * hd + 2 * j + s) * in, in, out.mutable_data() + r * in);
+  }
+  return out;
 }
 
 

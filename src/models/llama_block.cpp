@@ -3,7 +3,6 @@
 // the drafts (the EAGLE head) run on the same code as the target.
 #include "specdec/models/detail/llama_block.hpp"
 
-#include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,33 +30,27 @@ std::shared_ptr<RowPool> shared_row_pool(int threads) {
 
 namespace {
 
-// out[n, out] (+)= x[n, in] @ w[out, in]^T for float32 weights; x and w contiguous, out rows with stride out.stride(0). The
-// pool shares the output rows for every token count: a single token row is memory-bound, and two cores read more than
-// one (the autoregressive baseline gets the same bandwidth as the verify forward, so speedups are not measured against a
-// handicapped baseline).
-void linear_dense(RowPool& pool, const at::Tensor& x, const at::Tensor& w, const at::Tensor& out, bool accumulate) {
-  const std::int64_t n = x.size(0), in = x.size(1), rows = w.size(0);
-  if (n <= kMaxRowsForStreamingKernel) {
-    const float* xp = x.data_ptr<float>();
-    const float* wp = w.data_ptr<float>();
-    float* yp = out.data_ptr<float>();
-    const std::int64_t ldy = out.stride(0);
+// out[n, rows] (+)= x[n, in] @ w[rows, in]^T for float32 weights; x and w contiguous, out rows ldo apart. Up to
+// kMaxRowsForStreamingKernel token rows at a time (a longer prompt in chunks of that many, so each row's sums are the
+// ones it gets in any batch). The pool shares the output rows for every token count: a single token row is
+// memory-bound, and two cores read more than one (the autoregressive baseline gets the same bandwidth as the verify
+// forward, so speedups are not measured against a handicapped baseline).
+void linear_dense(RowPool& pool, const float* x, std::int64_t n, std::int64_t in, const float* w, std::int64_t rows,
+                  float* out, std::int64_t ldo, bool accumulate) {
+  // About 8 chunks per thread, whole 12-row blocks (tiles of 2, 3, 4 and 6 rows), at least 48 rows.
+  const std::int64_t target = (rows + 8 * pool.size() - 1) / (8 * pool.size());
+  const std::int64_t chunk = std::max<std::int64_t>(48, (target + 11) / 12 * 12);
+  for (std::int64_t t0 = 0; t0 < n; t0 += kMaxRowsForStreamingKernel) {
+    const std::int64_t nt = std::min(kMaxRowsForStreamingKernel, n - t0);
+    const float* xp = x + t0 * in;
+    float* yp = out + t0 * ldo;
     if (pool.size() == 1) {
-      linear_rows(xp, n, in, wp, 0, rows, yp, ldy, accumulate);
-      return;
+      linear_rows(xp, nt, in, w, 0, rows, yp, ldo, accumulate);
+      continue;
     }
-    // About 8 chunks per thread, whole 12-row blocks (tiles of 2, 3, 4 and 6 rows), at least 48 rows.
-    const std::int64_t target = (rows + 8 * pool.size() - 1) / (8 * pool.size());
-    const std::int64_t chunk = std::max<std::int64_t>(48, (target + 11) / 12 * 12);
     pool.run((rows + chunk - 1) / chunk, [&](std::int64_t c) {
-      linear_rows(xp, n, in, wp, c * chunk, std::min(rows, (c + 1) * chunk), yp, ldy, accumulate);
+      linear_rows(xp, nt, in, w, c * chunk, std::min(rows, (c + 1) * chunk), yp, ldo, accumulate);
     });
-  } else if (accumulate) {
-    at::Tensor o = out;
-    o.addmm_(x, w.t());
-  } else {
-    at::Tensor o = out;
-    at::mm_out(o, x, w.t());
   }
 }
 
@@ -79,7 +72,7 @@ void BlockLinear::row(std::int64_t r, float* out) const {
   for (const auto& p : parts) {
     if (r < p.offset || r >= p.offset + p.rows) continue;
     if (p.dense.defined())
-      std::copy_n(p.dense.data_ptr<float>() + (r - p.offset) * cols, cols, out);
+      std::copy_n(p.dense.data() + (r - p.offset) * cols, cols, out);
     else
       p.packed.dequantize_row(r - p.offset, out);
     return;
@@ -88,9 +81,8 @@ void BlockLinear::row(std::int64_t r, float* out) const {
 
 // The row step runs inside the first packed part's quantisation, so a verification's few rows share it over the pool
 // instead of leaving the workers waiting.
-void block_linear(RowPool& pool, const BlockLinear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
-                  QuantizedRows& q, std::int64_t planes, const RowPrep& prep) {
-  const std::int64_t n = x.size(0);
+void block_linear(RowPool& pool, const BlockLinear& w, const float* x, std::int64_t n, float* out, std::int64_t ldo,
+                  bool accumulate, QuantizedRows& q, std::int64_t planes, const RowPrep& prep) {
   // Row-wise steps over the pool's threads (one row a chunk for a few rows, 16 for a prompt); each row is computed
   // alone, so the split changes no byte.
   auto for_rows = [&](const RowPrep& fn) {
@@ -105,14 +97,13 @@ void block_linear(RowPool& pool, const BlockLinear& w, const at::Tensor& x, cons
     if (p.dense.defined()) {
       if (!prepared) for_rows(prep);
       prepared = true;
-      linear_dense(pool, x, p.dense, out.narrow(1, p.offset, p.rows), accumulate);
+      linear_dense(pool, x, n, w.cols, p.dense.data(), p.rows, out + p.offset, ldo, accumulate);
       continue;
     }
     static const RowPrep kNone;
     const RowPrep& rows_prep = prepared ? kNone : prep;  // the first part's quantisation runs the step
     prepared = true;
-    pooled_packed_linear(pool, p.packed, x.data_ptr<float>(), n, planes, q, out.data_ptr<float>() + p.offset, out.stride(0),
-                         accumulate, rows_prep);
+    pooled_packed_linear(pool, p.packed, x, n, planes, q, out + p.offset, ldo, accumulate, rows_prep);
   }
 }
 
@@ -164,33 +155,44 @@ std::string described(const std::string& name, const StoredWeight& w) {
 StoredWeight fetch_stored(const StoredWeightGetter& get, const std::string& name, const std::vector<std::int64_t>& shape) {
   StoredWeight w = get(name);
   if (!w.present()) fail(fmt::format("LlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
-  const std::vector<std::int64_t> got = w.dense.defined() ? w.dense.sizes().vec() : w.shape;
+  const std::vector<std::int64_t> got = w.dense.defined() ? w.dense.shape() : w.shape;
   if (got != shape)
     fail(fmt::format("LlamaModel: weight {}: expected shape {}, got {}", described(name, w), shape_str(shape), shape_str(got)));
   return w;
 }
 
 // A float32 copy of a stored weight (dense, or dequantised from its file type), q/k rows un-permuted when asked.
-at::Tensor to_dense(const std::string& name, StoredWeight& w) {
-  at::Tensor t;
+FloatTensor to_dense(const std::string& name, StoredWeight& w) {
+  FloatTensor t;
   if (w.dense.defined()) {
-    t = w.dense.scalar_type() == at::kFloat ? w.dense : w.dense.to(at::kFloat);
+    t = w.dense;
   } else {
     if (!can_dequantize(w.type))
       fail(fmt::format("LlamaModel: weight {}: type {} is not supported (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, "
                        "Q6_K)",
                        described(name, w), to_string(w.type)));
-    t = at::empty(w.shape, at::TensorOptions().dtype(at::kFloat));
-    dequantize(w.type, w.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    t = FloatTensor(w.shape);
+    dequantize(w.type, w.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
     if (w.unpermute_heads > 0) t = unpermute_gguf_qk(t, w.unpermute_heads);
   }
   if (w.release) w.release();
-  return t.contiguous();
+  return t;
+}
+
+// Matrices [rows_i, cols] stacked by rows into one.
+FloatTensor stack_rows(const std::vector<FloatTensor>& parts) {
+  if (parts.size() == 1) return parts[0];
+  std::int64_t rows = 0;
+  for (const auto& p : parts) rows += p.size(0);
+  FloatTensor out({rows, parts[0].size(1)});
+  float* dst = out.mutable_data();
+  for (const auto& p : parts) dst = std::copy_n(p.data(), p.numel(), dst);
+  return out;
 }
 
 }  // namespace
 
-at::Tensor fetch_vector(const StoredWeightGetter& get, const std::string& name, std::int64_t n) {
+FloatTensor fetch_vector(const StoredWeightGetter& get, const std::string& name, std::int64_t n) {
   StoredWeight w = fetch_stored(get, name, {n});
   return to_dense(name, w);
 }
@@ -205,7 +207,7 @@ BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::p
   std::vector<StoredWeight> pending;  // raw block-format sources of the current packed run
   std::vector<std::string> pending_names;
   std::vector<std::vector<std::byte>> quantized;  // blocks made here, alive until packed
-  std::vector<at::Tensor> dense_run;
+  std::vector<FloatTensor> dense_run;
   auto flush = [&] {
     if (!pending.empty()) {
       std::vector<PackedMatrix::Source> src;
@@ -244,7 +246,7 @@ BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::p
     }
     if (!dense_run.empty()) {
       BlockLinear::Part part;
-      part.dense = dense_run.size() == 1 ? dense_run[0] : at::cat(dense_run, 0).contiguous();
+      part.dense = stack_rows(dense_run);
       part.offset = lin.rows;
       part.rows = part.dense.size(0);
       lin.rows += part.rows;
@@ -258,9 +260,9 @@ BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::p
     if (!packable && quantize_float != GgmlType::kF32 && cols % 32 == 0) {
       StoredWeight q;
       q.file_name = w.file_name.empty() ? name : w.file_name;
-      const at::Tensor t = to_dense(name, w);  // float32, rows un-permuted
+      const FloatTensor t = to_dense(name, w);  // float32, rows un-permuted
       const bool q4 = quantize_float == GgmlType::kQ4_0;
-      quantized.push_back(q4 ? quantize_q4_0(t.data_ptr<float>(), t.numel()) : quantize_q8_0(t.data_ptr<float>(), t.numel()));
+      quantized.push_back(q4 ? quantize_q4_0(t.data(), t.numel()) : quantize_q8_0(t.data(), t.numel()));
       q.type = quantize_float;
       q.data = quantized.back();
       q.shape = {rows, cols};

@@ -1,6 +1,5 @@
-// Loaders: GGUF (llama.cpp; block formats kept) and Hugging Face safetensors checkpoints into a LlamaModel.
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
+// Loaders: GGUF (llama.cpp; block formats kept) and Hugging Face safetensors checkpoints into a LlamaModel, and both as
+// float32 weights by Hugging Face name for other implementations of the block (the torch layer's AtenLlamaModel).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -9,7 +8,6 @@
 #include <regex>
 
 #include "specdec/models/detail/errors.hpp"
-#include "specdec/models/aten_llama.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/safetensors.hpp"
@@ -74,7 +72,6 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
   require_block_support(config, "load_llama_gguf");
-  c10::NoGradGuard guard;
   return LlamaModel::from_stored(config, [&](const std::string& hf) -> StoredWeight {
     StoredWeight w;
     const GgufName g = gguf_name(hf, config);
@@ -116,14 +113,14 @@ struct Checkpoint {
       for (const auto& t : files[f].tensors()) index[t.name] = {f, &t};
   }
 
-  // Float32 tensors by Hugging Face name (undefined when absent).
-  WeightGetter getter() const {
-    return [this](const std::string& name) -> at::Tensor {
-      auto it = index.find(name);
-      if (it == index.end()) return {};
+  // Float32 tensors by Hugging Face name (undefined when absent), keeping `self` (this checkpoint) alive.
+  static WeightGetter getter(std::shared_ptr<const Checkpoint> self) {
+    return [self](const std::string& name) -> FloatTensor {
+      auto it = self->index.find(name);
+      if (it == self->index.end()) return {};
       const auto& [f, t] = it->second;
-      at::Tensor out = at::empty(t->shape, at::TensorOptions().dtype(at::kFloat));
-      files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+      FloatTensor out(t->shape);
+      self->files[f].to_float(*t, std::span<float>(out.mutable_data(), static_cast<std::size_t>(out.numel())));
       return out;
     };
   }
@@ -132,58 +129,33 @@ struct Checkpoint {
 }  // namespace
 
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
-  const Checkpoint ck(dir, "load_llama_safetensors");
-  c10::NoGradGuard guard;
-  return LlamaModel(ck.config, ck.getter(), options);
+  const FloatCheckpoint ck = read_float_safetensors(dir, "load_llama_safetensors");
+  return LlamaModel(ck.config, ck.get, options);
 }
 
-AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options) {
-  const Checkpoint ck(dir, "load_aten_llama_safetensors");
-  c10::NoGradGuard guard;
-  return AtenLlamaModel(ck.config, ck.getter(), options);
+FloatCheckpoint read_float_safetensors(const std::filesystem::path& dir, const char* who) {
+  auto ck = std::make_shared<const Checkpoint>(dir, who);
+  return {ck->config, Checkpoint::getter(ck)};
 }
 
-AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const AtenLlamaOptions& options) {
-  GgufFile file(path);
-  LlamaConfig config = llama_config_from_gguf(file);
+FloatCheckpoint read_float_gguf(const std::filesystem::path& path, const char* who) {
+  auto file = std::make_shared<GgufFile>(path);
+  LlamaConfig config = llama_config_from_gguf(*file);
   config.validate();
-  require_block_support(config, "load_aten_llama_gguf");
-  c10::NoGradGuard guard;
-  return AtenLlamaModel(config, [&](const std::string& hf) -> at::Tensor {
-    const GgufName g = gguf_name(hf, config);
-    const TensorInfo* info = g.name.empty() ? nullptr : file.find_tensor(g.name);
-    if (!info) return {};
-    if (!can_dequantize(info->type))
-      fail(fmt::format("load_aten_llama_gguf: tensor {}: type {} is not supported (supported: {})", info->name,
-                       to_string(info->type), dequantizable_type_names()));
-    at::Tensor t = at::empty(info->shape, at::TensorOptions().dtype(at::kFloat));
-    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
-    // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; the model uses the rotate_half order.
-    return g.unpermute_heads > 0 ? unpermute_gguf_qk(t, g.unpermute_heads) : t;
-  }, options);
-}
-
-void write_tensors_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                               at::ScalarType float_type) {
-  SafetensorsDtype float_dtype = SafetensorsDtype::kF32;
-  if (float_type == at::kHalf) float_dtype = SafetensorsDtype::kF16;
-  else if (float_type == at::kBFloat16) float_dtype = SafetensorsDtype::kBF16;
-  else if (float_type != at::kFloat)
-    fail(fmt::format("write_tensors_safetensors: float_type: expected Float, Half or BFloat16, got {}",
-                                     c10::toString(float_type)));
-  std::vector<at::Tensor> data;  // keeps the converted tensors alive until written
-  std::vector<SafetensorsWriteTensor> out;
-  for (const auto& [name, t0] : tensors) {
-    at::Tensor t = t0.detach().contiguous();
-    SafetensorsDtype dtype = float_dtype;
-    if (t.scalar_type() == at::kLong) dtype = SafetensorsDtype::kI64;
-    else if (t.scalar_type() == at::kBool) dtype = SafetensorsDtype::kBool;
-    else t = t.to(float_type).contiguous();
-    data.push_back(t);
-    out.push_back({name, dtype, t.sizes().vec(),
-                   {static_cast<const std::byte*>(t.data_ptr()), static_cast<std::size_t>(t.numel() * t.element_size())}});
-  }
-  write_safetensors(path, out, {{"format", "pt"}});
+  require_block_support(config, who);
+  const std::string name = who;
+  return {config, [file, config, name](const std::string& hf) -> FloatTensor {
+            const GgufName g = gguf_name(hf, config);
+            const TensorInfo* info = g.name.empty() ? nullptr : file->find_tensor(g.name);
+            if (!info) return {};
+            if (!can_dequantize(info->type))
+              fail(fmt::format("{}: tensor {}: type {} is not supported (supported: {})", name, info->name,
+                               to_string(info->type), dequantizable_type_names()));
+            FloatTensor t(info->shape);
+            file->dequantize(*info, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
+            // llama.cpp's converter permutes q/k rows for its interleaved-pair RoPE; the block uses the rotate_half order.
+            return g.unpermute_heads > 0 ? unpermute_gguf_qk(t, g.unpermute_heads) : t;
+          }};
 }
 
 }  // namespace specdec::models

@@ -1,6 +1,7 @@
 // EAGLE head checkpoints: named weights, save / load of config.json + model.safetensors, and the target weights a head
 // borrows (embedding, LM head) from a GGUF file or a safetensors checkpoint (see eagle.hpp).
 #include "eagle_internal.hpp"
+#include "specdec/torch/write_safetensors.hpp"
 
 namespace specdec::proposers {
 
@@ -235,7 +236,7 @@ EagleHead load_eagle_head(const std::filesystem::path& dir, const EagleTargetWei
     return read_tensor(ci, name);
   };
   try {
-    EagleHead head(config, get, target, options);
+    EagleHead head(config, torch::weight_getter(get), target, options);
     for (const auto& [name, _] : ci.index) {
       if (used.count(name) || ends_with(name, "rotary_emb.inv_freq")) continue;
       fail(fmt::format("load_eagle_head: tensor '{}' in '{}': not part of an {} head with {} layer(s)", name, dir.string(),

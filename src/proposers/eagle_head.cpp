@@ -68,7 +68,10 @@ EagleHeadConfig normalise(const EagleHeadConfig& in) {
   return c;
 }
 
-at::Tensor fetch(const sm::WeightGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
+// The head's weights as tensors (its layers' float steps still run on ATen).
+using TensorGetter = std::function<at::Tensor(const std::string&)>;
+
+at::Tensor fetch(const TensorGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
   at::Tensor t = get(name);
   if (!t.defined()) fail(fmt::format("EagleHead: weight '{}': expected a tensor of shape {}, got none", name, shape_str(shape)));
   if (t.sizes() != at::IntArrayRef(shape))
@@ -80,7 +83,7 @@ at::Tensor fetch(const sm::WeightGetter& get, const std::string& name, std::vect
 
 // The draft vocabulary (d2t [Vd] int64: draft id d is target id d + d2t[d]; optional t2d [V] bool, checked against d2t).
 // Without d2t the draft vocabulary must be the whole target vocabulary (identity map).
-void EagleHead::Impl::load_draft_vocabulary(const sm::WeightGetter& get) {
+void EagleHead::Impl::load_draft_vocabulary(const std::function<at::Tensor(const std::string&)>& get) {
   Impl& m = *this;
   at::Tensor d2t = get("d2t");
   m.d2t_ids.resize(static_cast<std::size_t>(m.Vd));
@@ -119,10 +122,11 @@ void EagleHead::Impl::load_draft_vocabulary(const sm::WeightGetter& get) {
   }
 }
 
-EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get, const EagleTargetWeights& target,
+EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get_weight, const EagleTargetWeights& target,
                      const EagleHeadOptions& options)
     : impl_(std::make_unique<Impl>()) {
   c10::NoGradGuard guard;
+  const TensorGetter get = [&](const std::string& name) { return torch::tensor_of(get_weight(name)); };
   Impl& m = *impl_;
   m.cfg = normalise(config);
   m.opts = options;
@@ -221,7 +225,7 @@ void EagleHead::Impl::build_products() {
   std::map<std::string, at::Tensor> named;
   auto get = [&](const std::string& name) {
     sm::StoredWeight w;
-    if (auto it = named.find(name); it != named.end()) w.dense = it->second;
+    if (auto it = named.find(name); it != named.end()) w.dense = torch::float_tensor_of(it->second);
     return w;
   };
   const sm::GgmlType q8 = opts.quantize_weights ? opts.quantized_type : sm::GgmlType::kF32;
@@ -300,10 +304,10 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
     }
     if (!target.embed_tokens.defined()) w["embed_tokens.weight"] = randn({l.vocab_size, H}, 0, 1);
   }
-  return EagleHead(c, [&](const std::string& name) {
+  return EagleHead(c, torch::weight_getter([&](const std::string& name) {
     auto it = w.find(name);
     return it == w.end() ? at::Tensor() : it->second;
-  }, target, options);
+  }), target, options);
 }
 
 EagleHead::EagleHead(EagleHead&&) noexcept = default;

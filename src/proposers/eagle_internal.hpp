@@ -32,6 +32,7 @@
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/status.hpp"
+#include "specdec/torch/float_tensor.hpp"
 
 namespace specdec::proposers {
 
@@ -131,12 +132,13 @@ struct EagleHead::Impl {
   }
   void linear(const sm::detail::BlockLinear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
               const sm::detail::RowPrep& prep = {}) {
-    sm::detail::block_linear(*pool, w, x, out, accumulate, activations, planes, prep);
+    sm::detail::block_linear(*pool, w, x.data_ptr<float>(), x.size(0), out.data_ptr<float>(), out.stride(0), accumulate,
+                             activations, planes, prep);
   }
   void ensure_rope(std::int64_t positions);
   void build_products();
   EagleHeadOutput forward(const EagleHeadBatch& b);
-  void load_draft_vocabulary(const sm::WeightGetter& get);
+  void load_draft_vocabulary(const std::function<at::Tensor(const std::string&)>& get);
 };
 
 }  // namespace specdec::proposers

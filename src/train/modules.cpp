@@ -1,5 +1,6 @@
 // specdec::train — The trainable modules: shared Llama-block pieces, the EAGLE head (EAGLE-1 / EAGLE-3) and the distilled draft model, their losses and savers. (see specdec/train/modules.hpp)
 #include "specdec/train/modules.hpp"
+#include "specdec/torch/write_safetensors.hpp"
 
 namespace specdec::train {
 

@@ -1,10 +1,14 @@
-# The libtorch Llama model and its KV cache (specdec::models).
+# The KV cache alone (specdec::models, torch-free: also in the torch-free sanitizer run).
 if(TARGET specdec::models)
+  specdec_add_test(test_models_kv_cache SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kv_cache.cpp LIBS specdec::models)
+endif()
+# The CPU Llama model (specdec::models) against ATen references (specdec::torch_models).
+if(TARGET specdec::torch_models)
   specdec_add_test(test_models_llama
-    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_kv_cache.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama.cpp
+    SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_llama.cpp
             ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_gguf.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_packed.cpp
             ${CMAKE_CURRENT_SOURCE_DIR}/test_attention_half.cpp ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_archs.cpp
-    LIBS specdec::models)
+    LIBS specdec::models specdec::torch_models)
   target_compile_definitions(test_models_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
   # The packed forward's batch invariance (a token alone, in a chain, a tree of any size, a prompt) on the other
   # instruction-set paths (each skips if the CPU lacks it: the model then runs on the best path it has, which the plain
@@ -54,10 +58,10 @@ if(TARGET specdec::models)
 
   # Helper for scripts/validate-model.sh: tokenizes prompts and dumps logits / greedy continuations for an independent check.
   add_executable(specdec-dump-logits ${CMAKE_CURRENT_SOURCE_DIR}/test_llama_dump_logits.cpp)
-  target_link_libraries(specdec-dump-logits PRIVATE specdec::models)
+  target_link_libraries(specdec-dump-logits PRIVATE specdec::models specdec::torch_models)
   specdec_warnings(specdec-dump-logits)
   # Helper for scripts/oracle-logits.sh: logits of token-id prompts, compared with llama.cpp's.
   add_executable(specdec-logits-tool ${CMAKE_CURRENT_SOURCE_DIR}/logits_tool.cpp)
-  target_link_libraries(specdec-logits-tool PRIVATE specdec::models)
+  target_link_libraries(specdec-logits-tool PRIVATE specdec::models specdec::torch_models)
   specdec_warnings(specdec-logits-tool)
 endif()

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "specdec/decoder/speculative_decoder.hpp"
-#include "specdec/models/aten_llama.hpp"
+#include "specdec/torch/aten_llama.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/ngram.hpp"
 #include "specdec/torch/rows.hpp"
@@ -109,7 +109,7 @@ TEST(AtenLlama, BadInputIsRefusedWithoutChangingTheCache) {
   sm::AtenLlamaOptions o;
   o.dtype = at::kInt;
   EXPECT_THROW(sm::AtenLlamaModel(c, sm::random_llama_weights(c, 13), o), specdec::error);
-  EXPECT_THROW(sm::AtenLlamaModel(tiny_config(), [](const std::string&) { return at::Tensor(); }), specdec::error);
+  EXPECT_THROW(sm::AtenLlamaModel(tiny_config(), [](const std::string&) { return sm::FloatTensor(); }), specdec::error);
 }
 
 TEST(AtenLlama, GreedySpeculativeEqualsPlainDecoding) {

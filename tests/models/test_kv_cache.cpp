@@ -1,4 +1,4 @@
-#include <ATen/ATen.h>
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -19,19 +19,25 @@ sm::KvCache make_cache(std::int64_t capacity = 4, std::int64_t slots = 1) {
   return sm::KvCache(s);
 }
 
+// Element 0 of (layer l, keys or values, slot, kv head h, position pos) in the float32 cache's
+// [slots, kv heads, capacity, head_dim] layer layout.
+float* at_position(const sm::KvCache& c, std::int64_t l, std::int64_t kv, std::int64_t slot, std::int64_t h,
+                   std::int64_t pos) {
+  float* layer = kv == 0 ? c.key_data(l) : c.value_data(l);
+  return layer + ((slot * c.num_kv_heads() + h) * c.capacity() + pos) * c.head_dim();
+}
+
 // Writes value (layer*1000 + kv*100 + pos) + 0.5*head into every element of `slot` at `pos`.
 void write_position(sm::KvCache& c, std::int64_t slot, std::int64_t pos, float base) {
   for (std::int64_t l = 0; l < c.num_layers(); ++l)
-    for (std::int64_t kv = 0; kv < 2; ++kv) {
-      at::Tensor t = kv == 0 ? c.keys(l) : c.values(l);
+    for (std::int64_t kv = 0; kv < 2; ++kv)
       for (std::int64_t h = 0; h < c.num_kv_heads(); ++h)
-        t[slot][h][pos].fill_(base + static_cast<float>(l * 1000 + kv * 100) + 0.5f * static_cast<float>(h));
-    }
+        std::fill_n(at_position(c, l, kv, slot, h, pos), c.head_dim(),
+                    base + static_cast<float>(l * 1000 + kv * 100) + 0.5f * static_cast<float>(h));
 }
 float read_position(const sm::KvCache& c, std::int64_t slot, std::int64_t pos, std::int64_t l, std::int64_t kv,
                     std::int64_t h) {
-  at::Tensor t = kv == 0 ? c.keys(l) : c.values(l);
-  return t[slot][h][pos][0].item<float>();
+  return *at_position(c, l, kv, slot, h, pos);
 }
 }  // namespace
 
@@ -62,10 +68,10 @@ TEST(KvCache, TruncateOnlyMovesTheLength) {
   const std::int64_t s = c.allocate();
   for (std::int64_t p = 0; p < 6; ++p) write_position(c, s, p, static_cast<float>(p));
   c.set_length(s, 6);
-  const void* data = c.storage().data_ptr();
+  const void* data = c.storage_data();
   c.truncate(s, 2);
   EXPECT_EQ(c.length(s), 2);
-  EXPECT_EQ(c.storage().data_ptr(), data);
+  EXPECT_EQ(c.storage_data(), data);
   EXPECT_FLOAT_EQ(read_position(c, s, 1, 0, 0, 0), 1.f);
   EXPECT_THROW(c.truncate(s, 3), specdec::error) << "cannot truncate beyond the length";
   EXPECT_THROW(c.truncate(s, -1), specdec::error);

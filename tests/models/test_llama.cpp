@@ -22,10 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "specdec/models/host_threads.hpp"
+#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/sampling/status.hpp"
 #include "specdec/torch/rows.hpp"
+#include "specdec/torch/float_tensor.hpp"
 
 namespace sm = specdec::models;
 using Weights = std::map<std::string, at::Tensor>;
@@ -77,10 +78,10 @@ Weights make_weights(const sm::LlamaConfig& c, std::uint64_t seed) {
 
 // The weights of `w` by name (undefined when absent), as LlamaModel's WeightGetter.
 sm::WeightGetter getter_of(const Weights& w) {
-  return [&w](const std::string& n) {
+  return specdec::torch::weight_getter([&w](const std::string& n) {
     auto it = w.find(n);
     return it == w.end() ? at::Tensor() : it->second;
-  };
+  });
 }
 
 sm::LlamaModel make_model(const sm::LlamaConfig& c, const Weights& w, std::int64_t capacity = 8, bool half_kv = true) {
@@ -473,8 +474,11 @@ TEST(LlamaModel, UnpermuteGgufQkInvertsTheLlamaCppPermutation) {
   at::Tensor hf = at::arange(heads * hd * in, at::kFloat).view({heads * hd, in});
   // convert_hf_to_gguf.py: w.reshape(n_head, 2, hd // 2, in).swapaxes(1, 2).reshape(w.shape)
   at::Tensor gguf = hf.reshape({heads, 2, hd / 2, in}).transpose(1, 2).reshape({heads * hd, in});
-  EXPECT_TRUE(sm::unpermute_gguf_qk(gguf, heads).equal(hf));
-  EXPECT_THROW(sm::unpermute_gguf_qk(gguf, 5), specdec::error);
+  EXPECT_TRUE(specdec::torch::tensor_of(sm::unpermute_gguf_qk(specdec::torch::float_tensor_of(gguf), heads)).equal(hf));
+  // A bias of those rows is reordered the same way.
+  EXPECT_TRUE(specdec::torch::tensor_of(sm::unpermute_gguf_qk(specdec::torch::float_tensor_of(gguf.select(1, 2).contiguous()), heads))
+                  .equal(hf.select(1, 2)));
+  EXPECT_THROW(sm::unpermute_gguf_qk(specdec::torch::float_tensor_of(gguf), 5), specdec::error);
 }
 
 TEST(LlamaModel, FewTokenForwardIsBatchInvariant) {
@@ -495,10 +499,7 @@ TEST(LlamaModel, FewTokenForwardIsBatchInvariant) {
       sm::LlamaOptions o;
       o.num_threads = threads;
       o.initial_cache_capacity = 8;
-      sm::LlamaModel m(c, [&](const std::string& n) {
-        auto it = w.find(n);
-        return it == w.end() ? at::Tensor() : it->second;
-      }, o);
+      sm::LlamaModel m(c, getter_of(w), o);
       const std::int64_t s = m.allocate_sequence();
       run_chain(m, s, prompt);  // prefill (BLAS path), shared by every run below
       std::vector<at::Tensor> alone;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "specdec/models/aten_llama.hpp"
+#include "specdec/torch/aten_llama.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/torch/rows.hpp"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gguf_writer.hpp"
-#include "specdec/models/aten_llama.hpp"
+#include "specdec/torch/aten_llama.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/tokenizer.hpp"

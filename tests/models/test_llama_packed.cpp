@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "specdec/torch/float_tensor.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/torch/rows.hpp"
@@ -95,7 +96,7 @@ sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::
   return sm::LlamaModel::from_stored(c, [&](const std::string& name) {
     sm::StoredWeight w;
     if (auto it = ck.norms.find(name); it != ck.norms.end()) {
-      w.dense = it->second;
+      w.dense = specdec::torch::float_tensor_of(it->second);
     } else if (auto r = ck.raw.find(name); r != ck.raw.end()) {
       w.file_name = name;
       w.type = r->second.type;
@@ -109,12 +110,12 @@ sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::
 
 // The reference: the same weights dequantised to float32 (q/k un-permuted as whole tensors).
 sm::LlamaModel dense_model(const sm::LlamaConfig& c, const Checkpoint& ck) {
-  return sm::LlamaModel(c, [&](const std::string& name) -> at::Tensor {
-    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
+  return sm::LlamaModel(c, [&](const std::string& name) -> sm::FloatTensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
     auto r = ck.raw.find(name);
     if (r == ck.raw.end()) return {};
-    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    sm::FloatTensor t(r->second.shape);
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
     if (auto u = ck.unpermute.find(name); u != ck.unpermute.end()) t = sm::unpermute_gguf_qk(t, u->second);
     return t;
   });
@@ -201,12 +202,12 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   const Checkpoint ck = make_checkpoint(c, 12);
   sm::LlamaModel dense = dense_model(c, ck);
   // The checkpoint's matrices dequantised to float32 (the drafts' float16 weights stand-in), norms as they are.
-  const auto floats = [&](const std::string& name) -> at::Tensor {
-    if (auto it = ck.norms.find(name); it != ck.norms.end()) return it->second;
+  const sm::WeightGetter floats = [&](const std::string& name) -> sm::FloatTensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
     auto r = ck.raw.find(name);
     if (r == ck.raw.end()) return {};
-    at::Tensor t = at::empty(r->second.shape, at::TensorOptions().dtype(at::kFloat));
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    sm::FloatTensor t(r->second.shape);
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
     return t;
   };
   sm::LlamaOptions o;

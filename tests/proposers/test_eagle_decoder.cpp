@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../core/stats.hpp"
+#include "specdec/torch/float_tensor.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/proposers/eagle.hpp"
@@ -38,10 +39,10 @@ struct Target {
   sm::LlamaConfig config;
   std::map<std::string, at::Tensor> weights;
   sm::LlamaModel make() const {
-    return sm::LlamaModel(config, [this](const std::string& n) {
+    return sm::LlamaModel(config, specdec::torch::weight_getter([this](const std::string& n) {
       auto it = weights.find(n);
       return it == weights.end() ? at::Tensor() : it->second;
-    });
+    }));
   }
   sp::EagleTargetWeights shared() const { return {weights.at("model.embed_tokens.weight"), weights.at("lm_head.weight")}; }
 };

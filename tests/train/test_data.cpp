@@ -61,10 +61,7 @@ LlamaModel tiny_target(std::int64_t slots) {
   specdec::models::LlamaOptions o;
   o.initial_cache_slots = slots;
   o.num_threads = 1;
-  return LlamaModel(c, [&](const std::string& n) {
-    auto it = w.find(n);
-    return it == w.end() ? at::Tensor() : it->second;
-  }, o);
+  return LlamaModel(c, specdec::train::weights_of(w), o);
 }
 
 std::vector<std::vector<std::int32_t>> random_prompts(int n, std::uint64_t seed) {

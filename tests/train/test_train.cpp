@@ -61,10 +61,7 @@ TinyTarget make_target() {
   specdec::models::LlamaOptions o;
   o.initial_cache_slots = 4;
   o.num_threads = 1;
-  t.model.emplace(c, [&](const std::string& n) {
-    auto it = t.w.find(n);
-    return it == t.w.end() ? at::Tensor() : it->second;
-  }, o);
+  t.model.emplace(c, specdec::train::weights_of(t.w), o);
   t.tw.embed_tokens = t.w["model.embed_tokens.weight"];
   t.tw.lm_head = t.w["model.embed_tokens.weight"];
   return t;

@@ -1,19 +1,19 @@
 // KvCache: per-layer key/value storage for several sequences ("slots") of a decoder-only transformer, with O(1) rollback.
 //
-// Layout: one tensor `storage` (float32, or float16 with KvCacheShape::half) of shape
+// Layout: one array `storage` (float32, or float16 with KvCacheShape::half) of shape
 // [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim]
-// (index 0 of dim 1 holds keys, 1 holds values). keys(l) / values(l) are views [num_slots, num_kv_heads, capacity, head_dim];
-// the first length(slot) positions of a slot are valid. Keys are stored after the rotary embedding was applied.
+// (index 0 of dim 1 holds keys, 1 holds values); key_data(l) / value_data(l) point at a layer's [num_slots, num_kv_heads,
+// capacity, head_dim]; the first length(slot) positions of a slot are valid. Keys are stored after the rotary embedding
+// was applied. Standard library only.
 //
 // Growth: when a sequence needs more positions than `capacity`, capacity doubles (at least) and the storage is reallocated
 // once; likewise the number of slots doubles when every slot is taken. So n single-token steps cost O(log n) reallocations.
 // Truncation (rollback after rejected drafts) only sets the length: O(1), no data moves.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -62,11 +62,8 @@ class KvCache {
   /// depth i, its rotary position (prefix_length + depth) already matches its new position.
   void keep_path(std::int64_t slot, std::int64_t prefix_length, std::span<const std::int64_t> path);
 
-  /// [num_slots, num_kv_heads, capacity, head_dim] views into the storage (invalidated by growth).
-  at::Tensor keys(std::int64_t layer) const;
-  at::Tensor values(std::int64_t layer) const;
-  /// The data of keys(layer) / values(layer) (contiguous) without making a view: what a CPU forward reads and writes on
-  /// every layer (invalidated by growth). Float32 storage only (nullptr for a half cache).
+  /// Layer `layer`'s keys / values, [num_slots, num_kv_heads, capacity, head_dim] contiguous: what a CPU forward reads
+  /// and writes on every layer (invalidated by growth). Float32 storage only (nullptr for a half cache).
   float* key_data(std::int64_t layer) const noexcept { return half() ? nullptr : static_cast<float*>(data_of(layer, 0)); }
   float* value_data(std::int64_t layer) const noexcept { return half() ? nullptr : static_cast<float*>(data_of(layer, 1)); }
   /// The same as IEEE float16 bit patterns. Half storage only (nullptr for a float32 cache).
@@ -79,7 +76,7 @@ class KvCache {
   /// Whether the storage is float16 (KvCacheShape::half).
   bool half() const noexcept { return shape_.half; }
   /// Whether keys are also kept in transposed blocks (KvCacheShape::key_blocks).
-  bool has_key_blocks() const noexcept { return key_blocks_.defined(); }
+  bool has_key_blocks() const noexcept { return key_blocks_ != nullptr; }
   /// Layer `layer`'s key blocks, [num_slots, num_kv_heads, key_block_count(), head_dim, 16], float32 or float16 as the
   /// storage (nullptr for the other type or without key blocks; invalidated by growth): key p of a slot and kv head is at
   /// [p / 16][d][p % 16].
@@ -90,10 +87,11 @@ class KvCache {
     return has_key_blocks() && half() ? static_cast<std::uint16_t*>(block_data_of(layer)) : nullptr;
   }
   std::int64_t key_block_count() const noexcept { return (capacity_ + 15) / 16; }
-  /// Copies key `position` of (layer, slot, kv head) from the keys into its block (after a writer stored it in keys()).
+  /// Copies key `position` of (layer, slot, kv head) from the keys into its block (after a writer stored it there).
   void write_key_block(std::int64_t layer, std::int64_t slot, std::int64_t kv_head, std::int64_t position) noexcept;
-  /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim] (invalidated by growth).
-  const at::Tensor& storage() const noexcept { return storage_; }
+  /// The whole storage [num_layers, 2, num_slots, num_kv_heads, capacity, head_dim], float32 or float16 (invalidated by
+  /// growth).
+  const void* storage_data() const noexcept { return storage_.get(); }
 
   std::int64_t capacity() const noexcept { return capacity_; }
   std::int64_t num_slots() const noexcept { return static_cast<std::int64_t>(lengths_.size()); }
@@ -109,18 +107,24 @@ class KvCache {
   void check_slot(std::int64_t slot, const char* what) const;
   std::int64_t element_bytes() const noexcept { return half() ? 2 : 4; }
   void* data_of(std::int64_t layer, std::int64_t which) const noexcept {
-    return static_cast<std::byte*>(storage_.data_ptr()) +
+    return storage_.get() +
            (layer * 2 + which) * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim * element_bytes();
   }
   void* block_data_of(std::int64_t layer) const noexcept {
-    return static_cast<std::byte*>(key_blocks_.data_ptr()) +
+    return key_blocks_.get() +
            layer * num_slots() * shape_.num_kv_heads * key_block_count() * 16 * shape_.head_dim * element_bytes();
   }
   void resize(std::int64_t slots, std::int64_t capacity);
+  std::int64_t storage_elements() const noexcept {
+    return shape_.num_layers * 2 * num_slots() * shape_.num_kv_heads * capacity_ * shape_.head_dim;
+  }
+  std::int64_t key_block_elements() const noexcept {
+    return shape_.num_layers * num_slots() * shape_.num_kv_heads * key_block_count() * shape_.head_dim * 16;
+  }
 
   KvCacheShape shape_{};
-  at::Tensor storage_;
-  at::Tensor key_blocks_;  // [num_layers, num_slots, num_kv_heads, blocks, head_dim, 16] with KvCacheShape::key_blocks
+  std::shared_ptr<std::byte> storage_;     // huge pages (detail::allocate_huge_pages)
+  std::shared_ptr<std::byte> key_blocks_;  // [num_layers, num_slots, num_kv_heads, blocks, head_dim, 16] with KvCacheShape::key_blocks
   std::int64_t capacity_ = 0;
   std::vector<std::int64_t> lengths_;   // per slot
   std::vector<bool> allocated_;         // per slot

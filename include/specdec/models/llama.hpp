@@ -15,8 +15,6 @@
 // new tokens of a sequence per call; longer prompts take a batched attention path).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -28,6 +26,7 @@
 #include <vector>
 
 #include "specdec/models/causal_lm.hpp"
+#include "specdec/models/float_tensor.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/llama_config.hpp"
@@ -68,9 +67,8 @@ struct LlamaOptions {
   std::int64_t initial_cache_capacity = 256;
   /// KV-cache slots before the first growth.
   std::int64_t initial_cache_slots = 1;
-  /// Threads of the model's one pool (every product and the attention of up to 16 new tokens). 0: every hardware thread
-  /// the process may run on (its CPU affinity). Float weights' products over more than 16 token rows and the attention of
-  /// longer prompts go through ATen, which follows at::get_num_threads().
+  /// Threads of the model's one pool (every product and the attention). 0: every hardware thread the process may run on
+  /// (its CPU affinity).
   int num_threads = 0;
   /// Precision of the activations that meet block-format weights, per kind of matrix (ActivationBits).
   ActivationBits activation_bits = ActivationBits(16);
@@ -106,17 +104,17 @@ struct ForwardPhaseTimes {
   std::int64_t forwards = 0;
 };
 
-/// Returns the float32 tensor stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",
+/// Returns the float32 weight stored under a Hugging Face parameter name (e.g. "model.layers.3.self_attn.q_proj.weight",
 /// "model.norm.weight", "lm_head.weight"), or an undefined tensor when absent (only "lm_head.weight" may be absent, meaning
 /// tied embeddings). Shapes: embed/lm_head [V, hidden]; q_proj [heads*head_dim, hidden]; k/v_proj [kv_heads*head_dim, hidden];
 /// o_proj [hidden, heads*head_dim]; gate/up_proj [intermediate, hidden]; down_proj [hidden, intermediate]; norms [hidden].
-using WeightGetter = std::function<at::Tensor(const std::string& name)>;
+using WeightGetter = std::function<FloatTensor(const std::string& name)>;
 
-/// A weight as a loader hands it over: a float tensor (`dense`), or a GGUF tensor's raw block data (`data`, valid while
+/// A weight as a loader hands it over: float32 values (`dense`), or a GGUF tensor's raw block data (`data`, valid while
 /// the model is being built). Matrices of a packable format (detail::can_pack) stay in that format; other GGUF types are
 /// dequantised to float32 when the reader can (F32/F16/BF16), else the load fails naming the tensor and its type.
 struct StoredWeight {
-  at::Tensor dense;
+  FloatTensor dense;
   std::string file_name;  ///< the tensor's name in its file (for messages)
   GgmlType type = GgmlType::kF32;
   std::span<const std::byte> data;
@@ -152,8 +150,8 @@ class LlamaModel {
   /// Most tokens a sequence may hold: LlamaOptions::context_length, or the config's max_position_embeddings.
   std::int64_t max_sequence_length() const noexcept;
 
-  /// See ForwardBatch / ForwardOutput (causal_lm.hpp). Runs without autograd (results are ordinary tensors); validates the whole batch before
-  /// touching the cache.
+  /// See ForwardBatch / ForwardOutput (causal_lm.hpp): host float32 rows the output owns. Validates the whole batch
+  /// before touching the cache.
   ForwardOutput forward(const ForwardBatch& batch);
 
   std::int64_t allocate_sequence();
@@ -197,14 +195,22 @@ LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions
 /// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not) into a float32 model.
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options = {});
 
-/// Writes named CPU tensors as one safetensors file (metadata {"format": "pt"}): floating tensors as `float_type`
-/// (at::kFloat, at::kHalf or at::kBFloat16), int64 and bool tensors as they are. Throws specdec::error on failure.
-void write_tensors_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                               at::ScalarType float_type = at::kFloat);
+/// A checkpoint's config (validated) and its weights as float32 under Hugging Face names, each read (dequantised, GGUF
+/// q/k rows un-permuted) when asked for: what another implementation of the block builds from (the torch layer's
+/// AtenLlamaModel). The getter keeps the file open; it throws specdec::error naming `who` for a tensor of a type it
+/// cannot convert.
+struct FloatCheckpoint {
+  LlamaConfig config;
+  WeightGetter get;
+};
+/// A GGUF file (llama, qwen2, qwen3 or gemma3; any type dequantize() converts).
+FloatCheckpoint read_float_gguf(const std::filesystem::path& path, const char* who = "read_float_gguf");
+/// A Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not).
+FloatCheckpoint read_float_safetensors(const std::filesystem::path& dir, const char* who = "read_float_safetensors");
 
 /// Reorders the rows of a llama.cpp GGUF attn_q/attn_k weight ([n_heads*head_dim, in], rotary pairs adjacent: (2j, 2j+1))
 /// into the Hugging Face order (pairs (j, j + head_dim/2)). `n_heads` is the number of heads of that projection. A 1-D
-/// tensor (a bias of those rows) is reordered the same way.
-at::Tensor unpermute_gguf_qk(const at::Tensor& weight, std::int64_t n_heads);
+/// tensor (a bias of those rows) is reordered the same way. Returns a new tensor.
+FloatTensor unpermute_gguf_qk(const FloatTensor& weight, std::int64_t n_heads);
 
 }  // namespace specdec::models

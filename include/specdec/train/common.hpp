@@ -39,6 +39,18 @@ using Clock = std::chrono::steady_clock;
 
 using models::detail::fail;
 
+/// Named tensors as the CPU models' weights (models::WeightGetter; each copied to float32 when asked for, undefined when
+/// absent): how a trainer hands its modules' weights to LlamaModel or EagleHead. `w` must outlive the getter's calls.
+template <class Map>  // std::map or std::unordered_map of std::string -> at::Tensor
+models::WeightGetter weights_of(const Map& w) {
+  return [&w](const std::string& name) -> models::FloatTensor {
+    auto it = w.find(name);
+    if (it == w.end() || !it->second.defined()) return {};
+    const at::Tensor t = it->second.detach().to(at::kCPU, at::kFloat).contiguous();
+    return models::FloatTensor(t.sizes().vec(), std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel()));
+  };
+}
+
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 inline std::string hms(double s) {

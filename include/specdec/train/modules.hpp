@@ -231,10 +231,7 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     for (auto& [n, t] : named()) w[n] = t.detach().clone();
     if (draft_ids.defined()) w["d2t"] = draft_ids - torch::arange(draft_vocab(), torch::kLong);
     else if (eagle3()) w["d2t"] = torch::zeros({draft_vocab()}, torch::kLong);
-    return proposers::EagleHead(head_config(), [&](const std::string& n) {
-      auto it = w.find(n);
-      return it == w.end() ? at::Tensor() : it->second;
-    }, tw);
+    return proposers::EagleHead(head_config(), weights_of(w), tw);
   }
   /// Copies the weights (and the draft vocabulary) of a saved head of the same version and shape.
   void load_from(const fs::path& dir, const proposers::EagleTargetWeights& tw) {

@@ -8,7 +8,7 @@
 // with their own RoPE and a windowed mask, norms of the attention's and the MLP's outputs, GELU, embedding scale, logit
 // soft-cap.
 #include "specdec/models/detail/errors.hpp"
-#include "specdec/models/aten_llama.hpp"
+#include "specdec/torch/aten_llama.hpp"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -29,6 +29,7 @@
 
 #include "specdec/sampling/status.hpp"
 #include "specdec/torch/device_copy.hpp"
+#include "specdec/torch/float_tensor.hpp"
 #include "specdec/torch/rows.hpp"
 
 namespace specdec::models {
@@ -138,15 +139,15 @@ AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& ge
   m.scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(m.hd));
 
   auto fetch = [&](const std::string& name, std::vector<std::int64_t> shape, bool norm) {
-    at::Tensor t = get(name);
+    at::Tensor t = torch::tensor_of(get(name));
     if (!t.defined()) fail(fmt::format("AtenLlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
     if (t.sizes().vec() != shape)
       fail(fmt::format("AtenLlamaModel: weight {}: expected shape {}, got {}", name, shape_str(shape), shape_str(t.sizes())));
     return t.to(norm ? m.fopts() : m.wopts()).contiguous();
   };
   m.embed = fetch("model.embed_tokens.weight", {m.V, m.H}, false);
-  const at::Tensor head = c.tie_word_embeddings ? at::Tensor() : get("lm_head.weight");
-  m.lm_head = head.defined() ? fetch("lm_head.weight", {m.V, m.H}, false) : m.embed;
+  const bool own_head = !c.tie_word_embeddings && get("lm_head.weight").defined();
+  m.lm_head = own_head ? fetch("lm_head.weight", {m.V, m.H}, false) : m.embed;
   m.final_norm = fetch("model.norm.weight", {m.H}, true);
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
@@ -420,6 +421,18 @@ ForwardOutput AtenLlamaModel::Impl::forward(const ForwardBatch& b) {
   }
   out.logits = torch::rows_of(logits);
   return out;
+}
+
+AtenLlamaModel load_aten_llama_safetensors(const std::filesystem::path& dir, const AtenLlamaOptions& options) {
+  const FloatCheckpoint ck = read_float_safetensors(dir, "load_aten_llama_safetensors");
+  c10::NoGradGuard guard;
+  return AtenLlamaModel(ck.config, ck.get, options);
+}
+
+AtenLlamaModel load_aten_llama_gguf(const std::filesystem::path& path, const AtenLlamaOptions& options) {
+  const FloatCheckpoint ck = read_float_gguf(path, "load_aten_llama_gguf");
+  c10::NoGradGuard guard;
+  return AtenLlamaModel(ck.config, ck.get, options);
 }
 
 }  // namespace specdec::models

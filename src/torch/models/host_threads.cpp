@@ -1,5 +1,5 @@
-// ATen's and OpenBLAS's thread pools (include/specdec/models/host_threads.hpp).
-#include "specdec/models/host_threads.hpp"
+// ATen's and OpenBLAS's thread pools (include/specdec/torch/host_threads.hpp).
+#include "specdec/torch/host_threads.hpp"
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
