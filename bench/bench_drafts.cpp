@@ -197,7 +197,7 @@ void BM_Eagle(benchmark::State& state) {
     c.cu_num_tokens = {0, kContext};
     c.token_ids = synthetic_tokens(kContext + 1, 1);
     c.token_ids.erase(c.token_ids.begin());
-    c.features = f;
+    c.features = specdec::torch::rows_of(f);
     c.commit = true;
     c.last_logits_only = true;
     h.forward(c);
@@ -210,11 +210,11 @@ void BM_Eagle(benchmark::State& state) {
     step.cu_num_tokens.push_back(static_cast<std::int64_t>(step.token_ids.size()));
     if (rows > 1) step.parents.push_back(std::vector<std::int64_t>(static_cast<std::size_t>(rows), -1));  // a tree level
   }
-  step.features = f.narrow(0, kContext - rows * batch, rows * batch).contiguous();
+  step.features = specdec::torch::rows_of(f.narrow(0, kContext - rows * batch, rows * batch).contiguous());
   step.features_are_head_hidden = true;
   time_steps(state, state.range(4) != 0, rows * batch, eagle_weight_bytes(h, q8), [&] {
     sp::EagleHeadOutput out = h.forward(step);
-    benchmark::DoNotOptimize(out.logits.data_ptr());
+    benchmark::DoNotOptimize(out.logits.view().data);
     for (auto s : slots) h.truncate(s, kContext);
   });
   for (auto s : slots) h.free_sequence(s);

@@ -11,12 +11,21 @@
 // Every flag is checked before a model loads (check_options): a bad value stops the program at once with one line that
 // names the flag, the value and what it accepts, and writes nothing. docs/cli.md documents the flags and the --json
 // output (docs/generate.schema.json); tests/cli runs this program to hold it to both.
+//
+// Two builds of this file: specdec-generate links no libtorch (the CPU forward, every proposer); with --device other
+// than cpu it hands its arguments to specdec-generate-torch beside it (SPECDEC_GENERATE_TORCH: the ATen forward on
+// that device), which a build with libtorch makes.
+#if defined(SPECDEC_GENERATE_TORCH)
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#endif
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cctype>
@@ -36,10 +45,8 @@
 
 #include "specdec/decoder/cost_profile.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
-#include "specdec/torch/aten_llama.hpp"
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
-#include "specdec/torch/host_threads.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"
@@ -49,7 +56,11 @@
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/sampling/theory.hpp"
+#if defined(SPECDEC_GENERATE_TORCH)
+#include "specdec/torch/aten_llama.hpp"
 #include "specdec/torch/device_backend.hpp"
+#include "specdec/torch/host_threads.hpp"
+#endif
 #if defined(SPECDEC_HAVE_EAGLE)
 #include "specdec/proposers/eagle.hpp"
 #endif
@@ -167,8 +178,6 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   try {
     if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
     return specdec::models::load_llama_gguf(path, options);
-  } catch (const c10::Error& e) {
-    fail(fmt::format("{}: '{}': {}", flag, path, e.what_without_backtrace()));
   } catch (const std::exception& e) {
     fail(fmt::format("{}: '{}': {}", flag, path, e.what()));
   }
@@ -672,6 +681,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
     if (const std::string why = specdec::cli::output_file_problem(o.json); !why.empty()) fail("--json: " + why);
 
   // The device and the forward's settings.
+#if defined(SPECDEC_GENERATE_TORCH)
   if (o.device != "cpu") {
     try {
       const at::Device device(o.device);
@@ -681,6 +691,9 @@ Prepared check_options(Options& o, const CLI::App& app) {
       bad_value("--device", "cpu, cuda or cuda:N", "'" + o.device + "'");
     }
   }
+#else
+  if (o.device != "cpu") fail("--device: only cpu runs without libtorch (main hands other devices to specdec-generate-torch)");
+#endif
   try {
     (void)specdec::models::ActivationBits::parse(o.activation_bits);
   } catch (const std::exception&) {
@@ -750,6 +763,9 @@ int run_cli(const Options& o, const Prepared& p) {
     LlamaModel target = load_model(o.model, "--model", o);
     return run_on(o, p, target);
   }
+#if !defined(SPECDEC_GENERATE_TORCH)
+  fail("--device: only cpu runs without libtorch");
+#else
   specdec::models::AtenLlamaOptions ao;
   ao.device = at::Device(o.device);
   if (o.dtype == "bfloat16") ao.dtype = at::kBFloat16;
@@ -757,6 +773,7 @@ int run_cli(const Options& o, const Prepared& p) {
   auto target = fs::is_directory(o.model) ? specdec::models::load_aten_llama_safetensors(o.model, ao)
                                           : specdec::models::load_aten_llama_gguf(o.model, ao);
   return run_on(o, p, target);
+#endif
 }
 
 /// Prints every prompt's generated text and finish reason (a prompt set; one prompt streams its text as it comes).
@@ -843,7 +860,9 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
+#if defined(SPECDEC_GENERATE_TORCH)
   if (o.device != "cpu") spec_options.device_backend = specdec::torch::make_device_backend;  // rows on the device
+#endif
   spec_options.adaptive.enabled = o.adaptive;
   spec_options.adaptive.probe_backoff = o.probe_backoff;
   spec_options.adaptive.shadow_probes = !o.no_shadow_probes;
@@ -1089,6 +1108,30 @@ int run_on(const Options& o, const Prepared& p, Target& target) {
 
 }  // namespace
 
+#if !defined(SPECDEC_GENERATE_TORCH)
+/// --device other than cpu: runs specdec-generate-torch (this program built with libtorch, beside this binary) with the
+/// same arguments, so that the CPU path never loads libtorch. Returns only when it cannot be started.
+int run_torch_build(int argc, char** argv, const std::string& device) {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path other = (ec ? fs::path(argv[0]).parent_path() : self.parent_path()) / "specdec-generate-torch";
+  if (!fs::exists(other, ec)) {
+    fmt::print(stderr,
+               "specdec-generate: error: --device: '{}' runs the target on libtorch, in specdec-generate-torch, which is "
+               "not beside this program ('{}'; build specdec with SPECDEC_WITH_TORCH=ON)\n",
+               device, other.string());
+    return 1;
+  }
+  std::string path = other.string();
+  std::vector<char*> args(argv, argv + argc);
+  args[0] = path.data();
+  args.push_back(nullptr);
+  ::execv(path.c_str(), args.data());
+  fmt::print(stderr, "specdec-generate: error: --device: cannot start '{}': {}\n", path, std::strerror(errno));
+  return 1;
+}
+#endif
+
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"specdec-generate: lossless speculative decoding on a real model", "specdec-generate"};
@@ -1207,8 +1250,8 @@ int main(int argc, char** argv) {
   app.add_option("--ngram-min-n", o.ngram_min_n, "n-gram proposer: shortest match")->capture_default_str();
   app.add_option("--ngram-max-n", o.ngram_max_n, "n-gram proposer: longest match")->capture_default_str();
   app.add_option("--device", o.device,
-                 "cpu (default): the block-format CPU kernels; cuda, cuda:N or another ATen device: the ATen Llama forward "
-                 "there (weights dequantised to --dtype)")
+                 "cpu (default): the block-format CPU kernels, no libtorch; cuda, cuda:N or another ATen device: the ATen "
+                 "Llama forward there (weights dequantised to --dtype), run by specdec-generate-torch")
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "with --device other than cpu: float32, bfloat16 or float16")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
@@ -1217,8 +1260,8 @@ int main(int argc, char** argv) {
                  "threads of the models' forward; 0 = every CPU this process may run on (at most 4 per CPU)")
       ->capture_default_str();
   app.add_option("--aten-threads", o.aten_threads,
-                 "threads of ATen's and OpenBLAS's own pools (sampling, long-prompt attention; the EAGLE head runs on the "
-                 "models' pool); 1 keeps the cores for the models' pool")
+                 "with --device other than cpu: threads of ATen's and OpenBLAS's own pools; 1 keeps the cores for the "
+                 "models' pool (the CPU path runs no ATen)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--draft-weights", o.draft_weights,
@@ -1248,18 +1291,25 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what());
     return e.get_exit_code() != 0 ? e.get_exit_code() : 1;
   }
+#if !defined(SPECDEC_GENERATE_TORCH)
+  if (o.device != "cpu") return run_torch_build(argc, argv, o.device);
+#endif
   try {
     const Prepared prepared = check_options(o, app);
     if (o.threads <= 0) o.threads = specdec::models::available_cpus();
     if (o.adaptive_all) o.adaptive = true;
     if (o.fixed_g) o.adaptive = false;
+#if defined(SPECDEC_GENERATE_TORCH)
     // By default ATen runs on the calling thread only: the models' own pool has the cores, and OpenMP workers that spin
     // after ATen's parallel regions would steal them from the forward. OpenBLAS's pool too: its workers spin after the
     // prefill's batched products (host_threads.hpp).
     specdec::models::set_host_library_threads(o.aten_threads);
+#endif
     return run_cli(o, prepared);
+#if defined(SPECDEC_GENERATE_TORCH)
   } catch (const c10::Error& e) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what_without_backtrace());
+#endif
   } catch (const std::exception& e) {
     fmt::print(stderr, "specdec-generate: error: {}\n", e.what());
   }

@@ -630,7 +630,7 @@ int main(int argc, char** argv) {
       fmt::print("draft: {} records, {} tokens; hidden {}, {} layers, {} heads ({} kv), MLP {}\n", data.size(), rows, hidden, layers,
                  heads, kv_heads, intermediate);
       topt.checkpoint = t_ckpt;
-      DraftTrainable m(target_cfg, tw.embed_tokens, hidden, layers, heads, kv_heads, intermediate, topt.seed);
+      DraftTrainable m(target_cfg, specdec::train::tensor_of_values(tw.embed_tokens), hidden, layers, heads, kv_heads, intermediate, topt.seed);
       const auto res = train_draft(m, data, topt);
       m.save(t_out);
       auto loaded = specdec::models::load_llama_safetensors(t_out);

@@ -1,15 +1,14 @@
 // EAGLE head checkpoints: named weights, save / load of config.json + model.safetensors, and the target weights a head
 // borrows (embedding, LM head) from a GGUF file or a safetensors checkpoint (see eagle.hpp).
 #include "eagle_internal.hpp"
-#include "specdec/torch/write_safetensors.hpp"
 
 namespace specdec::proposers {
 
 using namespace eagle_internal;
 
-std::vector<std::pair<std::string, at::Tensor>> EagleHead::named_weights() const {
+std::vector<std::pair<std::string, FloatTensor>> EagleHead::named_weights() const {
   const Impl& m = *impl_;
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::vector<std::pair<std::string, FloatTensor>> out;
   const bool e3 = m.cfg.version == EagleVersion::kEagle3;
   if (m.own_embed) out.emplace_back("embed_tokens.weight", m.embed);
   out.emplace_back("fc.weight", m.fc_w);
@@ -33,21 +32,65 @@ std::vector<std::pair<std::string, at::Tensor>> EagleHead::named_weights() const
     out.emplace_back("lm_head.weight", m.lm_head);
   }
   if (e3 || m.Vd < m.V) {
-    at::Tensor d2t = at::empty({m.Vd}, kI64);
-    std::int64_t* dp = d2t.data_ptr<std::int64_t>();
-    for (std::int64_t d = 0; d < m.Vd; ++d) dp[d] = m.d2t_ids[static_cast<std::size_t>(d)] - d;
+    FloatTensor d2t({m.Vd}), t2d({m.V});
+    for (std::int64_t d = 0; d < m.Vd; ++d) d2t.mutable_data()[d] = static_cast<float>(m.d2t_ids[static_cast<std::size_t>(d)] - d);
+    for (std::int64_t t = 0; t < m.V; ++t) t2d.mutable_data()[t] = m.t2d[static_cast<std::size_t>(t)] ? 1.f : 0.f;
     out.emplace_back("d2t", d2t);
-    out.emplace_back("t2d", m.t2d);
+    out.emplace_back("t2d", t2d);
   }
   return out;
 }
 
 namespace {
 
-// The head's tensors as float32 (I64 / BOOL kept); errors name EagleHead::save.
-void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+// float32 -> bfloat16 bits, rounded to nearest even (a NaN stays a quiet NaN).
+std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+// The head's weights into one safetensors file: floats as `float_dtype`, d2t as int64, t2d as bool; errors name
+// EagleHead::save.
+void write_safetensors(const std::filesystem::path& path, const std::vector<std::pair<std::string, FloatTensor>>& tensors,
+                       sm::SafetensorsDtype float_dtype) {
+  if (float_dtype != sm::SafetensorsDtype::kF32 && float_dtype != sm::SafetensorsDtype::kF16 &&
+      float_dtype != sm::SafetensorsDtype::kBF16)
+    fail(fmt::format("EagleHead::save: float_dtype: expected F32, F16 or BF16, got {}", sm::to_string(float_dtype)));
+  std::vector<std::vector<std::byte>> bytes;  // alive until written
+  std::vector<sm::SafetensorsWriteTensor> out;
+  for (const auto& [name, t] : tensors) {
+    const std::size_t n = static_cast<std::size_t>(t.numel());
+    sm::SafetensorsDtype dtype = float_dtype;
+    std::vector<std::byte>& b = bytes.emplace_back();
+    if (name == "d2t") {
+      dtype = sm::SafetensorsDtype::kI64;
+      b.resize(n * 8);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto v = static_cast<std::int64_t>(t.data()[i]);
+        std::memcpy(b.data() + i * 8, &v, 8);
+      }
+    } else if (name == "t2d") {
+      dtype = sm::SafetensorsDtype::kBool;
+      b.resize(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = std::byte{t.data()[i] != 0.f ? std::uint8_t{1} : std::uint8_t{0}};
+    } else if (float_dtype == sm::SafetensorsDtype::kF32) {
+      b.resize(n * 4);
+      std::memcpy(b.data(), t.data(), n * 4);
+    } else {
+      b.resize(n * 2);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t h =
+            float_dtype == sm::SafetensorsDtype::kF16 ? sm::float_to_half(t.data()[i]) : float_to_bf16(t.data()[i]);
+        std::memcpy(b.data() + i * 2, &h, 2);
+      }
+    }
+    out.push_back({name, dtype, t.shape(), {b.data(), b.size()}});
+  }
   try {
-    sm::write_tensors_safetensors(path, tensors, at::kFloat);
+    sm::write_safetensors(path, out, {{"format", "pt"}});
   } catch (const specdec::error& e) {
     throw specdec::error(e.status(), std::string("EagleHead::save: ") + e.what());
   }
@@ -55,7 +98,7 @@ void write_safetensors(const std::filesystem::path& path, const std::vector<std:
 
 }  // namespace
 
-void EagleHead::save(const std::filesystem::path& dir) const {
+void EagleHead::save(const std::filesystem::path& dir, sm::SafetensorsDtype float_dtype) const {
   const Impl& m = *impl_;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -113,7 +156,7 @@ void EagleHead::save(const std::filesystem::path& dir) const {
     out << j.dump(2) << "\n";
     if (!out) fail(fmt::format("EagleHead::save: writing '{}' failed", (dir / "config.json").string()));
   }
-  write_safetensors(dir / "model.safetensors", named_weights());
+  write_safetensors(dir / "model.safetensors", named_weights(), float_dtype);
 }
 
 namespace {
@@ -142,25 +185,27 @@ CheckpointIndex open_checkpoint(const std::filesystem::path& dir, const char* wh
   return ci;
 }
 
-at::Tensor read_tensor(const CheckpointIndex& ci, const std::string& name) {
+// A checkpoint tensor as float32 values: floats converted exactly, integers and bools as their values (d2t's offsets
+// and t2d's 0/1 are exact in float32).
+FloatTensor read_tensor(const CheckpointIndex& ci, const std::string& name) {
   auto it = ci.index.find(name);
   if (it == ci.index.end()) return {};
   const auto& [f, t] = it->second;
+  FloatTensor out(t->shape);
   switch (t->dtype) {
     case sm::SafetensorsDtype::kF32:
     case sm::SafetensorsDtype::kF16:
-    case sm::SafetensorsDtype::kBF16: {
-      at::Tensor out = at::empty(t->shape, kF32);
-      ci.files[f].to_float(*t, std::span<float>(out.data_ptr<float>(), static_cast<std::size_t>(out.numel())));
+    case sm::SafetensorsDtype::kBF16:
+      ci.files[f].to_float(*t, std::span<float>(out.mutable_data(), static_cast<std::size_t>(out.numel())));
       return out;
-    }
-    case sm::SafetensorsDtype::kBool: {
-      const auto v = to_int64_vector(ci.files[f], *t, name);
-      return at::tensor(v, kI64).view(t->shape).to(at::kBool);
-    }
     default: {
       const auto v = to_int64_vector(ci.files[f], *t, name);
-      return at::tensor(v, kI64).view(t->shape);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if (v[i] <= -16777216 || v[i] >= 16777216)
+          fail(fmt::format("load_eagle_head: tensor '{}': value {} at {} is too large to hold exactly", name, v[i], i));
+        out.mutable_data()[i] = static_cast<float>(v[i]);
+      }
+      return out;
     }
   }
 }
@@ -236,7 +281,7 @@ EagleHead load_eagle_head(const std::filesystem::path& dir, const EagleTargetWei
     return read_tensor(ci, name);
   };
   try {
-    EagleHead head(config, torch::weight_getter(get), target, options);
+    EagleHead head(config, get, target, options);
     for (const auto& [name, _] : ci.index) {
       if (used.count(name) || ends_with(name, "rotary_emb.inv_freq")) continue;
       fail(fmt::format("load_eagle_head: tensor '{}' in '{}': not part of an {} head with {} layer(s)", name, dir.string(),
@@ -263,11 +308,11 @@ EagleTargetWeights eagle_target_weights_from_safetensors(const std::filesystem::
 
 EagleTargetWeights eagle_target_weights_from_gguf(const std::filesystem::path& path) {
   sm::GgufFile file(path);
-  auto read = [&](const char* name) -> at::Tensor {
+  auto read = [&](const char* name) -> FloatTensor {
     const sm::TensorInfo* info = file.find_tensor(name);
     if (!info) return {};
-    at::Tensor t = at::empty(info->shape, kF32);
-    file.dequantize(*info, std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel())));
+    FloatTensor t(info->shape);
+    file.dequantize(*info, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
     return t;
   };
   EagleTargetWeights w;

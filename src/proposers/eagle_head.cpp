@@ -68,31 +68,31 @@ EagleHeadConfig normalise(const EagleHeadConfig& in) {
   return c;
 }
 
-// The head's weights as tensors (its layers' float steps still run on ATen).
-using TensorGetter = std::function<at::Tensor(const std::string&)>;
-
-at::Tensor fetch(const TensorGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
-  at::Tensor t = get(name);
+FloatTensor fetch(const sm::WeightGetter& get, const std::string& name, std::vector<std::int64_t> shape) {
+  FloatTensor t = get(name);
   if (!t.defined()) fail(fmt::format("EagleHead: weight '{}': expected a tensor of shape {}, got none", name, shape_str(shape)));
-  if (t.sizes() != at::IntArrayRef(shape))
-    fail(fmt::format("EagleHead: weight '{}': expected shape {}, got {}", name, shape_str(shape), shape_str(t.sizes())));
-  return t.to(at::kFloat).contiguous();
+  if (t.shape() != shape)
+    fail(fmt::format("EagleHead: weight '{}': expected shape {}, got {}", name, shape_str(shape), shape_str(t.shape())));
+  return t;
 }
 
 }  // namespace
 
 // The draft vocabulary (d2t [Vd] int64: draft id d is target id d + d2t[d]; optional t2d [V] bool, checked against d2t).
 // Without d2t the draft vocabulary must be the whole target vocabulary (identity map).
-void EagleHead::Impl::load_draft_vocabulary(const std::function<at::Tensor(const std::string&)>& get) {
+void EagleHead::Impl::load_draft_vocabulary(const sm::WeightGetter& get) {
   Impl& m = *this;
-  at::Tensor d2t = get("d2t");
+  const FloatTensor d2t = get("d2t");  // integer offsets, exact in float32 (|offset| < 2^24)
   m.d2t_ids.resize(static_cast<std::size_t>(m.Vd));
   if (d2t.defined()) {
-    if (d2t.sizes() != at::IntArrayRef({m.Vd}))
-      fail(fmt::format("EagleHead: weight 'd2t': expected shape {}, got {}", shape_str({m.Vd}), shape_str(d2t.sizes())));
-    at::Tensor d = d2t.to(at::kLong).contiguous();
-    const std::int64_t* dp = d.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < m.Vd; ++i) m.d2t_ids[static_cast<std::size_t>(i)] = i + dp[i];
+    if (d2t.shape() != std::vector<std::int64_t>{m.Vd})
+      fail(fmt::format("EagleHead: weight 'd2t': expected shape {}, got {}", shape_str({m.Vd}), shape_str(d2t.shape())));
+    const float* dp = d2t.data();
+    for (std::int64_t i = 0; i < m.Vd; ++i) {
+      if (dp[i] != std::nearbyint(dp[i]) || std::abs(dp[i]) >= 16777216.f)
+        fail(fmt::format("EagleHead: weight 'd2t': expected integer offsets, got {} at {}", dp[i], i));
+      m.d2t_ids[static_cast<std::size_t>(i)] = i + static_cast<std::int64_t>(dp[i]);
+    }
   } else {
     if (m.Vd != m.V)
       fail(fmt::format("EagleHead: weight 'd2t': expected a tensor of shape {} (draft_vocab_size {} < vocab_size {}), got none",
@@ -109,24 +109,20 @@ void EagleHead::Impl::load_draft_vocabulary(const std::function<at::Tensor(const
       fail(fmt::format("EagleHead: weight 'd2t': expected an injective map, target id {} appears twice", t));
     seen[static_cast<std::size_t>(t)] = true;
   }
-  m.t2d = at::zeros({m.V}, at::TensorOptions().dtype(at::kBool));
-  {
-    auto acc = m.t2d.accessor<bool, 1>();
-    for (std::int64_t t = 0; t < m.V; ++t) acc[t] = seen[static_cast<std::size_t>(t)];
-  }
-  if (at::Tensor t2d = get("t2d"); t2d.defined()) {
-    if (t2d.sizes() != at::IntArrayRef({m.V}))
-      fail(fmt::format("EagleHead: weight 't2d': expected shape {}, got {}", shape_str({m.V}), shape_str(t2d.sizes())));
-    if (!at::equal(t2d.to(at::kBool), m.t2d))
-      fail("EagleHead: weight 't2d': expected the mask of the target ids d2t maps to, got a different mask");
+  m.t2d.assign(static_cast<std::size_t>(m.V), 0);
+  for (std::int64_t t = 0; t < m.V; ++t) m.t2d[static_cast<std::size_t>(t)] = seen[static_cast<std::size_t>(t)] ? 1 : 0;
+  if (const FloatTensor t2d = get("t2d"); t2d.defined()) {
+    if (t2d.shape() != std::vector<std::int64_t>{m.V})
+      fail(fmt::format("EagleHead: weight 't2d': expected shape {}, got {}", shape_str({m.V}), shape_str(t2d.shape())));
+    for (std::int64_t t = 0; t < m.V; ++t)
+      if ((t2d.data()[t] != 0.f) != (m.t2d[static_cast<std::size_t>(t)] != 0))
+        fail("EagleHead: weight 't2d': expected the mask of the target ids d2t maps to, got a different mask");
   }
 }
 
-EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get_weight, const EagleTargetWeights& target,
+EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get, const EagleTargetWeights& target,
                      const EagleHeadOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  c10::NoGradGuard guard;
-  const TensorGetter get = [&](const std::string& name) { return torch::tensor_of(get_weight(name)); };
   Impl& m = *impl_;
   m.cfg = normalise(config);
   m.opts = options;
@@ -146,17 +142,17 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get_
   const bool e3 = c.version == EagleVersion::kEagle3;
 
   // Embedding: the head's own when the checkpoint has one, else the target's.
-  if (at::Tensor own = get("embed_tokens.weight"); own.defined()) {
+  if (FloatTensor own = get("embed_tokens.weight"); own.defined()) {
     m.embed = fetch([&](const std::string&) { return own; }, "embed_tokens.weight", {m.V, m.H});
     m.own_embed = true;
   } else {
     if (!target.embed_tokens.defined())
       fail(fmt::format("EagleHead: weight 'embed_tokens.weight': expected a tensor of shape {} in the checkpoint or "
                        "EagleTargetWeights::embed_tokens, got none", shape_str({m.V, m.H})));
-    if (target.embed_tokens.sizes() != at::IntArrayRef({m.V, m.H}))
+    if (target.embed_tokens.shape() != std::vector<std::int64_t>{m.V, m.H})
       fail(fmt::format("EagleHead: target.embed_tokens: expected shape {}, got {}", shape_str({m.V, m.H}),
-                       shape_str(target.embed_tokens.sizes())));
-    m.embed = target.embed_tokens.to(at::kFloat).contiguous();
+                       shape_str(target.embed_tokens.shape())));
+    m.embed = target.embed_tokens;
   }
 
   const std::int64_t in = e3 ? 2 * m.H : m.H;
@@ -191,14 +187,18 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get_
     if (!target.lm_head.defined())
       fail(fmt::format("EagleHead: target.lm_head: EAGLE-1 scores with the target's LM head, expected shape {}, got none",
                        shape_str({m.V, m.H})));
-    if (target.lm_head.sizes() != at::IntArrayRef({m.V, m.H}))
+    if (target.lm_head.shape() != std::vector<std::int64_t>{m.V, m.H})
       fail(fmt::format("EagleHead: target.lm_head: expected shape {}, got {}", shape_str({m.V, m.H}),
-                       shape_str(target.lm_head.sizes())));
+                       shape_str(target.lm_head.shape())));
     m.load_draft_vocabulary(get);
     // A draft vocabulary keeps only its rows of the target's LM head: the draft step scores Vd tokens instead of V.
-    at::Tensor lm = target.lm_head.to(at::kFloat);
-    if (m.Vd < m.V) lm = at::index_select(lm, 0, at::tensor(m.d2t_ids, kI64));
-    m.lm_head = lm.contiguous();
+    if (m.Vd < m.V) {
+      m.lm_head = FloatTensor({m.Vd, m.H});
+      for (std::int64_t d = 0; d < m.Vd; ++d)
+        std::copy_n(target.lm_head.data() + m.d2t_ids[static_cast<std::size_t>(d)] * m.H, m.H, m.lm_head.mutable_data() + d * m.H);
+    } else {
+      m.lm_head = target.lm_head;
+    }
   }
 
   if (options.activation_bits != 8 && options.activation_bits != 16)
@@ -222,10 +222,10 @@ EagleHead::EagleHead(const EagleHeadConfig& config, const sm::WeightGetter& get_
 
 // The forward's products from the checkpoint's tensors: q/k/v and gate/up fused as in LlamaModel, Q8_0 when asked.
 void EagleHead::Impl::build_products() {
-  std::map<std::string, at::Tensor> named;
+  std::map<std::string, FloatTensor> named;
   auto get = [&](const std::string& name) {
     sm::StoredWeight w;
-    if (auto it = named.find(name); it != named.end()) w.dense = torch::float_tensor_of(it->second);
+    if (auto it = named.find(name); it != named.end()) w.dense = it->second;
     return w;
   };
   const sm::GgmlType q8 = opts.quantize_weights ? opts.quantized_type : sm::GgmlType::kF32;
@@ -265,14 +265,16 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
   const sm::LlamaConfig& l = c.layer;
   const bool e3 = c.version == EagleVersion::kEagle3;
   const std::int64_t H = l.hidden_size, F = l.intermediate_size, nh = l.num_heads, nkv = l.num_kv_heads, hd = l.head_dim;
-  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::mt19937_64 gen(seed);
   auto randn = [&](std::vector<std::int64_t> shape, double mean, double std) {
-    return at::normal(mean, std, shape, gen, kF32);
+    std::normal_distribution<double> normal(mean, std);
+    FloatTensor t(std::move(shape));
+    for (float* v = t.mutable_data(), *e = v + t.numel(); v != e; ++v) *v = static_cast<float>(normal(gen));
+    return t;
   };
   auto s = [](std::int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
-  std::unordered_map<std::string, at::Tensor> w;
+  std::unordered_map<std::string, FloatTensor> w;
   {
-    c10::NoGradGuard guard;
     const std::int64_t in = e3 ? 2 * H : H;
     if (e3) {
       w["fc.weight"] = randn({H, 3 * c.target_hidden_size}, 0, s(3 * c.target_hidden_size));
@@ -283,9 +285,10 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
       if (c.fc_bias) w["fc.bias"] = randn({H}, 0, 0.1);
     }
     if (c.draft_vocab_size < l.vocab_size) {
-      at::Tensor d2t = at::empty({c.draft_vocab_size}, kI64);
-      std::int64_t* dp = d2t.data_ptr<std::int64_t>();
-      for (std::int64_t d = 0; d < c.draft_vocab_size; ++d) dp[d] = d * l.vocab_size / c.draft_vocab_size - d;
+      FloatTensor d2t({c.draft_vocab_size});
+      float* dp = d2t.mutable_data();
+      for (std::int64_t d = 0; d < c.draft_vocab_size; ++d)
+        dp[d] = static_cast<float>(d * l.vocab_size / c.draft_vocab_size - d);
       w["d2t"] = d2t;
     }
     for (std::int64_t i = 0; i < l.num_layers; ++i) {
@@ -304,10 +307,10 @@ EagleHead EagleHead::random(const EagleHeadConfig& config, std::uint64_t seed, c
     }
     if (!target.embed_tokens.defined()) w["embed_tokens.weight"] = randn({l.vocab_size, H}, 0, 1);
   }
-  return EagleHead(c, torch::weight_getter([&](const std::string& name) {
+  return EagleHead(c, [&](const std::string& name) {
     auto it = w.find(name);
-    return it == w.end() ? at::Tensor() : it->second;
-  }), target, options);
+    return it == w.end() ? FloatTensor() : it->second;
+  }, target, options);
 }
 
 EagleHead::EagleHead(EagleHead&&) noexcept = default;
@@ -354,15 +357,16 @@ void EagleHead::truncate(std::int64_t slot, std::int64_t length) {
 EagleHeadOutput EagleHead::forward(const EagleHeadBatch& batch) { return impl_->forward(batch); }
 
 EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
-  c10::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(b.slots.size());
   const std::int64_t N =
       sm::detail::check_ragged_tokens("EagleHead::forward", "row", B, b.cu_num_tokens, b.token_ids, V);
   const std::int64_t fw = b.features_are_head_hidden ? H : feature_size();
-  if (!b.features.defined() || b.features.dim() != 2 || b.features.size(0) != N || b.features.size(1) != fw)
+  if (!b.features.defined() || b.features.rows() != N || b.features.cols() != fw)
     fail(fmt::format("EagleHead::forward: features: expected [{}, {}] ({}), got {}", N, fw,
                      b.features_are_head_hidden ? "head hidden states" : "target features",
-                     b.features.defined() ? shape_str(b.features.sizes()) : std::string("none")));
+                     b.features.defined() ? shape_str({b.features.rows(), b.features.cols()}) : std::string("none")));
+  const float* fp = b.features.host_float32_data("EagleHead::forward: features");
+  const std::int64_t ldf = b.features.row_stride();
   if (!b.parents.empty() && static_cast<std::int64_t>(b.parents.size()) != B)
     fail(fmt::format("EagleHead::forward: parents: expected empty or {} arrays (one per sequence), got {}", B, b.parents.size()));
   if (b.commit && !b.parents.empty()) fail("EagleHead::forward: commit: expected chains (no parents) when committing");
@@ -460,44 +464,53 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
 
   // The fused input x [N, H]: EAGLE-1 fc([embed(token); feature]) + bias; EAGLE-3 fc(feature), or the head's own hidden
   // state as it is. EAGLE-3's attention reads [input_norm(embed); hidden_norm(x)] (a_in0 [N, 2H]).
-  const at::Tensor feat = b.features.to(at::kFloat).contiguous();
-  const float* fp = feat.data_ptr<float>();
-  const float* ep = embed.data_ptr<float>();
+  const float* ep = embed.data();
   const bool e3 = cfg.version == EagleVersion::kEagle3;
   const float epsf = static_cast<float>(eps);
-  at::Tensor x = at::empty({N, H}, kF32), a_in0;
-  float* xp = x.data_ptr<float>();
+  // The features as contiguous rows (the products read contiguous inputs).
+  const float* feat = fp;
+  if (ldf != fw) {
+    ws_scored.grow(N, fw);
+    for (std::int64_t t = 0; t < N; ++t) std::copy_n(fp + t * ldf, fw, ws_scored.row(t));
+    feat = ws_scored.data();
+  }
+  const Rows x_rows = uninitialized_host_rows(N, H);  // the residual stream, returned as the rows' hidden states
+  float* xp = x_rows.mutable_host_float32_data();
+  ws_in.grow(N, 2 * H);
+  float* a_in0 = ws_in.data();  // EAGLE-3: [norm(embed); norm(x)]; EAGLE-1: [embed; feature]
   if (e3) {
-    if (b.features_are_head_hidden) x.copy_(feat);
-    else linear(fc, feat, x, false);
-    a_in0 = at::empty({N, 2 * H}, kF32);
-    float* ap = a_in0.data_ptr<float>();
-    const float* in_norm = layers[0].input_norm.data_ptr<float>();
-    const float* hid_norm = layers[0].hidden_norm.data_ptr<float>();
+    if (b.features_are_head_hidden) std::copy_n(feat, N * H, xp);
+    else linear(fc, feat, N, xp, false);
+    float* ap = a_in0;
+    const float* in_norm = layers[0].input_norm.data();
+    const float* hid_norm = layers[0].hidden_norm.data();
     for (std::int64_t t = 0; t < N; ++t) {
       sm::detail::rms_norm(ep + b.token_ids[static_cast<std::size_t>(t)] * H, in_norm, ap + t * 2 * H, 1, H, epsf);
       sm::detail::rms_norm(xp + t * H, hid_norm, ap + t * 2 * H + H, 1, H, epsf);
     }
   } else {
-    at::Tensor in = at::empty({N, 2 * H}, kF32);
-    float* ip = in.data_ptr<float>();
+    float* ip = a_in0;
     for (std::int64_t t = 0; t < N; ++t) {
       std::copy_n(ep + b.token_ids[static_cast<std::size_t>(t)] * H, H, ip + t * 2 * H);
-      std::copy_n(fp + t * H, H, ip + t * 2 * H + H);
+      std::copy_n(feat + t * H, H, ip + t * 2 * H + H);
     }
-    if (fc_b.defined()) x.copy_(fc_b.expand({N, H}));
-    linear(fc, in, x, fc_b.defined());
+    if (fc_b.defined())
+      for (std::int64_t t = 0; t < N; ++t) std::copy_n(fc_b.data(), H, xp + t * H);
+    linear(fc, ip, N, xp, fc_b.defined());
   }
 
   const std::int64_t half = hd / 2;
   const float q_scale = 1.f / std::sqrt(static_cast<float>(hd));
-  at::Tensor normed = at::empty({N, H}, kF32), qkv = at::empty({N, qkv_dim}, kF32), attn = at::empty({N, q_dim}, kF32);
-  at::Tensor gu = at::empty({N, 2 * F}, kF32), act = at::empty({N, F}, kF32);
+  ws_normed.grow(N, H);
+  ws_qkv.grow(N, qkv_dim);
+  ws_attn.grow(N, q_dim);
+  ws_gu.grow(N, 2 * F);
+  ws_act.grow(N, F);
   std::vector<float> qbuf(static_cast<std::size_t>(N * q_dim));
-  float* np = normed.data_ptr<float>();
-  const float* qkvp = qkv.data_ptr<float>();
+  float* np = ws_normed.data();
+  float* qkvp = ws_qkv.data();
   float* qp = qbuf.data();
-  float* attnp = attn.data_ptr<float>();
+  float* attnp = ws_attn.data();
 
   // Attention tasks: (segment, kv head, up to 3 tokens). A segment is a plan's rows, or, for a chain that continues the
   // committed prefix with nothing uncommitted before it (a commit: a prompt, accepted tokens), blocks of 16 rows each
@@ -554,13 +567,13 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     const Layer& Ly = layers[li];
     // q/k/v (EAGLE-3: of [norm(embed); norm(x)]; EAGLE-1: of x, normalised from the second layer on)
     if (e3) {
-      linear(Ly.qkv, a_in0, qkv, false);
+      linear(Ly.qkv, a_in0, N, qkvp, false);
     } else if (Ly.input_norm.defined()) {
-      const float* w = Ly.input_norm.data_ptr<float>();
-      linear(Ly.qkv, normed, qkv, false,
+      const float* w = Ly.input_norm.data();
+      linear(Ly.qkv, np, N, qkvp, false,
              [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(xp + r0 * H, w, np + r0 * H, r1 - r0, H, epsf); });
     } else {
-      linear(Ly.qkv, x, qkv, false);
+      linear(Ly.qkv, xp, N, qkvp, false);
     }
     // Rotary embedding: queries (pre-scaled by 1/sqrt(hd)) into qbuf laid out per sequence as [nkv, n, group, hd]; keys
     // and values into the cache at positions L + r (their rotary positions are committed + depth).
@@ -600,13 +613,13 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     };
     if (workers > 1) pool->run(workers, run_tasks);
     else run_tasks(0);
-    linear(Ly.out, attn, x, true);
-    const float* post = Ly.post_norm.data_ptr<float>();
-    linear(Ly.gate_up, normed, gu, false,
+    linear(Ly.out, attnp, N, xp, true);
+    const float* post = Ly.post_norm.data();
+    linear(Ly.gate_up, np, N, ws_gu.data(), false,
            [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(xp + r0 * H, post, np + r0 * H, r1 - r0, H, epsf); });
-    const float* gup = gu.data_ptr<float>();
-    float* actp = act.data_ptr<float>();
-    linear(Ly.down_proj, act, x, true,
+    const float* gup = ws_gu.data();
+    float* actp = ws_act.data();
+    linear(Ly.down_proj, actp, N, xp, true,
            [&](std::int64_t r0, std::int64_t r1) { sm::detail::silu_mul(gup + r0 * 2 * F, actp + r0 * F, r1 - r0, F); });
   }
   for (const Plan& p : plans) {
@@ -620,24 +633,25 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   }
 
   EagleHeadOutput result;
-  result.hidden = x;
-  at::Tensor rows = x;
+  result.hidden = x_rows;
+  const float* rp = xp;
+  std::int64_t R = N;
   if (b.last_logits_only) {
-    rows = at::empty({B, H}, kF32);
-    for (std::int64_t i = 0; i < B; ++i)
-      std::copy_n(xp + (b.cu_num_tokens[i + 1] - 1) * H, H, rows.data_ptr<float>() + i * H);
+    R = B;
+    ws_normed.grow(B, H);  // the last row of each sequence (the layers are done with the normed rows)
+    for (std::int64_t i = 0; i < B; ++i) std::copy_n(xp + (b.cu_num_tokens[i + 1] - 1) * H, H, ws_normed.row(i));
+    rp = ws_normed.data();
   }
-  const std::int64_t R = rows.size(0);
-  result.logits = at::empty({R, Vd}, kF32);
+  result.logits = uninitialized_host_rows(R, Vd);
+  float* lp = result.logits.mutable_host_float32_data();
   if (e3) {  // the final norm inside the product (a row step before the rows are quantised)
-    at::Tensor scored = at::empty({R, H}, kF32);
-    const float* rp = rows.data_ptr<float>();
-    float* sp = scored.data_ptr<float>();
-    const float* fn = final_norm.data_ptr<float>();
-    linear(lm_head_proj, scored, result.logits, false,
+    ws_scored.grow(R, H);
+    float* sp = ws_scored.data();
+    const float* fn = final_norm.data();
+    linear(lm_head_proj, sp, R, lp, false,
            [&](std::int64_t r0, std::int64_t r1) { sm::detail::rms_norm(rp + r0 * H, fn, sp + r0 * H, r1 - r0, H, epsf); });
   } else {
-    linear(lm_head_proj, rows, result.logits, false);
+    linear(lm_head_proj, rp, R, lp, false);
   }
   return result;
 }

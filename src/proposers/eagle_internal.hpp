@@ -4,10 +4,8 @@
 
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/proposers/eagle.hpp"
+#include "specdec/proposers/process_logits.hpp"
 
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -29,10 +27,10 @@
 #include "specdec/models/kv_cache.hpp"
 #include "specdec/models/safetensors.hpp"
 #include "specdec/models/detail/packed_matrix.hpp"
+#include "specdec/models/float16.hpp"
 #include "specdec/sampling/logits.hpp"
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/status.hpp"
-#include "specdec/torch/float_tensor.hpp"
 
 namespace specdec::proposers {
 
@@ -43,8 +41,7 @@ using models::detail::fail;
 
 using models::detail::shape_str;
 
-inline const at::TensorOptions kF32 = at::TensorOptions().dtype(at::kFloat);
-inline const at::TensorOptions kI64 = at::TensorOptions().dtype(at::kLong);
+using models::FloatTensor;
 
 // A stable 64-bit mix (splitmix64's finaliser).
 inline std::uint64_t mix64(std::uint64_t z) {
@@ -78,19 +75,20 @@ inline std::vector<std::int64_t> to_int64_vector(const sm::SafetensorsFile& f, c
 }  // namespace eagle_internal
 
 using eagle_internal::fail;
+using models::FloatTensor;
 
 struct EagleHead::Impl {
   // The checkpoint's tensors as loaded (float32; named_weights() and save() write them), and the products the forward
   // runs: fused q/k/v and gate/up as in LlamaModel, each Q8_0 on the packed integer kernels (EagleHeadOptions::
   // quantize_weights) or float32 on the streaming kernel.
   struct Layer {
-    at::Tensor input_norm;   // [H] EAGLE-1 layers >= 1 and EAGLE-3 (embedding norm); undefined for EAGLE-1 layer 0
-    at::Tensor hidden_norm;  // [H] EAGLE-3 only
-    at::Tensor post_norm;    // [H]
-    at::Tensor wq, wk, wv;   // [nh*hd, in], [nkv*hd, in] (in = H, or 2H for EAGLE-3)
-    at::Tensor wo;           // [H, nh*hd]
-    at::Tensor gate, up;     // [F, H]
-    at::Tensor down;         // [H, F]
+    FloatTensor input_norm;   // [H] EAGLE-1 layers >= 1 and EAGLE-3 (embedding norm); undefined for EAGLE-1 layer 0
+    FloatTensor hidden_norm;  // [H] EAGLE-3 only
+    FloatTensor post_norm;    // [H]
+    FloatTensor wq, wk, wv;   // [nh*hd, in], [nkv*hd, in] (in = H, or 2H for EAGLE-3)
+    FloatTensor wo;           // [H, nh*hd]
+    FloatTensor gate, up;     // [F, H]
+    FloatTensor down;         // [H, F]
     sm::detail::BlockLinear qkv, out, gate_up, down_proj;
   };
   struct SlotState {
@@ -104,15 +102,15 @@ struct EagleHead::Impl {
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, Vd = 0, Ht = 0, group = 0;
   std::int64_t q_dim = 0, kv_dim = 0, qkv_dim = 0;
   double eps = 1e-6;
-  at::Tensor embed;     // [V, H]
+  FloatTensor embed;     // [V, H]
   bool own_embed = false;
-  at::Tensor fc_w, fc_b;  // [H, 2H] / [H, 3Ht]; bias [H] or undefined
+  FloatTensor fc_w, fc_b;  // [H, 2H] / [H, 3Ht]; bias [H] or undefined
   std::vector<Layer> layers;
-  at::Tensor final_norm;  // EAGLE-3 [H]
-  at::Tensor lm_head;     // EAGLE-1: the target's rows of the draft vocabulary [Vd, H]; EAGLE-3: its own [Vd, H]
+  FloatTensor final_norm;  // EAGLE-3 [H]
+  FloatTensor lm_head;     // EAGLE-1: the target's rows of the draft vocabulary [Vd, H]; EAGLE-3: its own [Vd, H]
   sm::detail::BlockLinear fc, lm_head_proj;
   std::vector<std::int64_t> d2t_ids;  // draft id -> target id
-  at::Tensor t2d;                     // [V] bool
+  std::vector<std::uint8_t> t2d;      // [V]: 1 where a draft id maps to the target id
   std::vector<float> inv_freq;
   std::vector<float> cos_table, sin_table;  // [rope_positions, hd / 2]
   std::int64_t rope_positions = 0;
@@ -123,6 +121,7 @@ struct EagleHead::Impl {
   sm::detail::QuantizedRows activations;
   std::int64_t planes = 2;
   std::vector<float> scores;
+  sm::detail::FloatRows ws_in, ws_normed, ws_qkv, ws_attn, ws_gu, ws_act, ws_scored;  // the forward's workspace
 
   std::int64_t feature_size() const { return cfg.version == EagleVersion::kEagle1 ? H : 3 * Ht; }
   SlotState& state(std::int64_t slot) {
@@ -130,15 +129,15 @@ struct EagleHead::Impl {
     if (slot >= static_cast<std::int64_t>(slots.size())) slots.resize(static_cast<std::size_t>(slot + 1));
     return slots[static_cast<std::size_t>(slot)];
   }
-  void linear(const sm::detail::BlockLinear& w, const at::Tensor& x, const at::Tensor& out, bool accumulate,
+  // out (+)= x @ w^T over n rows; x contiguous, out's rows w.rows wide.
+  void linear(const sm::detail::BlockLinear& w, const float* x, std::int64_t n, float* out, bool accumulate,
               const sm::detail::RowPrep& prep = {}) {
-    sm::detail::block_linear(*pool, w, x.data_ptr<float>(), x.size(0), out.data_ptr<float>(), out.stride(0), accumulate,
-                             activations, planes, prep);
+    sm::detail::block_linear(*pool, w, x, n, out, w.rows, accumulate, activations, planes, prep);
   }
   void ensure_rope(std::int64_t positions);
   void build_products();
   EagleHeadOutput forward(const EagleHeadBatch& b);
-  void load_draft_vocabulary(const std::function<at::Tensor(const std::string&)>& get);
+  void load_draft_vocabulary(const sm::WeightGetter& get);
 };
 
 }  // namespace specdec::proposers

@@ -1,21 +1,43 @@
 // EagleProposer: drafting chains and EAGLE-2 trees with an EAGLE head from the target's features (see eagle.hpp).
 #include "eagle_internal.hpp"
-#include "specdec/torch/rows.hpp"
 #include "specdec/sampling/logits_simd.hpp"
 
 namespace specdec::proposers {
 
 using namespace eagle_internal;
 
+namespace {
+
+// `rows` x `width` contiguous values as float32 host rows sharing them.
+Rows rows_over(std::shared_ptr<std::vector<float>> values, std::int64_t rows, std::int64_t width) {
+  RowsView v;
+  v.data = values->data();
+  v.rows = rows;
+  v.cols = width;
+  v.row_stride = width;
+  return Rows(v, std::move(values));
+}
+
+// log_softmax of one row of n logits (the max subtracted first; the sum of exponentials in double).
+void log_softmax_row(const float* x, std::int64_t n, float* out) {
+  const float m = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
+  const double lse = static_cast<double>(m) + std::log(sum);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(x[i]) - lse);
+}
+
+}  // namespace
+
 
 struct EagleProposer::Impl {
   struct Request {
     std::int64_t slot = -1;
     const SamplingParams* params = nullptr;
-    std::vector<at::Tensor> pending_features;     // target feature rows not yet run through the head
+    std::vector<float> pending_features;          // target feature rows not yet run through the head, [rows, width]
     std::vector<std::int64_t> pending_tokens;     // the token following each pending row
-    at::Tensor last_hidden;                       // [H] head output of the last committed row
-    at::Tensor last_logits;                       // [Vd] its logits
+    std::vector<float> last_hidden;               // [H] head output of the last committed row (empty before one)
+    std::vector<float> last_logits;               // [Vd] its logits
   };
 
   EagleHead head;
@@ -42,25 +64,34 @@ struct EagleProposer::Impl {
     return it->second;
   }
 
-  // [rows, feature_size] from the decoder's target features.
-  at::Tensor features_of(const TargetFeatures& f, const char* who) const {
+  // Checks the decoder's target features (float32 host rows of the widths the head reads); with `out`, appends them
+  // as [rows, feature_size] (EAGLE-3: low, mid and high side by side).
+  void features_of(const TargetFeatures& f, const char* who, std::vector<float>* out) const {
     const std::int64_t H = head.hidden_size();
     auto check = [&](const Rows& r, const char* what, std::int64_t width) {
       if (!r.defined() || r.rows() != f.rows || r.cols() != width)
         fail(fmt::format("EagleProposer::{}: features.{}: expected [{}, {}], got {}", who, what, f.rows, width,
                          r.defined() ? fmt::format("[{}, {}]", r.rows(), r.cols()) : std::string("none")));
-      return torch::tensor_of(r);
+      if (!r.is_host_float32())
+        fail(fmt::format("EagleProposer::{}: features.{}: expected float32 rows in host memory, got {} rows{}", who, what,
+                         to_string(r.dtype()), r.device().is_cpu() ? "" : " on a GPU"));
+      return &r;
     };
+    std::vector<const Rows*> parts;
     if (head.version() == EagleVersion::kEagle1) {
       const bool pre = head.config().feature == EagleFeature::kPreNorm;
-      return check(pre ? f.hidden_pre_norm : f.hidden_post_norm, pre ? "hidden_pre_norm" : "hidden_post_norm", H);
+      parts.push_back(check(pre ? f.hidden_pre_norm : f.hidden_post_norm, pre ? "hidden_pre_norm" : "hidden_post_norm", H));
+    } else {
+      const std::int64_t Ht = head.config().target_hidden_size;
+      if (f.layer_hidden.size() != 3)
+        fail(fmt::format("EagleProposer::{}: features.layer_hidden: expected 3 row sets (low, mid, high), got {}", who,
+                         f.layer_hidden.size()));
+      static constexpr const char* kNames[3] = {"layer_hidden[0]", "layer_hidden[1]", "layer_hidden[2]"};
+      for (std::size_t j = 0; j < 3; ++j) parts.push_back(check(f.layer_hidden[j], kNames[j], Ht));
     }
-    const std::int64_t Ht = head.config().target_hidden_size;
-    if (f.layer_hidden.size() != 3)
-      fail(fmt::format("EagleProposer::{}: features.layer_hidden: expected 3 row sets (low, mid, high), got {}", who, f.layer_hidden.size()));
-    return at::cat({check(f.layer_hidden[0], "layer_hidden[0]", Ht), check(f.layer_hidden[1], "layer_hidden[1]", Ht),
-                    check(f.layer_hidden[2], "layer_hidden[2]", Ht)},
-                   1);
+    if (out == nullptr) return;
+    for (std::int64_t i = 0; i < f.rows; ++i)
+      for (const Rows* r : parts) out->insert(out->end(), r->host_row(i), r->host_row(i) + r->cols());
   }
 
   void add_pending(Request& r, const TargetFeatures& f, std::span<const std::int64_t> context, const char* who) {
@@ -68,8 +99,7 @@ struct EagleProposer::Impl {
     if (f.start < 0 || f.start + f.rows >= static_cast<std::int64_t>(context.size()))
       fail(fmt::format("EagleProposer::{}: features: rows [{}, {}) need the following tokens up to index {}, but the context has {}",
                        who, f.start, f.start + f.rows, f.start + f.rows, context.size()));
-    at::Tensor t = features_of(f, who).to(at::kFloat);
-    r.pending_features.push_back(t);
+    features_of(f, who, &r.pending_features);
     for (std::int64_t i = 0; i < f.rows; ++i) r.pending_tokens.push_back(context[static_cast<std::size_t>(f.start + i + 1)]);
   }
 
@@ -162,7 +192,7 @@ void EagleProposer::observe(std::span<const StepFeedback> feedback) {
     if (f.features->start + f.features->rows != static_cast<std::int64_t>(f.context.size()) - 1)
       fail(fmt::format("EagleProposer::observe: request {}: features: expected rows ending at the emitted token (index {}), got [{}, {})",
                        f.id, f.context.size() - 1, f.features->start, f.features->start + f.features->rows));
-    (void)m.features_of(*f.features, "observe");
+    m.features_of(*f.features, "observe", nullptr);
   }
   for (const auto& f : feedback) m.add_pending(m.find(f.id, "observe"), *f.features, f.context, "observe");
 }
@@ -170,7 +200,6 @@ void EagleProposer::observe(std::span<const StepFeedback> feedback) {
 DraftBatch EagleProposer::propose(std::span<const ProposeRequest> requests) { return impl_->propose(requests); }
 
 DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
-  c10::NoGradGuard guard;
   const auto B = static_cast<std::int64_t>(reqs.size());
   std::vector<Request*> rs(static_cast<std::size_t>(B));
   for (std::int64_t i = 0; i < B; ++i) {
@@ -186,7 +215,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   // 1. Run pending target-feature rows through the head (committed) for every request that drafts this step.
   {
     EagleHeadBatch batch;
-    std::vector<at::Tensor> feats;
+    auto feats = std::make_shared<std::vector<float>>();
     std::vector<Request*> order;
     batch.cu_num_tokens.push_back(0);
     for (std::int64_t i = 0; i < B; ++i) {
@@ -198,18 +227,22 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       batch.slots.push_back(r.slot);
       batch.token_ids.insert(batch.token_ids.end(), r.pending_tokens.begin(), r.pending_tokens.end());
       batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
-      feats.insert(feats.end(), r.pending_features.begin(), r.pending_features.end());
+      feats->insert(feats->end(), r.pending_features.begin(), r.pending_features.end());
       order.push_back(&r);
     }
     if (!order.empty()) {
-      batch.features = at::cat(feats, 0);
+      const auto rows = static_cast<std::int64_t>(batch.token_ids.size());
+      batch.features = rows_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
       batch.commit = true;
       batch.last_logits_only = true;
       EagleHeadOutput out = head.forward(batch);
+      const std::int64_t H = head.hidden_size();
       for (std::size_t k = 0; k < order.size(); ++k) {
         Request& r = *order[k];
-        r.last_hidden = out.hidden[batch.cu_num_tokens[k + 1] - 1].clone();
-        r.last_logits = out.logits[static_cast<std::int64_t>(k)].clone();
+        const float* h = out.hidden.host_row(batch.cu_num_tokens[k + 1] - 1);
+        r.last_hidden.assign(h, h + H);
+        const float* l = out.logits.host_row(static_cast<std::int64_t>(k));
+        r.last_logits.assign(l, l + Vd);
         r.pending_features.clear();
         r.pending_tokens.clear();
       }
@@ -219,7 +252,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   // Requests that draft this step.
   std::vector<std::int64_t> active;
   for (std::int64_t i = 0; i < B; ++i)
-    if (reqs[static_cast<std::size_t>(i)].max_drafts > 0 && rs[static_cast<std::size_t>(i)]->last_hidden.defined()) active.push_back(i);
+    if (reqs[static_cast<std::size_t>(i)].max_drafts > 0 && !rs[static_cast<std::size_t>(i)]->last_hidden.empty()) active.push_back(i);
 
   std::vector<std::vector<std::int64_t>> drafts(static_cast<std::size_t>(B));
   std::vector<std::vector<std::int64_t>> tree_parents(static_cast<std::size_t>(B));
@@ -230,7 +263,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
 
   if (opts.mode == EagleDraftMode::kChain) {
     // Current head state per active request.
-    std::vector<at::Tensor> hidden(active.size()), logits(active.size());
+    std::vector<std::vector<float>> hidden(active.size()), logits(active.size());
     for (std::size_t a = 0; a < active.size(); ++a) {
       hidden[a] = rs[static_cast<std::size_t>(active[a])]->last_hidden;
       logits[a] = rs[static_cast<std::size_t>(active[a])]->last_logits;
@@ -248,7 +281,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     std::vector<float> draft_logits(static_cast<std::size_t>(Vd)), probs(static_cast<std::size_t>(Vd)), weights;
     for (std::int32_t s = 0; s < max_g; ++s) {
       EagleHeadBatch step;
-      std::vector<at::Tensor> feats;
+      auto feats = std::make_shared<std::vector<float>>();
       std::vector<std::size_t> stepping;
       step.cu_num_tokens.push_back(0);
       for (std::size_t a = 0; a < active.size(); ++a) {
@@ -256,8 +289,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
         const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
         if (s >= q.max_drafts || stopped[a]) continue;
         const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(i)]->params;
-        at::Tensor lg = logits[a].contiguous();
-        const float* lp = lg.data_ptr<float>();
+        const float* lp = logits[a].data();
         std::int64_t token = -1;
         double confidence = 1.0;  // the head's largest probability at this step (min_draft_prob, DraftBatch::confidence)
         if (!any_probs || !sampled[a]) {
@@ -311,17 +343,19 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
           step.slots.push_back(rs[static_cast<std::size_t>(i)]->slot);
           step.token_ids.push_back(token);
           step.cu_num_tokens.push_back(static_cast<std::int64_t>(step.token_ids.size()));
-          feats.push_back(hidden[a].view({1, -1}));
+          feats->insert(feats->end(), hidden[a].begin(), hidden[a].end());
           stepping.push_back(a);
         }
       }
       if (stepping.empty()) continue;
-      step.features = at::cat(feats, 0);
+      step.features = rows_over(feats, static_cast<std::int64_t>(stepping.size()), head.hidden_size());
       step.features_are_head_hidden = true;
       EagleHeadOutput out = head.forward(step);
       for (std::size_t k = 0; k < stepping.size(); ++k) {
-        hidden[stepping[k]] = out.hidden[static_cast<std::int64_t>(k)];
-        logits[stepping[k]] = out.logits[static_cast<std::int64_t>(k)];
+        const float* h = out.hidden.host_row(static_cast<std::int64_t>(k));
+        hidden[stepping[k]].assign(h, h + head.hidden_size());
+        const float* l = out.logits.host_row(static_cast<std::int64_t>(k));
+        logits[stepping[k]].assign(l, l + Vd);
       }
     }
   } else {
@@ -330,22 +364,22 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       std::int64_t req = 0;
       std::unique_ptr<DynamicTreeBuilder> builder;
       std::unordered_map<std::int64_t, std::int64_t> position;  // candidate -> head cache position
-      std::unordered_map<std::int64_t, at::Tensor> hidden;     // candidate -> head output row
+      std::unordered_map<std::int64_t, std::vector<float>> hidden;  // candidate -> head output row
     };
     std::vector<TreeState> trees;
     for (const auto i : active) {
       const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
       const std::int32_t max_depth = opts.tree.depth > 0 ? std::min<std::int32_t>(q.max_drafts, opts.tree.depth + 1) : q.max_drafts;
-      at::Tensor lp = at::log_softmax(rs[static_cast<std::size_t>(i)]->last_logits, -1).contiguous();
+      std::vector<float> lp(static_cast<std::size_t>(Vd));
+      log_softmax_row(rs[static_cast<std::size_t>(i)]->last_logits.data(), Vd, lp.data());
       TreeState t;
       t.req = i;
-      t.builder = std::make_unique<DynamicTreeBuilder>(
-          opts.tree, max_depth, std::span<const float>(lp.data_ptr<float>(), static_cast<std::size_t>(Vd)));
+      t.builder = std::make_unique<DynamicTreeBuilder>(opts.tree, max_depth, std::span<const float>(lp));
       trees.push_back(std::move(t));
     }
     for (;;) {
       EagleHeadBatch step;
-      std::vector<at::Tensor> feats;
+      auto feats = std::make_shared<std::vector<float>>();
       std::vector<std::size_t> stepping;
       step.cu_num_tokens.push_back(0);
       for (std::size_t k = 0; k < trees.size(); ++k) {
@@ -359,7 +393,8 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
           const auto& c = t.builder->candidates()[static_cast<std::size_t>(front[f])];
           step.token_ids.push_back(d2t[static_cast<std::size_t>(c.token)]);
           par.push_back(c.parent < 0 ? -1 : t.position.at(c.parent));
-          feats.push_back((c.parent < 0 ? r.last_hidden : t.hidden.at(c.parent)).view({1, -1}));
+          const std::vector<float>& h = c.parent < 0 ? r.last_hidden : t.hidden.at(c.parent);
+          feats->insert(feats->end(), h.begin(), h.end());
           t.position[front[f]] = L + static_cast<std::int64_t>(f);
         }
         step.slots.push_back(r.slot);
@@ -368,16 +403,21 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
         stepping.push_back(k);
       }
       if (stepping.empty()) break;
-      step.features = at::cat(feats, 0);
+      const auto rows = static_cast<std::int64_t>(step.token_ids.size());
+      step.features = rows_over(feats, rows, head.hidden_size());
       step.features_are_head_hidden = true;
       EagleHeadOutput out = head.forward(step);
-      at::Tensor lp = at::log_softmax(out.logits, -1).contiguous();
+      std::vector<float> lp(static_cast<std::size_t>(rows * Vd));
+      for (std::int64_t r = 0; r < rows; ++r) log_softmax_row(out.logits.host_row(r), Vd, lp.data() + r * Vd);
       for (std::size_t s = 0; s < stepping.size(); ++s) {
         TreeState& t = trees[stepping[s]];
         const std::int64_t begin = step.cu_num_tokens[s], n = step.cu_num_tokens[s + 1] - begin;
         const auto front = t.builder->frontier();  // copy: expand() replaces it
-        for (std::int64_t f = 0; f < n; ++f) t.hidden[front[static_cast<std::size_t>(f)]] = out.hidden[begin + f];
-        t.builder->expand(std::span<const float>(lp.data_ptr<float>() + begin * Vd, static_cast<std::size_t>(n * Vd)));
+        for (std::int64_t f = 0; f < n; ++f) {
+          const float* h = out.hidden.host_row(begin + f);
+          t.hidden[front[static_cast<std::size_t>(f)]].assign(h, h + head.hidden_size());
+        }
+        t.builder->expand(std::span<const float>(lp.data() + begin * Vd, static_cast<std::size_t>(n * Vd)));
       }
     }
     for (auto& t : trees) {

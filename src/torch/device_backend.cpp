@@ -121,10 +121,7 @@ class AtenDeviceBackend final : public decoder::DeviceBackend {
     return rows_of(t.index_select(0, idx));
   }
 
-  Rows to_host_float32(const Rows& rows) override {
-    c10::InferenceMode inference;
-    return rows_of(tensor_of(rows).to(at::kFloat).cpu().contiguous());
-  }
+  Rows to_host_float32(const Rows& rows) override { return rows_to_host_float32(rows); }
 
  private:
   at::Tensor workspace_;  // verification's device rows, kept across steps (no fresh [N + B, V] rows per step)

@@ -2,6 +2,7 @@
 #include "specdec/torch/rows.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 
 #include <memory>
 #include <string>
@@ -57,6 +58,12 @@ at::Tensor tensor_of(const Rows& r) {
   std::shared_ptr<const void> owner = r.owner();
   return at::from_blob(const_cast<void*>(v.data), {v.rows, v.cols}, {v.row_stride, 1},
                        [owner](void*) mutable { owner.reset(); }, options);
+}
+
+Rows rows_to_host_float32(const Rows& r) {
+  if (r.is_host_float32()) return r;
+  c10::InferenceMode inference;
+  return rows_of(tensor_of(r).to(at::kFloat).cpu().contiguous(), "rows_to_host_float32");
 }
 
 }  // namespace specdec::torch

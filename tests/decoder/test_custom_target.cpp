@@ -10,6 +10,7 @@
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/ngram.hpp"
 #include "specdec/torch/device_backend.hpp"
+#include "specdec/torch/rows.hpp"
 #include "tiny_transformer.hpp"
 
 namespace {
@@ -54,7 +55,9 @@ void greedy_equals_plain(at::Device device) {
     for (int g : {1, 4, 8}) EXPECT_EQ(generate(ngram, target, rs, g), plain) << "candidates " << candidates << " g " << g;
   }
   custom::TinyTransformer draft_model(256, 32, 4, device);  // an unrelated draft: mostly rejected, still exact
-  sp::DraftModelProposer<custom::TinyTransformer> draft(draft_model);
+  sp::DraftModelOptions dopts;
+  dopts.rows_to_host = specdec::torch::rows_to_host_float32;  // the draft's logits on the device come down per draft
+  sp::DraftModelProposer<custom::TinyTransformer> draft(draft_model, dopts);
   EXPECT_EQ(generate(draft, target, rs, 3), plain);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "specdec/torch/rows.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "../proposers/cross_vocab_fixture.hpp"
 #include "specdec/proposers/suffix.hpp"
@@ -27,14 +28,14 @@ std::vector<double> joint_reference(sm::LlamaModel& target, const std::vector<st
                                     const specdec::SamplingParams& params) {
   const std::int64_t V = target.vocab_size();
   const specdec::SamplingParams* pp[] = {&params};
-  const at::Tensor p1 = sp::process_logits(fresh_next_logits(target, prompt).unsqueeze(0), pp)[0];
+  const at::Tensor p1 = specdec::torch::tensor_of(sp::process_logits(specdec::torch::rows_of(fresh_next_logits(target, prompt).unsqueeze(0).contiguous()), pp))[0];
   std::vector<double> pi(static_cast<std::size_t>(V * V), 0.0);
   for (std::int64_t x1 = 0; x1 < V; ++x1) {
     const double a = p1[x1].item<float>();
     if (a == 0.0) continue;
     auto ctx = prompt;
     ctx.push_back(x1);
-    const at::Tensor p2 = sp::process_logits(fresh_next_logits(target, ctx).unsqueeze(0), pp)[0];
+    const at::Tensor p2 = specdec::torch::tensor_of(sp::process_logits(specdec::torch::rows_of(fresh_next_logits(target, ctx).unsqueeze(0).contiguous()), pp))[0];
     for (std::int64_t x2 = 0; x2 < V; ++x2) pi[static_cast<std::size_t>(x1 * V + x2)] = a * p2[x2].item<float>();
   }
   return pi;

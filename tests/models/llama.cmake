@@ -52,7 +52,7 @@ if(TARGET specdec::torch_models)
 
   # The Llama block on ATen ops (any device), against LlamaModel and through the decoder.
   if(TARGET specdec::decoder)
-    specdec_add_test(test_aten_llama SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_aten_llama.cpp LIBS specdec::decoder specdec::proposers)
+    specdec_add_test(test_aten_llama SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/test_aten_llama.cpp LIBS specdec::decoder specdec::proposers specdec::torch_models)
     target_compile_definitions(test_aten_llama PRIVATE SPECDEC_MODELS_DIR="${PROJECT_SOURCE_DIR}/models")
   endif()
 

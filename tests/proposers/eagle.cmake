@@ -1,7 +1,7 @@
 # EAGLE heads, their checkpoints, the EAGLE-2 dynamic tree and the EagleProposer driven by SpeculativeDecoder.
-if(TARGET specdec::proposers)
+if(TARGET specdec::torch_models)  # the tests' references use ATen
   set(_eagle_test_sources ${CMAKE_CURRENT_LIST_DIR}/test_eagle_head.cpp ${CMAKE_CURRENT_LIST_DIR}/test_eagle_tree.cpp)
-  set(_eagle_test_libs specdec::proposers nlohmann_json::nlohmann_json)
+  set(_eagle_test_libs specdec::proposers specdec::torch_models nlohmann_json::nlohmann_json)
   if(TARGET specdec::decoder)
     list(APPEND _eagle_test_sources ${CMAKE_CURRENT_LIST_DIR}/test_eagle_decoder.cpp ${CMAKE_CURRENT_LIST_DIR}/test_drafts_smollm2.cpp)
     list(APPEND _eagle_test_libs specdec::decoder)

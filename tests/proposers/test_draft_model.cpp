@@ -29,7 +29,7 @@ TEST(DraftModel, DraftsAreDeterministicAndProbsAreProcessedRows) {
     ASSERT_EQ(probs.size(0), 3);
     // row 0 is the processed distribution after the context
     const specdec::SamplingParams* pp[] = {&params};
-    const at::Tensor ref = sp::process_logits(fresh_next_logits(m, ctx).unsqueeze(0), pp)[0];
+    const at::Tensor ref = specdec::torch::tensor_of(sp::process_logits(specdec::torch::rows_of(fresh_next_logits(m, ctx).unsqueeze(0).contiguous()), pp))[0];
     EXPECT_TRUE(at::allclose(probs[0], ref, 1e-5, 1e-6));
     EXPECT_EQ((probs > 0).sum(1).max().item<std::int64_t>(), 5);  // top-k 5
     for (int i = 0; i < 3; ++i) EXPECT_GT(probs[i][d.token_ids[static_cast<std::size_t>(i)]].item<float>(), 0.0f);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "eagle_tensors.hpp"
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
@@ -30,6 +31,9 @@ namespace sp = specdec::proposers;
 namespace sm = specdec::models;
 namespace sd = specdec::decoder;
 namespace fs = std::filesystem;
+
+using specdec::test::forward;
+using specdec::test::rows;
 
 namespace {
 
@@ -97,9 +101,9 @@ at::Tensor head_logits(sp::EagleHead& head, const std::vector<std::int64_t>& ids
   b.slots = {head.allocate_sequence()};
   b.cu_num_tokens = {0, n};
   b.token_ids.assign(ids.begin() + 1, ids.end());
-  b.features = f.narrow(0, 0, n).contiguous();
+  b.features = rows(f.narrow(0, 0, n));
   b.commit = true;
-  return head.forward(b).logits;
+  return forward(head, b).logits;
 }
 
 // Share of rows whose argmax agrees, and max |a - b| / max |a|.
@@ -158,9 +162,9 @@ TEST_F(DraftsSmolLM2, PackedDraftLogitsAreBatchInvariant) {
       const auto n = static_cast<std::int64_t>(ids.size()) - 1;
       c.cu_num_tokens = {0, n};
       c.token_ids.assign(ids.begin() + 1, ids.end());
-      c.features = f.narrow(0, 0, n).contiguous();
+      c.features = rows(f.narrow(0, 0, n));
       c.commit = true;
-      return head.forward(c);
+      return forward(head, c);
     };
     const auto ca = commit(sa, a, fa), cb = commit(sb, b, fb);
     const at::Tensor ha = ca.hidden.narrow(0, ca.hidden.size(0) - 1, 1), hb = cb.hidden.narrow(0, cb.hidden.size(0) - 1, 1);
@@ -170,19 +174,19 @@ TEST_F(DraftsSmolLM2, PackedDraftLogitsAreBatchInvariant) {
     alone.slots = {sa};
     alone.cu_num_tokens = {0, 4};
     alone.token_ids = {504, 1098, 30, 7};
-    alone.features = ha.expand({4, ha.size(1)}).contiguous();
+    alone.features = rows(ha.expand({4, ha.size(1)}));
     alone.features_are_head_hidden = true;
     alone.parents = {{-1, -1, -1, -1}};
-    const at::Tensor want = head.forward(alone).logits;
+    const at::Tensor want = forward(head, alone).logits;
     head.truncate(sa, la);
     sp::EagleHeadBatch both;
     both.slots = {sb, sa};
     both.cu_num_tokens = {0, 1, 5};
     both.token_ids = {11, 504, 1098, 30, 7};
-    both.features = at::cat({hb, alone.features}, 0);
+    both.features = rows(at::cat({hb, specdec::torch::tensor_of(alone.features)}, 0));
     both.features_are_head_hidden = true;
     both.parents = {{-1}, {-1, -1, -1, -1}};
-    EXPECT_TRUE(at::equal(head.forward(both).logits.narrow(0, 1, 4), want));
+    EXPECT_TRUE(at::equal(forward(head, both).logits.narrow(0, 1, 4), want));
     head.truncate(sa, la);
     head.truncate(sb, lb);
   }

@@ -44,7 +44,10 @@ struct Target {
       return it == weights.end() ? at::Tensor() : it->second;
     }));
   }
-  sp::EagleTargetWeights shared() const { return {weights.at("model.embed_tokens.weight"), weights.at("lm_head.weight")}; }
+  sp::EagleTargetWeights shared() const {
+    return {specdec::torch::float_tensor_of(weights.at("model.embed_tokens.weight")),
+            specdec::torch::float_tensor_of(weights.at("lm_head.weight"))};
+  }
 };
 
 Target make_target(std::int64_t vocab, std::int64_t layers, std::uint64_t seed, double logit_scale = 1.0) {
@@ -453,7 +456,10 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     sp::EagleHeadOptions ho;
     ho.quantize_weights = c.packed_bits > 0;
     ho.activation_bits = c.packed_bits > 0 ? c.packed_bits : 16;
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 123, c.draft_vocab, c.min_draft_prob, ho, c.min_path_prob);
+    // Head seed 126: with 8 tokens a random head's deterministic first draft is either inside the target's top 6 or not,
+    // so whether the accepted-drafts precondition below holds is one draw; seed 123 passed it under ATen's generator and
+    // fails it (28 accepted) under EagleHead::random's std::mt19937_64, and the law checks pass on both.
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 126, c.draft_vocab, c.min_draft_prob, ho, c.min_path_prob);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     double drafts_per_forward = 0;

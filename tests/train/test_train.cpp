@@ -14,6 +14,8 @@
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/torch/rows.hpp"
+#include "specdec/torch/float_tensor.hpp"  // after the train headers, whose torch:: is libtorch's
+#include "specdec/torch/rows.hpp"
 
 namespace {
 
@@ -62,8 +64,8 @@ TinyTarget make_target() {
   o.initial_cache_slots = 4;
   o.num_threads = 1;
   t.model.emplace(c, specdec::train::weights_of(t.w), o);
-  t.tw.embed_tokens = t.w["model.embed_tokens.weight"];
-  t.tw.lm_head = t.w["model.embed_tokens.weight"];
+  t.tw.embed_tokens = specdec::torch::float_tensor_of(t.w["model.embed_tokens.weight"]);
+  t.tw.lm_head = t.tw.embed_tokens;
   return t;
 }
 
@@ -201,10 +203,10 @@ TEST(Train, EagleLossDecreasesAndTheCheckpointRoundTrips) {
   hb.slots = {head.allocate_sequence()};
   hb.cu_num_tokens = {0, n};
   for (std::int64_t i = 1; i <= n; ++i) hb.token_ids.push_back(r.tokens[static_cast<std::size_t>(i)]);
-  hb.features = feats.narrow(0, 0, n).contiguous();
+  hb.features = specdec::torch::rows_of(feats.narrow(0, 0, n).contiguous());
   hb.commit = true;
-  const auto got = head.forward(hb);
-  EXPECT_TRUE(at::allclose(got.hidden, want, 1e-3, 1e-3)) << (got.hidden - want).abs().max().item<float>();
+  const at::Tensor got = specdec::torch::tensor_of(head.forward(hb).hidden);
+  EXPECT_TRUE(at::allclose(got, want, 1e-3, 1e-3)) << (got - want).abs().max().item<float>();
   fs::remove_all(dir);
 }
 
@@ -333,19 +335,20 @@ void check_training_time_test(specdec::proposers::EagleVersion version) {
     pre.slots = {slot};
     pre.cu_num_tokens = {0, i - 1};
     for (std::int64_t j = 1; j <= i - 1; ++j) pre.token_ids.push_back(r.tokens[static_cast<std::size_t>(j)]);
-    pre.features = feats.narrow(0, 0, i - 1).contiguous();
+    pre.features = specdec::torch::rows_of(feats.narrow(0, 0, i - 1).contiguous());
     pre.commit = true;
     (void)head.forward(pre);
     specdec::proposers::EagleHeadBatch d;  // drafts 2 and 3: rows i-1 and i
     d.slots = {slot};
     d.cu_num_tokens = {0, 2};
     d.token_ids = {r.tokens[static_cast<std::size_t>(i)], r.tokens[static_cast<std::size_t>(i + 1)]};
-    d.features = torch::stack({outs[0][i - 2], outs[1][i - 1]}).contiguous();
+    d.features = specdec::torch::rows_of(torch::stack({outs[0][i - 2], outs[1][i - 1]}).contiguous());
     d.features_are_head_hidden = e3;  // EAGLE-3 feeds the head's own outputs past fc, as its proposer drafts
-    const auto got = head.forward(d);
-    EXPECT_TRUE(at::allclose(got.hidden[0], outs[1][i - 1], 1e-3, 1e-3)) << (got.hidden[0] - outs[1][i - 1]).abs().max().item<float>();
-    EXPECT_TRUE(at::allclose(got.hidden[1], outs[2][i], 1e-3, 1e-3)) << (got.hidden[1] - outs[2][i]).abs().max().item<float>();
-    EXPECT_TRUE(at::allclose(got.logits, m.logits(got.hidden), 1e-4, 1e-4));
+    const auto out = head.forward(d);
+    const at::Tensor hidden = specdec::torch::tensor_of(out.hidden), logits = specdec::torch::tensor_of(out.logits);
+    EXPECT_TRUE(at::allclose(hidden[0], outs[1][i - 1], 1e-3, 1e-3)) << (hidden[0] - outs[1][i - 1]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(hidden[1], outs[2][i], 1e-3, 1e-3)) << (hidden[1] - outs[2][i]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(logits, m.logits(hidden), 1e-4, 1e-4));
     head.free_sequence(slot);
   }
   {  // eagle_step_accuracy's step 1 on this record = the share of rows whose draft argmax is the target's argmax
@@ -402,7 +405,7 @@ TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("draft");
   const auto recs = make_records(t, dir);
-  st::DraftTrainable m(t.cfg, t.tw.embed_tokens, 16, 2, 2, 1, 32, 1);
+  st::DraftTrainable m(t.cfg, st::tensor_of_values(t.tw.embed_tokens), 16, 2, 2, 1, 32, 1);
   expect_loss_falls(st::train_draft(m, recs, quick_options(8)), 0.9);
 
   m.save(dir / "draft");

@@ -16,10 +16,6 @@
 // model much cheaper than the target; see docs/models.md ("Drafting across tokenizers").
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/stack.h>
-#include <ATen/ops/zeros.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -33,7 +29,6 @@
 #include "specdec/proposers/draft_model.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/status.hpp"
-#include "specdec/torch/rows.hpp"
 
 namespace specdec::proposers {
 
@@ -127,8 +122,8 @@ class CrossVocabDraftProposer {
     const std::int64_t Vd = static_cast<std::int64_t>(model_->vocab_size()), Vt = bridge_.target_vocab_size;
     DraftBatch batch;
     batch.cu_num_drafts.push_back(0);
-    std::vector<at::Tensor> rows;
-    std::vector<float> scratch;
+    std::vector<std::vector<float>> rows;  // q over the target's vocabulary, one per kept draft
+    std::vector<float> scratch, logits(static_cast<std::size_t>(Vd));
     for (const auto& r : requests) {
       State& s = state(r.id);
       std::vector<std::int64_t> drafts;
@@ -146,34 +141,41 @@ class CrossVocabDraftProposer {
         for (std::int32_t k = 0; k < r.max_drafts; ++k) {
           models::ForwardBatch fb = models::make_chain_batch(s.slot, feed);
           fb.last_logits_only = true;
-          at::Tensor logits = torch::tensor_of(model_->forward(fb).logits).to(at::kCPU, at::kFloat).contiguous();
+          const Rows out = draft_rows_on_host(model_->forward(fb).logits, options_.rows_to_host, "CrossVocabDraftProposer");
           s.ids.insert(s.ids.end(), feed.begin(), feed.end());
-          float* l = logits.data_ptr<float>();
+          std::copy_n(out.host_row(0), Vd, logits.data());
           for (std::int64_t d = 0; d < Vd; ++d)
-            if (bridge_.to_target[static_cast<std::size_t>(d)] < 0) l[d] = -std::numeric_limits<float>::infinity();
+            if (bridge_.to_target[static_cast<std::size_t>(d)] < 0)
+              logits[static_cast<std::size_t>(d)] = -std::numeric_limits<float>::infinity();
+          RowsView lv;
+          lv.data = logits.data();
+          lv.rows = 1;
+          lv.cols = Vd;
+          lv.row_stride = Vd;
           const SamplingParams* params[] = {r.params};
-          const at::Tensor q = process_logits(logits.view({1, Vd}), params);
-          const float* qp = q.data_ptr<float>();
+          const Rows q = process_logits(Rows(lv, nullptr), params);
+          const float* qp = q.host_float32_data();
           const std::int64_t d = sample_row(qp, Vd, s.seed, r.position + k, r.params->greedy(), scratch);
           const double top = *std::max_element(qp, qp + Vd);
           if (path * top < options_.min_path_prob) break;  // a function of the distribution, not of the draw
           path *= top;
           drafts.push_back(bridge_.to_target[static_cast<std::size_t>(d)]);
           if (keep_rows) {
-            at::Tensor row = at::zeros({Vt}, at::TensorOptions().dtype(at::kFloat));
-            float* rp = row.data_ptr<float>();
+            std::vector<float>& row = rows.emplace_back(static_cast<std::size_t>(Vt), 0.f);
             for (std::int64_t i = 0; i < Vd; ++i)
               if (qp[i] > 0.f && bridge_.to_target[static_cast<std::size_t>(i)] >= 0)
-                rp[bridge_.to_target[static_cast<std::size_t>(i)]] += qp[i];
-            rows.push_back(row);
+                row[static_cast<std::size_t>(bridge_.to_target[static_cast<std::size_t>(i)])] += qp[i];
           }
           feed.assign(1, d);
         }
       }
       batch.append(drafts);
     }
-    if (keep_rows && !rows.empty()) batch.probs = torch::rows_of(at::stack(rows));
-    if (keep_rows && rows.empty()) batch.probs = Rows::host_float32(0, Vt);
+    if (keep_rows) {
+      batch.probs = Rows::host_float32(static_cast<std::int64_t>(rows.size()), Vt);
+      float* dst = batch.probs.mutable_host_float32_data();
+      for (const auto& row : rows) dst = std::copy(row.begin(), row.end(), dst);
+    }
     return batch;
   }
 

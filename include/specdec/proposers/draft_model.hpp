@@ -12,11 +12,10 @@
 // tokens, and the emitted token is fed at the next step.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/stack.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -31,7 +30,6 @@
 #include "specdec/sampling/philox.hpp"
 #include "specdec/sampling/row_scan.hpp"
 #include "specdec/sampling/status.hpp"
-#include "specdec/torch/rows.hpp"
 
 namespace specdec::proposers {
 
@@ -70,7 +68,27 @@ struct DraftModelOptions {
   /// step, never of the drawn token, so the output keeps the target's law (as EagleProposerOptions::min_path_prob).
   /// 0 = off.
   double min_path_prob = 0.0;
+  /// The draft's logits as float32 rows in host memory, for a draft whose forward returns them elsewhere (on a GPU, or
+  /// float16): the torch layer's specdec::torch::rows_to_host_float32 for an AtenLlamaModel draft. Empty: such rows are
+  /// refused with a specdec::error naming this option (LlamaModel's rows are host float32 already).
+  std::function<Rows(const Rows&)> rows_to_host;
 };
+
+/// A draft's logits `r` as float32 host rows: as they are, or through `to_host` (DraftModelOptions::rows_to_host).
+/// Throws specdec::error naming `who` and the option when the rows are elsewhere and no hook is set, or when the hook
+/// returns anything but float32 host rows of the same shape.
+inline Rows draft_rows_on_host(const Rows& r, const std::function<Rows(const Rows&)>& to_host, const char* who) {
+  if (r.is_host_float32()) return r;
+  if (!to_host)
+    throw error(Status::kInvalidArgument, std::string(who) + ": the draft's logits are " + to_string(r.dtype()) +
+                                              (r.device().is_cpu() ? " rows on the CPU" : " rows on a GPU") +
+                                              "; set DraftModelOptions::rows_to_host to bring them to host float32");
+  Rows h = to_host(r);
+  if (!h.is_host_float32() || h.rows() != r.rows() || h.cols() != r.cols())
+    throw error(Status::kInvalidArgument, std::string(who) + ": DraftModelOptions::rows_to_host: expected float32 host "
+                                                             "rows of the same shape");
+  return h;
+}
 
 template <class Model>
   requires models::CausalLM<Model> && models::HasSequenceLength<Model>
@@ -148,7 +166,8 @@ class DraftModelProposer {
       confidence[i].push_back(static_cast<float>(c));
       return true;
     };
-    std::vector<std::vector<at::Tensor>> rows(static_cast<std::size_t>(B));
+    // The processed rows kept for each request: (the step's rows, the request's row in them).
+    std::vector<std::vector<std::pair<Rows, std::int64_t>>> rows(static_cast<std::size_t>(B));
     std::int32_t max_g = 0;
     bool all_greedy = true;
     for (const auto& r : requests) {
@@ -185,24 +204,26 @@ class DraftModelProposer {
       }
       if (members.empty()) break;  // every chain stopped
       const models::ForwardOutput out = model_->forward(fb);
+      // The argmax and the processing run on the host: a draft model on a device sends its float32 logits down once
+      // per draft (options_.rows_to_host).
+      const Rows l = host_rows(out.logits);
       if (all_greedy) {
-        // The argmax is taken on the host: a draft model on a device sends its float32 logits down once per draft
-        // (as the processed rows below do).
-        const at::Tensor l = torch::tensor_of(out.logits).to(at::kCPU, at::kFloat).contiguous();
         for (std::size_t i = 0; i < members.size(); ++i) {
-          const specdec::detail::RowArgmax scan =
-              specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(l.data_ptr<float>() + static_cast<std::int64_t>(i) * V, V);
+          const float* row = l.host_row(static_cast<std::int64_t>(i));
+          const specdec::detail::RowArgmax scan = specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(row, V);
           if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
             throw error(Status::kInvalidProbability, "DraftModelProposer: draft logits: a row has NaN/inf values or no finite logit");
-          const float* row = l.data_ptr<float>() + static_cast<std::int64_t>(i) * V;
           (void)keep(members[i], scan.index, specdec::detail::top_probability(row, V, scan.max, scratch));
         }
         continue;
       }
       std::vector<const SamplingParams*> params;
       for (auto b : members) params.push_back(requests[static_cast<std::size_t>(b)].params);
-      const at::Tensor q = process_logits(torch::tensor_of(out.logits), params);
-      const float* qp = q.data_ptr<float>();
+      ParallelFor parallel;
+      if constexpr (models::HasParallelFor<Model>)
+        parallel = [this](std::int64_t n, const std::function<void(std::int64_t)>& fn) { model_->parallel_for(n, fn); };
+      const Rows q = process_logits(l, params, parallel);
+      const float* qp = q.host_float32_data();
       for (std::size_t i = 0; i < members.size(); ++i) {
         const auto b = members[i];
         const auto& r = requests[static_cast<std::size_t>(b)];
@@ -210,19 +231,24 @@ class DraftModelProposer {
         const float* qrow = qp + static_cast<std::int64_t>(i) * V;
         const std::int64_t x = sample_row(qrow, V, s.seed, r.position + d, r.params->greedy(), scratch);
         if (!keep(b, x, *std::max_element(qrow, qrow + V))) continue;
-        if (keep_rows) rows[static_cast<std::size_t>(b)].push_back(q[static_cast<std::int64_t>(i)]);
+        if (keep_rows) rows[static_cast<std::size_t>(b)].emplace_back(q, static_cast<std::int64_t>(i));
       }
     }
     DraftBatch batch;
     batch.cu_num_drafts.push_back(0);
-    std::vector<at::Tensor> all_rows;
+    std::int64_t kept = 0;
     for (std::int64_t b = 0; b < B; ++b) {
       batch.append(tokens[static_cast<std::size_t>(b)]);
       batch.confidence.insert(batch.confidence.end(), confidence[static_cast<std::size_t>(b)].begin(),
                               confidence[static_cast<std::size_t>(b)].end());
-      for (auto& t : rows[static_cast<std::size_t>(b)]) all_rows.push_back(t);
+      kept += static_cast<std::int64_t>(rows[static_cast<std::size_t>(b)].size());
     }
-    if (keep_rows && !all_rows.empty()) batch.probs = torch::rows_of(at::stack(all_rows));
+    if (keep_rows && kept > 0) {  // the kept rows in draft order, one [drafts, V] block
+      batch.probs = uninitialized_host_rows(kept, V);
+      float* dst = batch.probs.mutable_host_float32_data();
+      for (const auto& request_rows : rows)
+        for (const auto& [step_rows, i] : request_rows) dst = std::copy_n(step_rows.host_row(i), V, dst);
+    }
     return batch;
   }
 
@@ -248,6 +274,7 @@ class DraftModelProposer {
     return it->second;
   }
   const State& state(RequestId id) const { return const_cast<DraftModelProposer*>(this)->state(id); }
+  Rows host_rows(const Rows& r) const { return draft_rows_on_host(r, options_.rows_to_host, "DraftModelProposer"); }
 
   Model* model_;
   DraftModelOptions options_;

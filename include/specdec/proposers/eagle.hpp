@@ -35,8 +35,6 @@
 //   ignored; any other unknown key is an error (as the public loader's strict load).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -47,7 +45,9 @@
 #include <utility>
 #include <vector>
 
+#include "specdec/models/float_tensor.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/models/safetensors.hpp"
 #include "specdec/models/llama_config.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/params.hpp"
@@ -86,10 +86,10 @@ struct EagleHeadConfig {
 std::vector<std::int64_t> eagle3_default_feature_layers(std::int64_t num_target_layers);
 
 /// The target weights a head shares: the token embedding [V, H] (used when the checkpoint has no embed_tokens.weight) and,
-/// for EAGLE-1, the LM head [V, H] (the embedding itself for tied targets). Float32 CPU tensors; not copied.
+/// for EAGLE-1, the LM head [V, H] (the embedding itself for tied targets). Float32 host values; shared, not copied.
 struct EagleTargetWeights {
-  at::Tensor embed_tokens;
-  at::Tensor lm_head;
+  models::FloatTensor embed_tokens;
+  models::FloatTensor lm_head;
 };
 
 /// Reads the embedding and the LM head of a Hugging Face target checkpoint directory (config.json + *.safetensors):
@@ -128,7 +128,8 @@ struct EagleHeadBatch {
   std::vector<std::int64_t> token_ids;      ///< [N] TARGET token ids (the embedding input of each row)
   /// [N, feature_size()] target features (EAGLE-1: [N, H]; EAGLE-3: [N, 3 H_t], fused by fc), or, when
   /// features_are_head_hidden, [N, H] outputs of earlier head rows (EAGLE-3 skips fc for those, as the public code).
-  at::Tensor features;
+  /// Float32 rows in host memory.
+  Rows features;
   bool features_are_head_hidden = false;
   /// Empty: every slot's rows form a chain continuing from its last position. Otherwise [B] arrays of absolute cache
   /// positions: the row's parent among the slot's uncommitted positions, or -1 for a child of the committed prefix.
@@ -139,9 +140,10 @@ struct EagleHeadBatch {
   bool last_logits_only = false;
 };
 
+/// Float32 host rows the output owns.
 struct EagleHeadOutput {
-  at::Tensor hidden;  ///< [N, H] the last layer's output (before EAGLE-3's final norm): the feature of the rows' children
-  at::Tensor logits;  ///< [N or B, V_d] over the DRAFT vocabulary (draft_to_target() maps its columns)
+  Rows hidden;  ///< [N, H] the last layer's output (before EAGLE-3's final norm): the feature of the rows' children
+  Rows logits;  ///< [N or B, V_d] over the DRAFT vocabulary (draft_to_target() maps its columns)
 };
 
 /// The head: weights plus its own KV cache of numbered slots (one per request). CPU: its products, RMSNorms, rotary
@@ -175,10 +177,12 @@ class EagleHead {
   /// Whether embed_tokens.weight belongs to the head (loaded from its checkpoint) rather than to the target.
   bool owns_embedding() const noexcept;
 
-  /// The weights under their checkpoint names (what save() writes); d2t int64 and t2d bool for EAGLE-3.
-  std::vector<std::pair<std::string, at::Tensor>> named_weights() const;
-  /// Writes config.json and model.safetensors (float32) to `dir` (created if needed) in the layout load_eagle_head reads.
-  void save(const std::filesystem::path& dir) const;
+  /// The weights under their checkpoint names (what save() writes), as float32 values; d2t and t2d (EAGLE-3, or a draft
+  /// vocabulary) hold their integer and 0/1 values, which save() writes as int64 and bool.
+  std::vector<std::pair<std::string, models::FloatTensor>> named_weights() const;
+  /// Writes config.json and model.safetensors to `dir` (created if needed) in the layout load_eagle_head reads: the
+  /// float weights as `float_dtype` (kF32, kF16 or kBF16; rounded to nearest even), d2t int64, t2d bool.
+  void save(const std::filesystem::path& dir, models::SafetensorsDtype float_dtype = models::SafetensorsDtype::kF32) const;
 
   EagleHeadOutput forward(const EagleHeadBatch& batch);
 

@@ -21,4 +21,8 @@ at::Tensor tensor_of(const Rows& r);
 /// The ATen device rows live on.
 at::Device device_of(const Rows& r);
 
+/// Rows of any dtype on any device as float32 rows in host memory (a copy; host float32 rows are returned as they are):
+/// the rows_to_host hook of proposers that read a device model's logits on the host (DraftModelOptions::rows_to_host).
+Rows rows_to_host_float32(const Rows& r);
+
 }  // namespace specdec::torch

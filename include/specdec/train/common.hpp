@@ -41,6 +41,14 @@ using models::detail::fail;
 
 /// Named tensors as the CPU models' weights (models::WeightGetter; each copied to float32 when asked for, undefined when
 /// absent): how a trainer hands its modules' weights to LlamaModel or EagleHead. `w` must outlive the getter's calls.
+/// The CPU models' float32 values (models::FloatTensor) as a CPU tensor sharing them (the tensor keeps them alive).
+inline at::Tensor tensor_of_values(const models::FloatTensor& t) {
+  if (!t.defined()) return {};
+  auto keep = std::make_shared<models::FloatTensor>(t);
+  return at::from_blob(t.mutable_data(), t.shape(), [keep](void*) mutable { keep.reset(); },
+                       at::TensorOptions().dtype(at::kFloat));
+}
+
 template <class Map>  // std::map or std::unordered_map of std::string -> at::Tensor
 models::WeightGetter weights_of(const Map& w) {
   return [&w](const std::string& name) -> models::FloatTensor {

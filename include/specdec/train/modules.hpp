@@ -98,8 +98,8 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     const std::int64_t hd = target.head_dim ? target.head_dim : H / target.num_heads;
     shape = {H, target.num_heads, target.num_kv_heads ? target.num_kv_heads : target.num_heads, hd, target.intermediate_size,
              target.rms_norm_eps, target.rope_theta};
-    embed = tw.embed_tokens.to(at::kFloat).contiguous();
-    lm_head = tw.lm_head.to(at::kFloat).contiguous();
+    embed = tensor_of_values(tw.embed_tokens);
+    lm_head = tensor_of_values(tw.lm_head);
     if (eagle3()) {
       // fc starts as [0.02 randn | 0.02 randn | I]: the fused feature starts as the highest of the three target layers.
       fc_w = torch::cat({torch::randn({H, 2 * H}) * 0.02, torch::eye(H)}, 1);
@@ -242,7 +242,7 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     // First, so that EAGLE-3's own LM head (one of named()) has the saved rows' shape when the loop copies it.
     if (head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
     std::map<std::string, at::Tensor> w;
-    for (auto& [n, t] : head.named_weights()) w[n] = t;
+    for (auto& [n, t] : head.named_weights()) w[n] = tensor_of_values(t);
     torch::NoGradGuard ng;
     for (auto& [n, t] : named()) {
       auto it = w.find(n);
@@ -255,8 +255,7 @@ struct EagleTrainable : Trainable<EagleTrainable> {
   /// Writes config.json (EagleHead::save) and float16 weights.
   void save(const fs::path& dir, const proposers::EagleTargetWeights& tw) const {
     proposers::EagleHead head = to_head(tw);
-    head.save(dir);
-    write_safetensors_f16(dir / "model.safetensors", head.named_weights());
+    head.save(dir, models::SafetensorsDtype::kF16);
   }
 };
 
