@@ -431,8 +431,13 @@ void print_table(const std::optional<RunOutcome>& base, const RunOutcome& spec, 
 }
 
 struct Prepared;
+/// The tokenizer's GGUF file and the tokenizer, read once, before the model (so a bad one is named at once).
+struct TokenizerSource {
+  specdec::models::GgufFile file;
+  Tokenizer tokenizer;
+};
 template <class Target>
-int run_on(const Options& o, const Prepared& p, Target& target);
+int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Target& target);
 
 specdec::proposers::NgramOptions ngram_options(const Options& o) {
   specdec::proposers::NgramOptions no;
@@ -743,25 +748,23 @@ bool looks_instruct(const specdec::models::GgufFile& file) {
 }
 
 int run_cli(const Options& o, const Prepared& p) {
-  {
-    // A raw prompt to an instruct model is continued as text rather than answered: say so before the run. The
-    // tokenizer's file is read here, before the model, so a bad one is named at once.
-    std::optional<specdec::models::GgufFile> read;
-    try {
-      read.emplace(p.tokenizer_path);
-      (void)Tokenizer::from_gguf(*read);
-    } catch (const std::exception& e) {
-      fail(fmt::format("{}: '{}': {}", o.tokenizer.empty() ? "--model" : "--tokenizer", p.tokenizer_path, e.what()));
-    }
-    const specdec::models::GgufFile& tokenizer_file = *read;
-    if (p.user_prompts && !p.chat && looks_instruct(tokenizer_file))
-      warn(fmt::format("{} without --chat: '{}' looks like an instruct model (it has a chat template), which continues "
-                       "raw text rather than answering it; add --chat to apply the template",
-                       o.prompt_file.empty() ? "--prompt" : "--prompt-file", fs::path(p.tokenizer_path).filename().string()));
+  std::optional<specdec::models::GgufFile> read;
+  std::optional<Tokenizer> tokenizer;
+  try {
+    read.emplace(p.tokenizer_path);
+    tokenizer.emplace(Tokenizer::from_gguf(*read));
+  } catch (const std::exception& e) {
+    fail(fmt::format("{}: '{}': {}", o.tokenizer.empty() ? "--model" : "--tokenizer", p.tokenizer_path, e.what()));
   }
+  const TokenizerSource ts{std::move(*read), std::move(*tokenizer)};
+  // A raw prompt to an instruct model is continued as text rather than answered: say so before the run.
+  if (p.user_prompts && !p.chat && looks_instruct(ts.file))
+    warn(fmt::format("{} without --chat: '{}' looks like an instruct model (it has a chat template), which continues "
+                     "raw text rather than answering it; add --chat to apply the template",
+                     o.prompt_file.empty() ? "--prompt" : "--prompt-file", fs::path(p.tokenizer_path).filename().string()));
   if (o.device == "cpu") {
     LlamaModel target = load_model(o.model, "--model", o);
-    return run_on(o, p, target);
+    return run_on(o, p, ts, target);
   }
 #if !defined(SPECDEC_GENERATE_TORCH)
   fail("--device: only cpu runs without libtorch");
@@ -772,7 +775,7 @@ int run_cli(const Options& o, const Prepared& p) {
   else if (o.dtype == "float16") ao.dtype = at::kHalf;
   auto target = fs::is_directory(o.model) ? specdec::models::load_aten_llama_safetensors(o.model, ao)
                                           : specdec::models::load_aten_llama_gguf(o.model, ao);
-  return run_on(o, p, target);
+  return run_on(o, p, ts, target);
 #endif
 }
 
@@ -825,9 +828,9 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 
 /// The rest of a run on a loaded target (LlamaModel on the CPU kernels, or AtenLlamaModel on --device).
 template <class Target>
-int run_on(const Options& o, const Prepared& p, Target& target) {
-  const specdec::models::GgufFile tokenizer_file(p.tokenizer_path);
-  const Tokenizer tokenizer = Tokenizer::from_gguf(tokenizer_file);
+int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Target& target) {
+  const specdec::models::GgufFile& tokenizer_file = ts.file;
+  const Tokenizer& tokenizer = ts.tokenizer;
   const std::string& proposer = p.proposer;
   const auto& prompts = p.prompts;
   const auto& named = p.named;

@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "specdec/models/detail/packed_kernels.hpp"
 #include "specdec/models/detail/ggml_blocks.hpp"
@@ -319,27 +322,49 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
 
   const Layout& L = m.layout_;
   const std::int64_t src_row_bytes = m.cols_ / f.source_block_elements * f.source_block_bytes;
-  std::int64_t r = 0;
-  BlockValues bv;
-  bool above_min = !L.u4 && L.zero == 128;
-  for (const Source& s : sources) {
-    for (std::int64_t i = 0; i < s.rows; ++i, ++r) {
-      const std::int64_t src = s.row_order.empty() ? i : s.row_order[static_cast<std::size_t>(i)];
-      const std::byte* row = s.data.data() + src * src_row_bytes;
+  // Each output row's source row (row_order applied).
+  std::vector<const std::byte*> row_src(static_cast<std::size_t>(m.rows_));
+  {
+    std::int64_t r = 0;
+    for (const Source& s : sources)
+      for (std::int64_t i = 0; i < s.rows; ++i, ++r) {
+        const std::int64_t src = s.row_order.empty() ? i : s.row_order[static_cast<std::size_t>(i)];
+        row_src[static_cast<std::size_t>(r)] = s.data.data() + src * src_row_bytes;
+      }
+  }
+  // Tiles [t0, t1) (a tile's rows share its bytes, so a tile is one thread's); returns whether every 8-bit value of
+  // them is above the format's minimum.
+  auto pack_tiles = [&](std::int64_t t0, std::int64_t t1) {
+    BlockValues bv;
+    bool above = !L.u4 && L.zero == 128;
+    // Byte of element e of a block in its tile block: 4 values of a lane side by side, then the next 4 of every lane;
+    // a 4-bit block puts elements e and e + 16 in one byte (low and high nibble).
+    const bool nibbles = L.u4 && L.block == 32;
+    for (std::int64_t r = t0 * kTileRows; r < std::min(t1 * kTileRows, m.rows_); ++r) {
+      const std::byte* row = row_src[static_cast<std::size_t>(r)];
       const std::int64_t lane = r % kTileRows;
+      std::int64_t at[32];
+      for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
+        const std::int64_t g = L.u4 ? e % 16 : e;
+        at[e] = (g / 4) * 64 + lane * 4 + g % 4;
+      }
       std::byte* tile = m.data_.get() + (r / kTileRows) * m.tile_bytes_;
       for (std::int64_t b = 0; b < blocks; ++b) {
         read_block(m.type_, row, b, bv);
         std::byte* tb = tile + b * L.tile_block_bytes();
         auto* v = reinterpret_cast<std::uint8_t*>(tb);
-        for (std::int64_t e = 0; e < L.block; ++e) {
-          if (L.u4) {
-            const std::int64_t g = e % 16, at = (g / 4) * 64 + lane * 4 + g % 4;
-            v[at] = static_cast<std::uint8_t>(v[at] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
-          } else {
-            v[(e / 4) * 64 + lane * 4 + e % 4] = bv.u[e];
-            above_min = above_min && bv.u[e] != 0;
+        if (nibbles) {
+          for (std::int64_t e = 0; e < 16; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + 16] << 4));
+        } else if (L.u4) {
+          for (std::int64_t e = 0; e < L.block; ++e)
+            v[at[e]] = static_cast<std::uint8_t>(v[at[e]] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
+        } else {
+          std::uint8_t any_zero = 0;
+          for (std::int64_t e = 0; e < L.block; ++e) {
+            v[at[e]] = bv.u[e];
+            any_zero |= static_cast<std::uint8_t>(bv.u[e] == 0);
           }
+          above = above && any_zero == 0;
         }
         std::byte* sc = tb + L.value_bytes();
         std::byte* mn = sc + L.scale_bytes();
@@ -352,6 +377,31 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         }
       }
     }
+    return above;
+  };
+  // A large matrix packs on several threads, each a contiguous range of tiles (every byte is written the same whatever
+  // the split; a model's load was mostly this loop on one core).
+  const std::int64_t tiles = m.tiles();
+  const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  const std::int64_t workers = total >= (std::size_t{4} << 20) ? std::min<std::int64_t>({cpus, 8, tiles}) : 1;
+  bool above_min = true;
+  if (workers <= 1) {
+    above_min = pack_tiles(0, tiles);
+  } else {
+    std::vector<char> above(static_cast<std::size_t>(workers), 1);
+    auto range = [&](std::int64_t w) {
+      above[static_cast<std::size_t>(w)] = pack_tiles(w * tiles / workers, (w + 1) * tiles / workers);
+    };
+    std::vector<std::thread> threads;
+    std::int64_t started = 1;  // ranges 1 .. started - 1 have a thread
+    try {
+      for (; started < workers; ++started) threads.emplace_back(range, started);
+    } catch (const std::system_error&) {  // no more threads: this one packs the rest
+    }
+    range(0);
+    for (std::int64_t w = started; w < workers; ++w) range(w);
+    for (auto& t : threads) t.join();
+    for (const char a : above) above_min = above_min && a != 0;
   }
   m.values_above_min_ = above_min;
   return m;
