@@ -63,16 +63,24 @@ class Rows {
 
   /// `rows` x `cols` float32 zeros in host memory, contiguous, owned.
   static Rows host_float32(std::int64_t rows, std::int64_t cols) {
-    if (rows < 0 || cols < 0)
-      throw error(Status::kInvalidArgument, "Rows::host_float32: expected rows, cols >= 0, got " + std::to_string(rows) +
-                                                " x " + std::to_string(cols));
-    auto buffer = std::make_shared<std::vector<float>>(static_cast<std::size_t>(rows * cols), 0.0f);
-    RowsView v;
-    v.data = buffer->data();
-    v.rows = rows;
-    v.cols = cols;
-    v.row_stride = cols;
-    return Rows(v, std::move(buffer));
+    check_shape("Rows::host_float32", rows, cols);
+    return host_float32_over(std::make_shared<std::vector<float>>(static_cast<std::size_t>(rows * cols), 0.0f), rows, cols);
+  }
+  /// `values` (at least rows x cols of them, row-major, contiguous) as host float32 rows sharing them.
+  static Rows host_float32_over(std::shared_ptr<std::vector<float>> values, std::int64_t rows, std::int64_t cols) {
+    check_shape("Rows::host_float32_over", rows, cols);
+    if (values == nullptr || static_cast<std::int64_t>(values->size()) < rows * cols)
+      throw error(Status::kInvalidArgument, "Rows::host_float32_over: expected " + std::to_string(rows * cols) +
+                                                " values, got " + std::to_string(values ? values->size() : 0));
+    const float* data = values->data();  // before values is moved into the owner
+    return view_of(data, rows, cols, std::move(values));
+  }
+  /// `rows` x `cols` float32 in host memory, contiguous, owned and not zeroed: for code that writes every value next.
+  static Rows host_float32_for_overwrite(std::int64_t rows, std::int64_t cols) {
+    check_shape("Rows::host_float32_for_overwrite", rows, cols);
+    auto values = std::make_shared_for_overwrite<float[]>(static_cast<std::size_t>(rows * cols > 0 ? rows * cols : 1));
+    const float* data = values.get();  // before values is moved into the owner
+    return view_of(data, rows, cols, std::move(values));
   }
 
   bool defined() const { return defined_; }
@@ -115,6 +123,19 @@ class Rows {
   }
 
  private:
+  static void check_shape(const char* who, std::int64_t rows, std::int64_t cols) {
+    if (rows < 0 || cols < 0)
+      throw error(Status::kInvalidArgument, std::string(who) + ": expected rows, cols >= 0, got " + std::to_string(rows) +
+                                                " x " + std::to_string(cols));
+  }
+  static Rows view_of(const float* data, std::int64_t rows, std::int64_t cols, std::shared_ptr<const void> owner) {
+    RowsView v;
+    v.data = data;
+    v.rows = rows;
+    v.cols = cols;
+    v.row_stride = cols;
+    return Rows(v, std::move(owner));
+  }
   void require_host_float32(const char* who) const {
     if (!is_host_float32())
       throw error(Status::kInvalidArgument,

@@ -179,20 +179,9 @@ std::int64_t first_window_block(const std::int64_t* pos, std::int64_t n, std::in
   return std::max<std::int64_t>(lo - window + 1, 0) / 16 * 16;
 }
 
-// rows x cols float32 host rows whose values the caller writes next (not zeroed).
-Rows uninitialized_rows(std::int64_t rows, std::int64_t cols) {
-  std::shared_ptr<float[]> values = std::make_shared_for_overwrite<float[]>(static_cast<std::size_t>(std::max<std::int64_t>(rows * cols, 1)));
-  RowsView v;
-  v.data = values.get();
-  v.rows = rows;
-  v.cols = cols;
-  v.row_stride = cols;
-  return Rows(v, std::move(values));
-}
-
 // A copy of rows x cols contiguous values.
 Rows host_copy(const float* src, std::int64_t rows, std::int64_t cols) {
-  Rows r = uninitialized_rows(rows, cols);
+  Rows r = Rows::host_float32_for_overwrite(rows, cols);
   std::copy_n(src, rows * cols, r.mutable_host_float32_data());
   return r;
 }
@@ -681,7 +670,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   Rows hidden_post_norm;
   if (b.return_final_hidden) {
     out.hidden_pre_norm = host_copy(xp, N, H);
-    hidden_post_norm = uninitialized_rows(N, H);
+    hidden_post_norm = Rows::host_float32_for_overwrite(N, H);
     rms_norm(xp, final_norm.data(), hidden_post_norm.mutable_host_float32_data(), N, H, eps);
     out.hidden_post_norm = hidden_post_norm;
   }
@@ -691,7 +680,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
   Rows last_rows;
   if (b.last_logits_only) {
     R = static_cast<std::int64_t>(plans.size());
-    last_rows = uninitialized_rows(R, H);
+    last_rows = Rows::host_float32_for_overwrite(R, H);
     for (std::int64_t i = 0; i < R; ++i) {
       const auto& s = plans[static_cast<std::size_t>(i)];
       rms_norm(xp + (s.start + s.n - 1) * H, final_norm.data(), last_rows.mutable_host_float32_data() + i * H, 1, H, eps);
@@ -706,7 +695,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     const float* fn = final_norm.data();
     final_rows = [&, fn](std::int64_t r0, std::int64_t r1) { rms_norm(xp + r0 * H, fn, np + r0 * H, r1 - r0, H, eps); };
   }
-  const Rows logits = uninitialized_rows(R, V);
+  const Rows logits = Rows::host_float32_for_overwrite(R, V);
   float* lp = logits.mutable_host_float32_data();
   mark(ForwardPhaseTimes::kOther);
   linear(rows, R, lm_head(), lp, opts.activation_bits.lm_head, final_rows);

@@ -474,7 +474,7 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     for (std::int64_t t = 0; t < N; ++t) std::copy_n(fp + t * ldf, fw, ws_scored.row(t));
     feat = ws_scored.data();
   }
-  const Rows x_rows = uninitialized_host_rows(N, H);  // the residual stream, returned as the rows' hidden states
+  const Rows x_rows = Rows::host_float32_for_overwrite(N, H);  // the residual stream, returned as the rows' hidden states
   float* xp = x_rows.mutable_host_float32_data();
   ws_in.grow(N, 2 * H);
   float* a_in0 = ws_in.data();  // EAGLE-3: [norm(embed); norm(x)]; EAGLE-1: [embed; feature]
@@ -642,7 +642,7 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
     for (std::int64_t i = 0; i < B; ++i) std::copy_n(xp + (b.cu_num_tokens[i + 1] - 1) * H, H, ws_normed.row(i));
     rp = ws_normed.data();
   }
-  result.logits = uninitialized_host_rows(R, Vd);
+  result.logits = Rows::host_float32_for_overwrite(R, Vd);
   float* lp = result.logits.mutable_host_float32_data();
   if (e3) {  // the final norm inside the product (a row step before the rows are quantised)
     ws_scored.grow(R, H);

@@ -8,16 +8,6 @@ using namespace eagle_internal;
 
 namespace {
 
-// `rows` x `width` contiguous values as float32 host rows sharing them.
-Rows rows_over(std::shared_ptr<std::vector<float>> values, std::int64_t rows, std::int64_t width) {
-  RowsView v;
-  v.data = values->data();
-  v.rows = rows;
-  v.cols = width;
-  v.row_stride = width;
-  return Rows(v, std::move(values));
-}
-
 // log_softmax of one row of n logits (the max subtracted first; the sum of exponentials in double).
 void log_softmax_row(const float* x, std::int64_t n, float* out) {
   const float m = *std::max_element(x, x + n);
@@ -232,7 +222,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     }
     if (!order.empty()) {
       const auto rows = static_cast<std::int64_t>(batch.token_ids.size());
-      batch.features = rows_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
+      batch.features = Rows::host_float32_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
       batch.commit = true;
       batch.last_logits_only = true;
       EagleHeadOutput out = head.forward(batch);
@@ -348,7 +338,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
         }
       }
       if (stepping.empty()) continue;
-      step.features = rows_over(feats, static_cast<std::int64_t>(stepping.size()), head.hidden_size());
+      step.features = Rows::host_float32_over(feats, static_cast<std::int64_t>(stepping.size()), head.hidden_size());
       step.features_are_head_hidden = true;
       EagleHeadOutput out = head.forward(step);
       for (std::size_t k = 0; k < stepping.size(); ++k) {
@@ -404,7 +394,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       }
       if (stepping.empty()) break;
       const auto rows = static_cast<std::int64_t>(step.token_ids.size());
-      step.features = rows_over(feats, rows, head.hidden_size());
+      step.features = Rows::host_float32_over(feats, rows, head.hidden_size());
       step.features_are_head_hidden = true;
       EagleHeadOutput out = head.forward(step);
       std::vector<float> lp(static_cast<std::size_t>(rows * Vd));

@@ -244,7 +244,7 @@ class DraftModelProposer {
       kept += static_cast<std::int64_t>(rows[static_cast<std::size_t>(b)].size());
     }
     if (keep_rows && kept > 0) {  // the kept rows in draft order, one [drafts, V] block
-      batch.probs = uninitialized_host_rows(kept, V);
+      batch.probs = Rows::host_float32_for_overwrite(kept, V);
       float* dst = batch.probs.mutable_host_float32_data();
       for (const auto& request_rows : rows)
         for (const auto& [step_rows, i] : request_rows) dst = std::copy_n(step_rows.host_row(i), V, dst);

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,17 +19,6 @@ namespace specdec::proposers {
 /// all are done; empty: in order on the calling thread.
 using ParallelFor = std::function<void(std::int64_t n, const std::function<void(std::int64_t)>& fn)>;
 
-/// rows x cols float32 host rows, contiguous, owned, not zeroed (the caller writes every value).
-inline Rows uninitialized_host_rows(std::int64_t rows, std::int64_t cols) {
-  auto values = std::make_shared_for_overwrite<float[]>(static_cast<std::size_t>(rows * cols > 0 ? rows * cols : 1));
-  RowsView v;
-  v.data = values.get();
-  v.rows = rows;
-  v.cols = cols;
-  v.row_stride = cols;
-  return Rows(v, std::move(values));
-}
-
 /// Row i of `logits` (float32 rows in host memory, [R, V]) goes through specdec::logits_to_probs with *row_params[i]
 /// (temperature 0 gives the one-hot argmax row). Returns [R, V] float32 host rows, contiguous. Proposers that sample use
 /// it for their draft rows so that draft and target rows are processed identically. Sampled rows (an exp per entry) go
@@ -43,7 +31,7 @@ inline Rows process_logits(const Rows& logits, std::span<const SamplingParams* c
   if (static_cast<std::int64_t>(row_params.size()) != R)
     throw error(Status::kInvalidArgument, "process_logits: expected " + std::to_string(R) + " row params, got " +
                                               std::to_string(row_params.size()));
-  Rows probs = uninitialized_host_rows(R, V);
+  Rows probs = Rows::host_float32_for_overwrite(R, V);
   float* pp = probs.mutable_host_float32_data();
   std::vector<Status> status(static_cast<std::size_t>(R), Status::kSuccess);
   const std::function<void(std::int64_t)> row = [&](std::int64_t r) {
