@@ -470,9 +470,9 @@ EagleHeadOutput EagleHead::Impl::forward(const EagleHeadBatch& b) {
   // The features as contiguous rows (the products read contiguous inputs).
   const float* feat = fp;
   if (ldf != fw) {
-    ws_scored.grow(N, fw);
-    for (std::int64_t t = 0; t < N; ++t) std::copy_n(fp + t * ldf, fw, ws_scored.row(t));
-    feat = ws_scored.data();
+    ws_features.grow(N, fw);
+    for (std::int64_t t = 0; t < N; ++t) std::copy_n(fp + t * ldf, fw, ws_features.row(t));
+    feat = ws_features.data();
   }
   const Rows x_rows = Rows::host_float32_for_overwrite(N, H);  // the residual stream, returned as the rows' hidden states
   float* xp = x_rows.mutable_host_float32_data();

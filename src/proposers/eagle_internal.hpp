@@ -121,7 +121,8 @@ struct EagleHead::Impl {
   sm::detail::QuantizedRows activations;
   std::int64_t planes = 2;
   std::vector<float> scores;
-  sm::detail::FloatRows ws_in, ws_normed, ws_qkv, ws_attn, ws_gu, ws_act, ws_scored;  // the forward's workspace
+  // The forward's workspace (ws_features: strided feature rows made contiguous).
+  sm::detail::FloatRows ws_features, ws_in, ws_normed, ws_qkv, ws_attn, ws_gu, ws_act, ws_scored;
 
   std::int64_t feature_size() const { return cfg.version == EagleVersion::kEagle1 ? H : 3 * Ht; }
   SlotState& state(std::int64_t slot) {

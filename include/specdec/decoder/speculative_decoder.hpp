@@ -536,7 +536,7 @@ class SpeculativeDecoder {
     return static_cast<std::int32_t>(std::max<std::int64_t>(0, std::min<std::int64_t>(g, room)));
   }
 
-  /// The target's pool for the step's host work (models::HasParallelFor), or none (ATen's).
+  /// The target's pool for the step's host work (models::HasParallelFor), or none (the calling thread).
   detail::HostParallelFor host_parallel_for() {
     if constexpr (models::HasParallelFor<Target>) {
       return [t = target_](std::int64_t n, const std::function<void(std::int64_t)>& fn) { t->parallel_for(n, fn); };

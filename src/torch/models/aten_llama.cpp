@@ -138,16 +138,17 @@ AtenLlamaModel::AtenLlamaModel(const LlamaConfig& config, const WeightGetter& ge
   if (c.sliding_window > 0) m.inv_freq_swa = at::tensor(sliding_rope_inverse_frequencies(c, m.hd)).to(m.fopts());
   m.scale = c.attention_scale > 0.0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(m.hd));
 
-  auto fetch = [&](const std::string& name, std::vector<std::int64_t> shape, bool norm) {
-    at::Tensor t = torch::tensor_of(get(name));
+  // `read`: the weight when already read (the LM head, read once to learn whether the checkpoint has one).
+  auto fetch = [&](const std::string& name, std::vector<std::int64_t> shape, bool norm, const FloatTensor* read = nullptr) {
+    at::Tensor t = torch::tensor_of(read != nullptr ? *read : get(name));
     if (!t.defined()) fail(fmt::format("AtenLlamaModel: weight {}: expected a tensor of shape {}, got none", name, shape_str(shape)));
     if (t.sizes().vec() != shape)
       fail(fmt::format("AtenLlamaModel: weight {}: expected shape {}, got {}", name, shape_str(shape), shape_str(t.sizes())));
     return t.to(norm ? m.fopts() : m.wopts()).contiguous();
   };
   m.embed = fetch("model.embed_tokens.weight", {m.V, m.H}, false);
-  const bool own_head = !c.tie_word_embeddings && get("lm_head.weight").defined();
-  m.lm_head = own_head ? fetch("lm_head.weight", {m.V, m.H}, false) : m.embed;
+  const FloatTensor head = c.tie_word_embeddings ? FloatTensor() : get("lm_head.weight");
+  m.lm_head = head.defined() ? fetch("lm_head.weight", {m.V, m.H}, false, &head) : m.embed;
   m.final_norm = fetch("model.norm.weight", {m.H}, true);
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
