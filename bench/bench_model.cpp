@@ -19,6 +19,7 @@
 //   ms_<step>              ms per forward spent in each step (qkv, rope, attention, attn_out, gate_up, down, lm_head,
 //                          other; LlamaOptions::time_phases, ForwardPhaseTimes): where the time goes
 // BM_Prefill: a prompt of `tokens` tokens in one forward (logits of the last token only), tokens_per_second.
+// BM_LoadToFirstToken: parse the GGUF, read its tokenizer, build the model, forward "Hello": milliseconds (median of 11).
 // BM_Attention: one layer's few-token attention (detail::attention_rows), microseconds.
 // BM_PackedLinear: one packed product per instruction set and token-row count on one thread, weights in cache (GMAC/s).
 // BM_PackedLinearFormat: the same for every block format (Q4_0 ... IQ4_XS).
@@ -55,7 +56,9 @@
 #include "specdec/models/detail/pooled_linear.hpp"
 #include "specdec/models/detail/row_pool.hpp"
 #include "specdec/torch/host_threads.hpp"
+#include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/models/tokenizer.hpp"
 
 namespace sm = specdec::models;
 
@@ -237,6 +240,52 @@ BENCHMARK(BM_Prefill)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);
+
+// Load to first token, as an engine starts: open and parse the GGUF, read its tokenizer, build the model from the same
+// parsed file (blocks repacked, float tensors converted), encode "Hello" and forward it (last logits only). Each
+// iteration starts from nothing (the file in the page cache, as a second start of a program finds it).
+// ms_median: the median iteration; ms_<part>_median: the parse, the tokenizer, the model and the first forward.
+void BM_LoadToFirstToken(benchmark::State& state) {
+  std::filesystem::path path = std::filesystem::path(SPECDEC_MODELS_DIR) / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (const char* env = std::getenv("SPECDEC_MODEL")) path = env;
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError("the model file is absent");
+    return;
+  }
+  using clock = std::chrono::steady_clock;
+  const auto ms = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count() * 1e3; };
+  std::vector<double> total, parse, tokenizer, load, first;
+  for (auto _ : state) {
+    const auto t0 = clock::now();
+    const sm::GgufFile file(path);
+    const auto t1 = clock::now();
+    const sm::Tokenizer tok = sm::Tokenizer::from_gguf(file);
+    const auto t2 = clock::now();
+    sm::LlamaOptions o;
+    o.num_threads = g_threads;
+    sm::LlamaModel m = sm::load_llama_gguf(file, o);
+    const auto t3 = clock::now();
+    const std::vector<std::int32_t> ids = tok.encode("Hello");
+    sm::ForwardBatch b = sm::make_chain_batch(m.allocate_sequence(), std::vector<std::int64_t>(ids.begin(), ids.end()));
+    b.last_logits_only = true;
+    sm::ForwardOutput out = m.forward(b);
+    benchmark::DoNotOptimize(out.logits.view().data);
+    const auto t4 = clock::now();
+    total.push_back(ms(t0, t4));
+    parse.push_back(ms(t0, t1));
+    tokenizer.push_back(ms(t1, t2));
+    load.push_back(ms(t2, t3));
+    first.push_back(ms(t3, t4));
+  }
+  state.counters["ms_median"] = median_of(total);
+  state.counters["ms_parse_median"] = median_of(parse);
+  state.counters["ms_tokenizer_median"] = median_of(tokenizer);
+  state.counters["ms_model_median"] = median_of(load);
+  state.counters["ms_first_forward_median"] = median_of(first);
+  state.counters["peak_rss_mib"] = peak_rss_mib();
+  state.SetLabel(path.filename().string());
+}
+BENCHMARK(BM_LoadToFirstToken)->Iterations(11)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // A 1-token forward right after something else, at context 128: after a forward of `before` new tokens (rolled back),
 // then a pause of `pause_us` microseconds on the calling thread (a busy wait: the pool's threads go to sleep past their

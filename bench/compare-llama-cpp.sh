@@ -2,7 +2,7 @@
 # Peer comparison (not run in CI): specdec's CPU decoding against llama.cpp on the same GGUF file, same threads, same
 # prompts, in one sitting. Prints one Markdown table of decoding tokens/s per prompt (llama.cpp plain and prompt-lookup,
 # specdec plain, n-gram g=5 and CLI defaults), a table of forward costs (1-/6-token at context 128/1024, r, prefill,
-# peak RSS), and writes everything as JSON. Measurements run one after another (never in parallel).
+# load to first token, peak RSS), and writes everything as JSON. Measurements run one after another (never in parallel).
 #
 #   bench/compare-llama-cpp.sh [--threads N] [--prompts FILE] [--max-new-tokens 128] [--json out/compare.json]
 #                              [--build DIR] [--model GGUF] [--only llama|specdec] [--isa native|avx2|avx-vnni]

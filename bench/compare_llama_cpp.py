@@ -6,10 +6,12 @@ Driven by bench/compare-llama-cpp.sh (which creates the virtualenv and passes th
   llama    all llama.cpp measurements, run in child processes so that their peak RSS is llama.cpp's alone:
            per prompt, greedy plain decoding and prompt-lookup decoding (LlamaPromptLookupDecoding(num_pred_tokens=5) as
            draft_model) with prefill excluded; the time of a 1-token and of a 6-token forward at context 128 and 1024;
-           prefill tokens/s of a 512-token prompt; peak RSS of a child that only loads the model and decodes the prompts.
+           prefill tokens/s of a 512-token prompt; load to first token (Llama(...), tokenize and decode "Hello", median
+           of 11 loads); peak RSS of a child that only loads the model and decodes the prompts.
   specdec  specdec-generate --compare --chat --json per prompt with --proposer none, --proposer ngram -g 5 --fixed-g and the CLI
-           defaults (peak RSS from /usr/bin/time -v), bench_model's BM_Decode rows (1-/6-token forwards) and its
-           BM_Prefill/tokens:512 row when the binary has one (otherwise an estimate from wall times, specdec_prefill).
+           defaults (peak RSS from /usr/bin/time -v), bench_model's BM_Decode rows (1-/6-token forwards), its
+           BM_LoadToFirstToken row and its BM_Prefill/tokens:512 row when the binary has one (otherwise an estimate from
+           wall times, specdec_prefill).
   report   merges the two JSON files, prints the Markdown tables and writes the combined JSON.
 
 Accounting matches specdec's: a prompt of n tokens is prefilled with its first n - 1 tokens (untimed); the timed decode
@@ -336,6 +338,31 @@ def long_prompt_ids(llm, prompts, n):
     return list(ids)
 
 
+LOAD_REPS = 11
+LOAD_PROMPT = "Hello"
+
+
+def load_to_first_token(a):
+    """Model load to the first token's logits, as specdec's bench_model BM_LoadToFirstToken measures it: `Llama(...)`
+    (parse, tokenizer, weights, context), tokenize LOAD_PROMPT and decode it (last logits only), in this already started
+    process; the model freed between repetitions. Median of LOAD_REPS."""
+    import gc
+
+    each = []
+    for _ in range(LOAD_REPS):
+        t0 = time.perf_counter()
+        llm = open_llama(a.model, a.threads)
+        ids = llm.tokenize(LOAD_PROMPT.encode("utf-8"), add_bos=True, special=False)
+        llm.eval(ids)
+        synchronize(llm)
+        each.append((time.perf_counter() - t0) * 1e3)
+        llm.close()
+        del llm
+        gc.collect()
+    return {"method": f"Llama(n_ctx={N_CTX}) + tokenize and decode {LOAD_PROMPT!r}, median of {LOAD_REPS} in one process",
+            "median_ms": statistics.median(each), "ms": each}
+
+
 def llama_worker(a):
     """Child process: every llama.cpp measurement except the RSS probe."""
     import llama_cpp
@@ -373,7 +400,10 @@ def llama_worker(a):
     prefill = prefill_cost(llm, long_ids)
     prefill["text"] = llm.detokenize(long_ids, special=False).decode("utf-8", "replace")
     prefill["ids"] = long_ids
-    write_json(a.out, {"info": info, "prompts": per_prompt, "forwards": forwards, "prefill": prefill})
+    log(f"llama.cpp: load to first token ({LOAD_REPS} loads)")
+    load = load_to_first_token(a)
+    write_json(a.out, {"info": info, "prompts": per_prompt, "forwards": forwards, "prefill": prefill,
+                       "load_to_first_token": load})
 
 
 def llama_rss_probe(a):
@@ -457,9 +487,16 @@ def first_streamed_text(stdout):
 def parse_bench_model(path):
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    rows, prefill = {}, None
+    rows, prefill, load = {}, None, None
     for b in data.get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration":
+            continue
+        if b.get("name", "").startswith("BM_LoadToFirstToken") and "ms_median" in b:
+            load = {"method": "bench_model BM_LoadToFirstToken (GgufFile, Tokenizer::from_gguf, load_llama_gguf, encode and "
+                              "forward 'Hello', last logits only), median of its iterations in one process",
+                    "median_ms": b["ms_median"],
+                    "parts_median_ms": {k[3:-7]: b[k] for k in b if k.startswith("ms_") and k.endswith("_median")
+                                        and k != "ms_median"}}
             continue
         if re.match(rf"BM_Prefill/tokens:{PREFILL_TOKENS}(/|$)", b.get("name", "")) and "tokens_per_second" in b:
             prefill = {"method": f"bench_model BM_Prefill/tokens:{PREFILL_TOKENS} (one forward of the whole prompt, "
@@ -484,7 +521,7 @@ def parse_bench_model(path):
                                                 "iterations": six.get("iterations")},
                                   "r": six[key] / one[key], "statistic": key,
                                   "label": one.get("label")}
-    return {"forwards": forwards, "prefill": prefill, "context": data.get("context", {})}
+    return {"forwards": forwards, "prefill": prefill, "load_to_first_token": load, "context": data.get("context", {})}
 
 
 def specdec_prefill(a, gen, logdir, prefill_text, prefill_tokens):
@@ -587,13 +624,13 @@ def cmd_specdec(a):
     res["peak_rss_source"] = "/usr/bin/time -v of the --proposer none --compare runs (max over prompts)"
 
     if os.access(bench, os.X_OK):
-        log(f"specdec: bench_model --benchmark_filter='BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}' "
-            "(1-/6-token forwards at context 128 and 1024, prefill)")
+        log(f"specdec: bench_model --benchmark_filter='BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}|BM_LoadToFirstToken' "
+            "(1-/6-token forwards at context 128 and 1024, prefill, load to first token)")
         bj = os.path.join(a.logdir, "bench_model.json")
         env = dict(os.environ, SPECDEC_MODEL=a.model, SPECDEC_BENCH_THREADS=str(a.threads))
         with open(os.path.join(a.logdir, "bench_model.stdout"), "w") as so, \
                 open(os.path.join(a.logdir, "bench_model.stderr"), "w") as se:
-            rc, _, _ = run_child([bench, f"--benchmark_filter=BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}",
+            rc, _, _ = run_child([bench, f"--benchmark_filter=BM_Decode|BM_Prefill/tokens:{PREFILL_TOKENS}|BM_LoadToFirstToken",
                                   f"--benchmark_out={bj}",
                                   "--benchmark_out_format=json"], env=env, stdout=so, stderr=se)
         if rc != 0:
@@ -738,6 +775,8 @@ def cmd_report(a):
                       g(sb, "forwards", str(context), "r"), ".2f"))
     rows2.append((f"prefill tokens/s ({PREFILL_TOKENS}-token prompt)", g(llama, "prefill", "tokens_per_second"),
                   g(spec, "prefill", "tokens_per_second"), ".0f"))
+    rows2.append(("load to first token (ms)", g(llama, "load_to_first_token", "median_ms"),
+                  g(sb, "load_to_first_token", "median_ms"), ".1f"))
     rows2.append(("peak RSS (MiB)", g(llama, "peak_rss_mib"), g(spec, "peak_rss_mib"), ".0f"))
     lines.append("| forward costs and memory | llama.cpp | specdec |")
     lines.append("|---|---|---|")
@@ -751,6 +790,9 @@ def cmd_report(a):
                  "specdec forwards: `bench_model --benchmark_filter=BM_Decode` (median forward of its iterations). specdec prefill: "
                  + (g(spec, "prefill", "method") or "n/a") +
                  "; llama.cpp prefill: one 512-token `llama_decode` (last logits only), median of 5. "
+                 f"Load to first token: llama.cpp `Llama(n_ctx={N_CTX})` + tokenize and decode 'Hello', specdec "
+                 "`bench_model --benchmark_filter=BM_LoadToFirstToken` (parse, tokenizer, model, first forward), each the "
+                 f"median of {LOAD_REPS} in an already started process. "
                  "Peak RSS: llama.cpp = fresh child that loads the model and decodes the prompts plainly (ru_maxrss); "
                  "specdec = `/usr/bin/time -v` of the `--proposer none --compare` runs.")
     shares = {side: g(d, "interference", "foreign_cpu_share") for side, d in (("llama.cpp", llama), ("specdec", spec))}

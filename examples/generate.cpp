@@ -163,9 +163,11 @@ specdec::models::GgmlType draft_weights_type(const Options& o) {
   return o.draft_weights == "q4_0" ? specdec::models::GgmlType::kQ4_0 : specdec::models::GgmlType::kQ8_0;
 }
 
-/// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json).
+/// Loads a Llama-family model from a GGUF file or a Hugging Face directory (safetensors + config.json); `open`: the same
+/// GGUF file already parsed (for its tokenizer), or null.
 LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false,
-                      specdec::models::GgmlType quantized_type = specdec::models::GgmlType::kQ8_0) {
+                      specdec::models::GgmlType quantized_type = specdec::models::GgmlType::kQ8_0,
+                      const specdec::models::GgufFile* open = nullptr) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
@@ -177,6 +179,7 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   options.quantized_float_type = quantized_type;
   try {
     if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
+    if (open != nullptr) return specdec::models::load_llama_gguf(*open, options);
     return specdec::models::load_llama_gguf(path, options);
   } catch (const std::exception& e) {
     fail(fmt::format("{}: '{}': {}", flag, path, e.what()));
@@ -763,7 +766,9 @@ int run_cli(const Options& o, const Prepared& p) {
                      "raw text rather than answering it; add --chat to apply the template",
                      o.prompt_file.empty() ? "--prompt" : "--prompt-file", fs::path(p.tokenizer_path).filename().string()));
   if (o.device == "cpu") {
-    LlamaModel target = load_model(o.model, "--model", o);
+    // The target's file is parsed once when it is also the tokenizer's.
+    const bool same_file = p.tokenizer_path == o.model && !fs::is_directory(o.model);
+    LlamaModel target = load_model(o.model, "--model", o, false, specdec::models::GgmlType::kQ8_0, same_file ? &ts.file : nullptr);
     return run_on(o, p, ts, target);
   }
 #if !defined(SPECDEC_GENERATE_TORCH)

@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <map>
-#include <regex>
 
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/gguf.hpp"
@@ -31,7 +30,7 @@ GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
       {"lm_head.weight", "output.weight"},
   };
   if (auto it = globals.find(hf); it != globals.end()) return {it->second, 0};
-  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+
   static const std::map<std::string, std::string> per_layer = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},       {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -43,9 +42,14 @@ GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
-  std::smatch m;
-  if (std::regex_match(hf, m, layer)) {
-    const std::string part = m[2].str();
+  // model.layers.<digits>.<part>
+  static constexpr std::string_view kLayers = "model.layers.";
+  const std::string_view name = hf;
+  std::size_t digits_end = kLayers.size();
+  while (digits_end < name.size() && name[digits_end] >= '0' && name[digits_end] <= '9') ++digits_end;
+  if (name.starts_with(kLayers) && digits_end > kLayers.size() && digits_end + 1 < name.size() && name[digits_end] == '.') {
+    const std::string_view layer = name.substr(kLayers.size(), digits_end - kLayers.size());
+    const std::string part(name.substr(digits_end + 1));
     std::string gguf;
     // The norm before the MLP is llama.cpp's ffn_norm; Hugging Face calls it post_attention_layernorm in Llama's block and
     // pre_feedforward_layernorm in Gemma's, where post_attention_layernorm is the attention output's norm.
@@ -59,7 +63,7 @@ GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
       if (c.gguf_qk_permuted && (part == "self_attn.q_proj.weight" || part == "self_attn.q_proj.bias")) heads = c.num_heads;
       if (c.gguf_qk_permuted && (part == "self_attn.k_proj.weight" || part == "self_attn.k_proj.bias"))
         heads = c.num_kv_heads ? c.num_kv_heads : c.num_heads;
-      return {fmt::format("blk.{}.{}", m[1].str(), gguf), heads};
+      return {fmt::format("blk.{}.{}", layer, gguf), heads};
     }
   }
   return {"", 0};
@@ -68,7 +72,11 @@ GgufName gguf_name(const std::string& hf, const LlamaConfig& c) {
 }  // namespace
 
 LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions& options) {
-  GgufFile file(path);
+  const GgufFile file(path);
+  return load_llama_gguf(file, options);
+}
+
+LlamaModel load_llama_gguf(const GgufFile& file, const LlamaOptions& options) {
   LlamaConfig config = llama_config_from_gguf(file);
   config.validate();
   require_block_support(config, "load_llama_gguf");

@@ -33,6 +33,8 @@
 
 namespace specdec::models {
 
+class GgufFile;
+
 /// CPUs this process may run on (its affinity mask; the hardware thread count where that cannot be read): the default
 /// thread count of a model's pool.
 int available_cpus() noexcept;
@@ -191,6 +193,9 @@ bool parse_kv_cache_type(std::string_view name);
 /// architecture, missing tensors, or a tensor whose type, size or shape the model cannot take (naming the tensor, its
 /// type and what was expected).
 LlamaModel load_llama_gguf(const std::filesystem::path& path, const LlamaOptions& options = {});
+/// The same from a file already open (its tokenizer read from it too: the file is parsed once). The model keeps nothing
+/// of `file`; the pages of the tensors it packed are released from `file`'s mapping as it goes.
+LlamaModel load_llama_gguf(const GgufFile& file, const LlamaOptions& options = {});
 
 /// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not) into a float32 model.
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options = {});

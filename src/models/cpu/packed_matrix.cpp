@@ -318,7 +318,11 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     m.data_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(std::aligned_alloc(64, bytes)), [](std::byte* p) { std::free(p); });
     if (!m.data_) fail(fmt::format("tensor {}: cannot allocate {} bytes for the packed weights", first.name, total));
   }
-  std::memset(m.data_.get(), 0, total);  // padding rows of the last tile: u = 0, d = 0, m = 0
+  // The bytes after the last tile (to a 64-byte multiple); the tiles themselves are zeroed (where a byte may stay unwritten)
+  // by the thread that packs them, so that the pages' first touch, the kernel's zeroing of fresh memory, is spread over
+  // the packing threads too.
+  const auto tiles_end = static_cast<std::size_t>(m.tiles() * m.tile_bytes_);
+  std::memset(m.data_.get() + tiles_end, 0, total - tiles_end);
 
   const Layout& L = m.layout_;
   const std::int64_t src_row_bytes = m.cols_ / f.source_block_elements * f.source_block_bytes;
@@ -332,52 +336,98 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         row_src[static_cast<std::size_t>(r)] = s.data.data() + src * src_row_bytes;
       }
   }
-  // Tiles [t0, t1) (a tile's rows share its bytes, so a tile is one thread's); returns whether every 8-bit value of
-  // them is above the format's minimum.
-  auto pack_tiles = [&](std::int64_t t0, std::int64_t t1) {
+  // Byte of element e of a block in its tile block: 4 values of a lane side by side, then the next 4 of every lane;
+  // a 4-bit block puts elements e and e + 16 in one byte (low and high nibble).
+  const bool nibbles = L.u4 && L.block == 32;
+  // Q4_0 / Q4_1 / Q8_0 (the formats of most files) copy their bytes in groups of four: a Q4 block's 16 bytes are already
+  // its tile bytes (element e low nibble, e + 16 high), a Q8_0 value is its byte with the sign bit flipped (u = q + 128).
+  const bool q4_copy = m.type_ == GgmlType::kQ4_0 || m.type_ == GgmlType::kQ4_1;
+  const bool q8_copy = m.type_ == GgmlType::kQ8_0;
+  // Row r's blocks into its lane of tile `tile`; returns whether every 8-bit value is above the format's minimum.
+  auto pack_row = [&](std::int64_t r, std::byte* tile) {
+    const std::byte* row = row_src[static_cast<std::size_t>(r)];
+    const std::int64_t lane = r % kTileRows;
+    const std::int64_t tbb = L.tile_block_bytes();
+    if (q4_copy) {
+      const bool q41 = m.type_ == GgmlType::kQ4_1;
+      const std::int64_t sb = q41 ? 20 : 18;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::byte* blk = row + b * sb;
+        std::byte* tb = tile + b * tbb;
+        const std::byte* qs = blk + (q41 ? 4 : 2);
+        for (int g = 0; g < 4; ++g) std::memcpy(tb + g * 64 + lane * 4, qs + 4 * g, 4);
+        std::byte* sc = tb + L.value_bytes();
+        std::memcpy(sc + 2 * lane, blk, 2);
+        if (q41) std::memcpy(sc + L.scale_bytes() + 2 * lane, blk + 2, 2);
+      }
+      return true;
+    }
+    if (q8_copy) {
+      bool above = true;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::byte* blk = row + b * 34;
+        std::byte* tb = tile + b * tbb;
+        for (int g = 0; g < 8; ++g) {
+          std::uint32_t w;
+          std::memcpy(&w, blk + 2 + 4 * g, 4);
+          w ^= 0x80808080u;
+          // a byte u == 0 (q == -128): the classic has-zero-byte test
+          above = above && ((w - 0x01010101u) & ~w & 0x80808080u) == 0;
+          std::memcpy(tb + g * 64 + lane * 4, &w, 4);
+        }
+        std::memcpy(tb + L.value_bytes() + 2 * lane, blk, 2);
+      }
+      return above;
+    }
     BlockValues bv;
     bool above = !L.u4 && L.zero == 128;
-    // Byte of element e of a block in its tile block: 4 values of a lane side by side, then the next 4 of every lane;
-    // a 4-bit block puts elements e and e + 16 in one byte (low and high nibble).
-    const bool nibbles = L.u4 && L.block == 32;
-    for (std::int64_t r = t0 * kTileRows; r < std::min(t1 * kTileRows, m.rows_); ++r) {
-      const std::byte* row = row_src[static_cast<std::size_t>(r)];
-      const std::int64_t lane = r % kTileRows;
-      std::int64_t at[32];
-      for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
-        const std::int64_t g = L.u4 ? e % 16 : e;
-        at[e] = (g / 4) * 64 + lane * 4 + g % 4;
+    std::int64_t at[32];
+    for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
+      const std::int64_t g = L.u4 ? e % 16 : e;
+      at[e] = (g / 4) * 64 + lane * 4 + g % 4;
+    }
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      read_block(m.type_, row, b, bv);
+      std::byte* tb = tile + b * tbb;
+      auto* v = reinterpret_cast<std::uint8_t*>(tb);
+      if (nibbles) {
+        for (std::int64_t e = 0; e < 16; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + 16] << 4));
+      } else if (L.u4) {
+        for (std::int64_t e = 0; e < L.block; ++e)
+          v[at[e]] = static_cast<std::uint8_t>(v[at[e]] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
+      } else {
+        std::uint8_t any_zero = 0;
+        for (std::int64_t e = 0; e < L.block; ++e) {
+          v[at[e]] = bv.u[e];
+          any_zero |= static_cast<std::uint8_t>(bv.u[e] == 0);
+        }
+        above = above && any_zero == 0;
       }
-      std::byte* tile = m.data_.get() + (r / kTileRows) * m.tile_bytes_;
-      for (std::int64_t b = 0; b < blocks; ++b) {
-        read_block(m.type_, row, b, bv);
-        std::byte* tb = tile + b * L.tile_block_bytes();
-        auto* v = reinterpret_cast<std::uint8_t*>(tb);
-        if (nibbles) {
-          for (std::int64_t e = 0; e < 16; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + 16] << 4));
-        } else if (L.u4) {
-          for (std::int64_t e = 0; e < L.block; ++e)
-            v[at[e]] = static_cast<std::uint8_t>(v[at[e]] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
-        } else {
-          std::uint8_t any_zero = 0;
-          for (std::int64_t e = 0; e < L.block; ++e) {
-            v[at[e]] = bv.u[e];
-            any_zero |= static_cast<std::uint8_t>(bv.u[e] == 0);
-          }
-          above = above && any_zero == 0;
-        }
-        std::byte* sc = tb + L.value_bytes();
-        std::byte* mn = sc + L.scale_bytes();
-        if (L.half_scales) {
-          std::memcpy(sc + 2 * lane, &bv.d_half, 2);
-          if (L.has_min) std::memcpy(mn + 2 * lane, &bv.m_half, 2);
-        } else {
-          std::memcpy(sc + 4 * lane, &bv.d, 4);
-          if (L.has_min) std::memcpy(mn + 4 * lane, &bv.m, 4);
-        }
+      std::byte* sc = tb + L.value_bytes();
+      std::byte* mn = sc + L.scale_bytes();
+      if (L.half_scales) {
+        std::memcpy(sc + 2 * lane, &bv.d_half, 2);
+        if (L.has_min) std::memcpy(mn + 2 * lane, &bv.m_half, 2);
+      } else {
+        std::memcpy(sc + 4 * lane, &bv.d, 4);
+        if (L.has_min) std::memcpy(mn + 4 * lane, &bv.m, 4);
       }
     }
     return above;
+  };
+  // Tiles [t0, t1) (a tile's rows share its bytes, so a tile is one thread's); returns whether every 8-bit value of
+  // them is above the format's minimum (only an 8-bit layout with zero point 128 can be).
+  auto pack_tiles = [&](std::int64_t t0, std::int64_t t1) {
+    bool above = !L.u4 && L.zero == 128;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      std::byte* tile = m.data_.get() + t * m.tile_bytes_;
+      const std::int64_t r_end = std::min((t + 1) * kTileRows, m.rows_);
+      // Every byte of a full tile is written below, except by the nibble-merging path; a partial tile's padding rows
+      // stay u = 0, d = 0, m = 0.
+      if (r_end - t * kTileRows < kTileRows || (L.u4 && !nibbles)) std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
+      for (std::int64_t r = t * kTileRows; r < r_end; ++r) above = pack_row(r, tile) && above;
+    }
+    return above && !L.u4 && L.zero == 128;
   };
   // A large matrix packs on several threads, each a contiguous range of tiles (every byte is written the same whatever
   // the split; a model's load was mostly this loop on one core).

@@ -214,11 +214,14 @@ class Reader {
     return v;
   }
 
-  std::string read_string(std::string_view what) {
-    const auto n = read<std::uint64_t>(what);
+  std::string read_string(std::string_view what) { return read_string_of("", what, ""); }
+  /// A string called prefix + name + suffix in messages, built only on failure (a vocabulary is 10^5 strings).
+  std::string read_string_of(std::string_view prefix, std::string_view name, std::string_view suffix) {
+    if (remaining() < 8) need(8, fmt::format("{}{}{}", prefix, name, suffix));
+    const auto n = read<std::uint64_t>(name);
     if (n > remaining())
-      fail(fmt::format("gguf: {} has length {} at offset {}, but only {} bytes remain in the file", what, n, pos_ - 8,
-                       remaining()));
+      fail(fmt::format("gguf: {}{}{} has length {} at offset {}, but only {} bytes remain in the file", prefix, name, suffix, n,
+                       pos_ - 8, remaining()));
     std::string s(reinterpret_cast<const char*>(data_ + pos_), static_cast<std::size_t>(n));
     pos_ += n;
     return s;
@@ -274,7 +277,7 @@ GgufValue read_value(Reader& r, std::uint32_t type, const std::string& key, int 
       v.data = b != 0;
       break;
     }
-    case GgufType::kString: v.data = r.read_string(fmt::format("string value of metadata key '{}'", key)); break;
+    case GgufType::kString: v.data = r.read_string_of("string value of metadata key '", key, "'"); break;
     case GgufType::kArray: {
       if (depth >= kMaxArrayNesting)
         fail(fmt::format("gguf: metadata key '{}' nests arrays deeper than {} levels", key, kMaxArrayNesting));

@@ -7,6 +7,7 @@
 #include <limits>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -54,7 +55,7 @@ std::size_t decode_utf8(const unsigned char* p, std::size_t n, char32_t& cp) {
 /// GPT-2's byte <-> printable code point table (bytes_to_unicode).
 struct ByteLevelTable {
   std::array<char32_t, 256> byte_to_cp{};
-  std::unordered_map<char32_t, unsigned char> cp_to_byte;
+  std::array<std::int16_t, 512> cp_to_byte{};  // -1 where a code point stands for no byte (all of them are below 512)
   ByteLevelTable() {
     std::array<bool, 256> direct{};
     for (int b = 33; b <= 126; ++b) direct[b] = true;
@@ -62,7 +63,8 @@ struct ByteLevelTable {
     for (int b = 174; b <= 255; ++b) direct[b] = true;
     char32_t next = 256;
     for (int b = 0; b < 256; ++b) byte_to_cp[b] = direct[b] ? static_cast<char32_t>(b) : next++;
-    for (int b = 0; b < 256; ++b) cp_to_byte.emplace(byte_to_cp[b], static_cast<unsigned char>(b));
+    cp_to_byte.fill(-1);
+    for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<std::int16_t>(b);
   }
 };
 const ByteLevelTable& byte_level() {
@@ -224,7 +226,12 @@ std::size_t detail::utf8_complete_prefix(std::string_view bytes) noexcept {
 struct Tokenizer::Impl {
   TokenizerSpec spec;
   std::vector<std::string> bytes;  // raw bytes of each token
-  std::unordered_map<std::string, std::int32_t> text_to_id;
+  // Looked up by string_view (no copy of the key).
+  struct TextHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, std::int32_t, TextHash, std::equal_to<>> text_to_id;
   std::array<std::int32_t, 256> byte_token{};
   struct Merge {
     std::int32_t rank;
@@ -250,7 +257,7 @@ struct Tokenizer::Impl {
   void spm_encode(std::string_view text, EncodeOptions options, std::vector<std::int32_t>& out) const;
   void spm_piece(std::string_view escaped, std::vector<std::int32_t>& out) const;
   std::optional<std::int32_t> find(std::string_view text) const {
-    const auto it = text_to_id.find(std::string(text));
+    const auto it = text_to_id.find(text);
     if (it == text_to_id.end()) return std::nullopt;
     return it->second;
   }
@@ -371,9 +378,9 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_unique<Impl>()) {
         ok = false;
         break;
       }
-      const auto it = bl.cp_to_byte.find(cp);
-      if (it == bl.cp_to_byte.end()) ok = false;
-      else raw += static_cast<char>(it->second);
+      const int byte = cp < bl.cp_to_byte.size() ? bl.cp_to_byte[cp] : -1;
+      if (byte < 0) ok = false;
+      else raw += static_cast<char>(byte);
       i += len;
     }
     m.bytes[id] = ok ? raw : t;
@@ -389,13 +396,15 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_unique<Impl>()) {
   std::sort(m.specials_always.begin(), m.specials_always.end(), by_length);
 
   m.merges.reserve(spec.merges.size() * 2);
+  std::string joined;
   for (std::size_t r = 0; r < spec.merges.size(); ++r) {
-    const std::string& line = spec.merges[r];
+    const std::string_view line = spec.merges[r];
     const std::size_t sp = line.find(' ', 1);
     if (sp == std::string::npos || sp + 1 >= line.size())
       fail(fmt::format("tokenizer: merge {} '{}' is not of the form 'left right'", r, line));
-    const std::string left = line.substr(0, sp), right = line.substr(sp + 1);
-    const auto l = m.text_to_id.find(left), rr = m.text_to_id.find(right), mm = m.text_to_id.find(left + right);
+    const std::string_view left = line.substr(0, sp), right = line.substr(sp + 1);
+    joined.assign(left).append(right);
+    const auto l = m.text_to_id.find(left), rr = m.text_to_id.find(right), mm = m.text_to_id.find(std::string_view(joined));
     if (l == m.text_to_id.end() || rr == m.text_to_id.end() || mm == m.text_to_id.end()) continue;  // unreachable merge
     m.merges.emplace(Impl::key(l->second, rr->second), Impl::Merge{static_cast<std::int32_t>(r), mm->second});
   }
@@ -445,11 +454,11 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
       "<MID>", "\u2581<MID>", "<|code_middle|>", "<|middle|>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
       "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
   if (s.token_types.empty()) s.token_types.assign(s.tokens.size(), TokenType::kNormal);
+  static const std::unordered_set<std::string_view> control_by_text(std::begin(kControlByText), std::end(kControlByText));
   if (s.token_types.size() == s.tokens.size()) {
     for (std::size_t i = 0; i < s.tokens.size(); ++i) {
       if (s.token_types[i] == TokenType::kControl || s.tokens[i].size() > 32) continue;
-      for (std::string_view t : kControlByText)
-        if (s.tokens[i] == t) s.token_types[i] = TokenType::kControl;
+      if (control_by_text.contains(s.tokens[i])) s.token_types[i] = TokenType::kControl;
     }
   }
   if (spm) {
@@ -774,7 +783,7 @@ const std::string& Tokenizer::token_text(std::int32_t id) const {
 }
 
 std::optional<std::int32_t> Tokenizer::token_id(std::string_view text) const {
-  const auto it = impl_->text_to_id.find(std::string(text));
+  const auto it = impl_->text_to_id.find(text);
   if (it == impl_->text_to_id.end()) return std::nullopt;
   return it->second;
 }
