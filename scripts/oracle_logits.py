@@ -209,6 +209,10 @@ def main():
                 k = summary["kl_from_float32"]
                 line += (f"; KL from float32: llama.cpp {k['llama.cpp']:.3g}, specdec 1 plane {k['specdec_1_plane']:.3g},"
                          f" 2 planes {k['specdec_2_planes']:.3g}")
+                spec_bits = os.environ.get("SPECDEC_ACTIVATION_BITS", "16")
+                if spec_bits not in ("16", "8"):  # a mixed setting (per kind): the run above
+                    k[f"specdec_{spec_bits}"] = mean_kl(fref, ours)
+                    line += f", SPECDEC_ACTIVATION_BITS={spec_bits} {k[f'specdec_{spec_bits}']:.3g}"
         results.append(summary)
         print(f"{line} [{summary['matrix_types']}]", flush=True)
         for j, p in enumerate(per_prompt):
