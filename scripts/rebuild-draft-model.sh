@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Rebuilds the bundled draft model (models/smollm2-135m-draft) from scratch: the self-distilled training set (the same
+# one scripts/rebuild-eagle-head.sh builds in WORK_DIR/data; reused when it is there), then `specdec-train draft` with
+# the committed model's flags (hidden 160, 3 layers, bfloat16, one pass). Each stage resumes when the same command is run
+# again (the data appends and skips answered prompts; the trainer restarts from WORK_DIR/draft-state and keeps its
+# schedule). Prints each stage's wall time.
+#
+#   scripts/rebuild-draft-model.sh WORK_DIR [--build DIR] [--data-minutes M] [--train-minutes M] [--install]
+#
+# --data-minutes: generation budget, as in rebuild-eagle-head.sh (default 200). --train-minutes: this call's training
+# time (default 60; one pass over the committed set's 3.0M tokens took about 20 minutes on the idle 2-core machine).
+# --install copies the trained model to models/smollm2-135m-draft.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+work="${1:?usage: scripts/rebuild-draft-model.sh WORK_DIR [--build DIR] [--data-minutes M] [--train-minutes M] [--install]}"
+shift
+build="$root/build"
+data_minutes=200
+train_minutes=60
+install=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build="$2"; shift 2 ;;
+    --data-minutes) data_minutes="$2"; shift 2 ;;
+    --train-minutes) train_minutes="$2"; shift 2 ;;
+    --install) install=1; shift ;;
+    *) echo "rebuild-draft-model.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+bin="$(cd "$build" && pwd)/bin/specdec-train"
+[[ -x "$bin" ]] || { echo "rebuild-draft-model.sh: --build: '$bin' is not built (scripts/build.sh)" >&2; exit 1; }
+mkdir -p "$work"
+work="$(cd "$work" && pwd)"
+t0=$(date +%s)
+
+if [[ -f "$work/data/train.bin" ]]; then
+  echo "rebuild-draft-model: 1/2 reusing the training set $work/data/train.bin"
+else
+  echo "rebuild-draft-model: 1/2 training set in $work/data (log: $work/data/log.txt)"
+  SPECDEC_DATA_MINUTES="$data_minutes" "$root/scripts/collect-data.sh" "$work/data" "$build" || {
+    echo "rebuild-draft-model.sh: data generation failed; see $work/data/log.txt" >&2; exit 1; }
+  "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
+fi
+t1=$(date +%s)
+echo "rebuild-draft-model: training set ready in $(( (t1 - t0) / 60 )) min"
+
+echo "rebuild-draft-model: 2/2 draft model in $work/draft (log: $work/draft-log.txt)"
+nice -n 5 "$bin" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" --threads 2 draft \
+  --data "$work/data/train.bin" --out "$work/draft" --checkpoint "$work/draft-state" \
+  --minutes 100000 --sitting-minutes "$train_minutes" --epochs 1 --tokens-per-step 2048 --lr 2e-3 --warmup 20 \
+  --hidden 160 --layers 3 --heads 5 --kv-heads 5 --intermediate 640 --checkpoint-every 100 --bf16 \
+  >> "$work/draft-log.txt" 2>&1 || { echo "rebuild-draft-model.sh: training failed; see $work/draft-log.txt" >&2; exit 1; }
+t2=$(date +%s)
+grep -E "done" "$work/draft-log.txt" | tail -1
+echo "rebuild-draft-model: model trained in $(( (t2 - t1) / 60 )) min; total $(( (t2 - t0) / 60 )) min"
+if [[ "$install" == 1 ]]; then
+  cp "$work/draft/config.json" "$work/draft/model.safetensors" "$root/models/smollm2-135m-draft/"
+  echo "rebuild-draft-model: installed in models/smollm2-135m-draft"
+fi
