@@ -11,35 +11,15 @@
 # time (default 60; one pass over the committed set's 3.0M tokens took about 20 minutes on the idle 2-core machine).
 # --install copies the trained model to models/smollm2-135m-draft.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-work="${1:?usage: scripts/rebuild-draft-model.sh WORK_DIR [--build DIR] [--data-minutes M] [--train-minutes M] [--install]}"
-shift
-build="$root/build"
-data_minutes=200
-train_minutes=60
-install=0
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --build) build="$2"; shift 2 ;;
-    --data-minutes) data_minutes="$2"; shift 2 ;;
-    --train-minutes) train_minutes="$2"; shift 2 ;;
-    --install) install=1; shift ;;
-    *) echo "rebuild-draft-model.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
-bin="$(cd "$build" && pwd)/bin/specdec-train"
-[[ -x "$bin" ]] || { echo "rebuild-draft-model.sh: --build: '$bin' is not built (scripts/build.sh)" >&2; exit 1; }
-mkdir -p "$work"
-work="$(cd "$work" && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/rebuild-common.sh"
+rebuild_parse rebuild-draft-model.sh 60 "$@"
 t0=$(date +%s)
 
 if [[ -f "$work/data/train.bin" ]]; then
   echo "rebuild-draft-model: 1/2 reusing the training set $work/data/train.bin"
 else
   echo "rebuild-draft-model: 1/2 training set in $work/data (log: $work/data/log.txt)"
-  SPECDEC_DATA_MINUTES="$data_minutes" "$root/scripts/collect-data.sh" "$work/data" "$build" || {
-    echo "rebuild-draft-model.sh: data generation failed; see $work/data/log.txt" >&2; exit 1; }
-  "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
+  rebuild_training_set rebuild-draft-model.sh
 fi
 t1=$(date +%s)
 echo "rebuild-draft-model: training set ready in $(( (t1 - t0) / 60 )) min"

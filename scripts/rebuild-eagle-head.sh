@@ -15,33 +15,13 @@
 # --install copies the trained head to models/smollm2-135m-eagle. Needs scripts/fetch-corpus.sh once (root) for the
 # package texts; without them the corpus is the Python sources alone.
 set -euo pipefail
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-work="${1:?usage: scripts/rebuild-eagle-head.sh WORK_DIR [--build DIR] [--data-minutes M] [--train-minutes M] [--install]}"
-shift
-build="$root/build"
-data_minutes=200
-train_minutes=120
-install=0
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --build) build="$2"; shift 2 ;;
-    --data-minutes) data_minutes="$2"; shift 2 ;;
-    --train-minutes) train_minutes="$2"; shift 2 ;;
-    --install) install=1; shift ;;
-    *) echo "rebuild-eagle-head.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
-bin="$(cd "$build" && pwd)/bin/specdec-train"
-[[ -x "$bin" ]] || { echo "rebuild-eagle-head.sh: --build: '$bin' is not built (scripts/build.sh)" >&2; exit 1; }
-mkdir -p "$work"
-work="$(cd "$work" && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/rebuild-common.sh"
+rebuild_parse rebuild-eagle-head.sh 120 "$@"
 t0=$(date +%s)
 
 echo "rebuild-eagle-head: 1/2 training set in $work/data (log: $work/data/log.txt)"
-SPECDEC_DATA_MINUTES="$data_minutes" "$root/scripts/collect-data.sh" "$work/data" "$build" || {
-  echo "rebuild-eagle-head.sh: data generation failed; see $work/data/log.txt" >&2; exit 1; }
+rebuild_training_set rebuild-eagle-head.sh
 t1=$(date +%s)
-"$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
 echo "rebuild-eagle-head: training set done in $(( (t1 - t0) / 60 )) min"
 
 echo "rebuild-eagle-head: 2/2 EAGLE-1 head in $work/head (log: $work/train-log.txt)"

@@ -1,0 +1,37 @@
+# Shared by scripts/rebuild-eagle-head.sh and scripts/rebuild-draft-model.sh (sourced, not run): their arguments and
+# the self-distilled training set both build on.
+
+# rebuild_parse NAME TRAIN_MINUTES_DEFAULT "$@": sets root, work (absolute, created), build, data_minutes,
+# train_minutes, install and bin (the build's specdec-train), or exits with a message naming the argument.
+rebuild_parse() {
+  local name="$1" usage="scripts/$1 WORK_DIR [--build DIR] [--data-minutes M] [--train-minutes M] [--install]"
+  train_minutes="$2"
+  shift 2
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+  work="${1:?usage: $usage}"
+  shift
+  build="$root/build"
+  data_minutes=200
+  install=0
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --build) build="$2"; shift 2 ;;
+      --data-minutes) data_minutes="$2"; shift 2 ;;
+      --train-minutes) train_minutes="$2"; shift 2 ;;
+      --install) install=1; shift ;;
+      *) echo "$name: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+  done
+  [[ -d "$build" ]] || { echo "$name: --build: '$build' is not a directory" >&2; exit 2; }
+  bin="$(cd "$build" && pwd)/bin/specdec-train"
+  [[ -x "$bin" ]] || { echo "$name: --build: '$bin' is not built (scripts/build.sh)" >&2; exit 1; }
+  mkdir -p "$work"
+  work="$(cd "$work" && pwd)"
+}
+
+# rebuild_training_set NAME: the collection (scripts/collect-data.sh, resumable) into $work/data, then its scan.
+rebuild_training_set() {
+  SPECDEC_DATA_MINUTES="$data_minutes" "$root/scripts/collect-data.sh" "$work/data" "$build" || {
+    echo "$1: data generation failed; see $work/data/log.txt" >&2; exit 1; }
+  "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
+}
