@@ -123,6 +123,7 @@ struct Options {
   std::int32_t tree_nodes = 24;
   double draft_min_prob = 0.0;
   double draft_min_path_prob = 0.05;
+  std::string cross_vocab_greedy = "slem";  // a draft model of another vocabulary, greedy requests: slem or tli
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -1007,7 +1008,19 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
         const std::vector<std::int32_t> d = draft_tokenizer.encode(tokenizer.decode(ids32, /*skip_special=*/true), eo);
         return std::vector<std::int64_t>(d.begin(), d.end());
       };
-      specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o));
+      // Greedy requests: string-level exact match, the draft's own text written in the target's tokens.
+      specdec::proposers::ToTarget to_target = [&tokenizer, &draft_tokenizer](std::span<const std::int64_t> ids) {
+        const std::vector<std::int32_t> ids32(ids.begin(), ids.end());
+        const std::string text = draft_tokenizer.decode(ids32, /*skip_special=*/true);
+        specdec::models::EncodeOptions eo;
+        eo.add_special = false;
+        eo.continuation = true;
+        const std::vector<std::int32_t> t =
+            tokenizer.encode(std::string_view(text).substr(0, specdec::models::detail::utf8_complete_prefix(text)), eo);
+        return std::vector<std::int64_t>(t.begin(), t.end());
+      };
+      specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o),
+                                                                 o.cross_vocab_greedy == "slem" ? to_target : specdec::proposers::ToTarget{});
       spec = run(cp, target, requests, spec_options, tokenizer, "speculative (draft model, another vocabulary)", how);
     }
 #if defined(SPECDEC_HAVE_EAGLE)
@@ -1224,6 +1237,11 @@ int main(int argc, char** argv) {
                  "EAGLE and draft-model chains: stop drafting where the product of the draft distributions' largest "
                  "probabilities so far falls below this (the drafter's chance for the whole chain; 0 = off)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--cross-vocab-greedy", o.cross_vocab_greedy,
+                 "a draft model of another vocabulary, greedy requests: slem (string-level exact match: the draft's greedy "
+                 "text in the target's tokens) or tli (token-level intersection, as sampled requests always draft)")
+      ->check(CLI::IsMember({"slem", "tli"}))
       ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "0 = off")->capture_default_str();

@@ -325,6 +325,11 @@ TEST(SentencePieceSynthetic, SpacesBecomeU2581AndThePrefixSpace) {
   EXPECT_EQ(prefixed.decode(prefixed.encode("ab  a", {.add_special = false})), " ab  a");  // the inserted space stays
   EXPECT_EQ(prefixed.encode("", {.add_special = false}), (std::vector<std::int32_t>{}));
   EXPECT_EQ(texts(prefixed, prefixed.encode("")), (std::vector<std::string>{"<s>"}));
+  // Text that continues earlier text (a draft's words after the context) gets no prefix space.
+  EXPECT_EQ(texts(prefixed, prefixed.encode("ab a", {.add_special = false, .continuation = true})),
+            (std::vector<std::string>{"ab", sp(" a")}));
+  EXPECT_EQ(texts(plain, plain.encode("ab a", {.add_special = false, .continuation = true})),
+            texts(plain, plain.encode("ab a", {.add_special = false})));
 }
 
 TEST(SentencePieceSynthetic, ByteFallbackAndItsDecoding) {

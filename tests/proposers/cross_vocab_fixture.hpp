@@ -1,7 +1,8 @@
 // A synthetic pair of vocabularies for CrossVocabDraftProposer's tests: the target's tokens are the texts "w0" ..
 // "w<Vt-1>", the draft's the first `shared` of those followed by `extra` texts of its own ("z0" ...), and the draft's
 // tokenizer writes a target token of its own as two of its extra tokens (a fixed expansion), so re-tokenizing the
-// target's context changes its length as real tokenizers do.
+// target's context changes its length as real tokenizers do (and string-level drafts can write a target token of its
+// own from two draft tokens).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,27 @@ struct CrossVocabPair {
           out.push_back(s + t % e);
           out.push_back(s + (t / e) % e);
         }
+      }
+      return out;
+    };
+  }
+  /// The inverse for string-level exact match: draft ids to the target ids of the same text. A pair of extra tokens
+  /// that writes no target token, or a lone trailing one, ends the text that can be written (as an incomplete UTF-8
+  /// character does for real tokenizers).
+  specdec::proposers::ToTarget to_target() const {
+    const std::int64_t s = shared, e = extra, vt = target_vocab;
+    return [s, e, vt](std::span<const std::int64_t> ids) {
+      std::vector<std::int64_t> out;
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < s) {
+          out.push_back(ids[i]);
+          continue;
+        }
+        if (i + 1 == ids.size() || ids[i + 1] < s) break;
+        const std::int64_t t = (ids[i + 1] - s) * e + (ids[i] - s);
+        if (t < s || t >= vt) break;
+        out.push_back(t);
+        ++i;
       }
       return out;
     };

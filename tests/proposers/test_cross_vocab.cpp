@@ -1,8 +1,10 @@
 // CrossVocabDraftProposer (token-level intersection): the bridge between vocabularies, drafts only of shared tokens with
 // q's rows on the target's vocabulary, the draft cache kept in step through re-tokenization, greedy output equal to plain
-// decoding and sampled tokens independent of the batch. The joint law is in tests/decoder/test_decoder_distribution.cpp.
+// decoding and sampled tokens independent of the batch; string-level exact match (SLEM) for greedy requests. The joint
+// law is in tests/decoder/test_decoder_distribution.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -21,10 +23,12 @@ TEST(VocabBridge, MapsEqualTextsAndRefusesBadInput) {
   const auto b = sp::VocabBridge::from_texts(draft, target);
   EXPECT_EQ(b.to_target, (Tokens{1, 4, -1, 0, 1}));  // "a" -> the lowest target id with its text; "" never bridged
   EXPECT_EQ(b.shared, 4);
+  EXPECT_EQ(b.draft_is_text, (std::vector<std::uint8_t>{1, 1, 0, 1, 1}));  // all but ""
   EXPECT_EQ(b.target_vocab_size, 5);
   const std::uint8_t draft_usable[] = {1, 0, 1, 1, 1}, target_usable[] = {0, 1, 1, 1, 1};
   const auto c = sp::VocabBridge::from_texts(draft, target, draft_usable, target_usable);
   EXPECT_EQ(c.to_target, (Tokens{1, -1, -1, -1, 1}));
+  EXPECT_EQ(c.draft_is_text, (std::vector<std::uint8_t>{1, 0, 0, 1, 1}));  // "x" is text, though no usable target has it
   const std::vector<std::string> none = {"p"};
   EXPECT_THROW((void)sp::VocabBridge::from_texts(none, target), specdec::error);
   const std::uint8_t two[] = {1, 1};
@@ -72,6 +76,61 @@ TEST(CrossVocabDraftProposer, DraftsSharedTokensWithRowsOnTheTargetVocabulary) {
   EXPECT_THROW((sp::CrossVocabDraftProposer<sm::LlamaModel>(other, pair.bridge(), pair.retokenize())), specdec::error);
 }
 
+TEST(CrossVocabDraftProposer, StringLevelDraftsAreTheDraftsGreedyTextInTargetTokens) {
+  const CrossVocabPair pair{64, 32, 16};
+  const Tokens ctx = {1, 40, 7, 63, 2};
+  const Tokens seen = pair.retokenize()(ctx);
+  // A draft whose greedy text (47 35 27 0 47 35 2 12) writes target tokens of the target's own (63 = z15 z3).
+  constexpr std::uint64_t kSeed = 151;
+  // The draft's own greedy continuation over its whole vocabulary, from a fresh slot of the same model.
+  Tokens greedy;
+  {
+    auto ref = tiny_model(kSeed, pair.draft_vocab());
+    Tokens ids = seen;
+    for (int k = 0; k < 8; ++k) {
+      greedy.push_back(fresh_next_logits(ref, ids).argmax().item<std::int64_t>());
+      ids.push_back(greedy.back());
+    }
+  }
+  const auto to_target = pair.to_target();
+  for (std::int32_t g : {1, 2, 4}) {
+    // What SLEM drafts: the text of the fewest greedy draft tokens that writes more than g target tokens (at most 2g
+    // draft tokens), without its last target token, at most g.
+    Tokens expected;
+    for (std::size_t k = 1; k <= 2 * static_cast<std::size_t>(g); ++k) {
+      expected = to_target(std::span(greedy).first(k));
+      if (expected.size() > static_cast<std::size_t>(g)) break;
+    }
+    if (!expected.empty()) expected.pop_back();
+    if (expected.size() > static_cast<std::size_t>(g)) expected.resize(static_cast<std::size_t>(g));
+    auto draft_model = tiny_model(kSeed, pair.draft_vocab());
+    sp::CrossVocabDraftProposer<sm::LlamaModel> p(draft_model, pair.bridge(), pair.retokenize(), {}, to_target);
+    EXPECT_TRUE(p.string_level_greedy());
+    specdec::SamplingParams greedy_params;
+    greedy_params.temperature = 0.0f;
+    sp::RequestContext rc;
+    rc.context = ctx;
+    rc.params = &greedy_params;
+    p.begin_request(rc);
+    sp::ProposeRequest r;
+    r.context = ctx;
+    r.params = &greedy_params;
+    r.max_drafts = g;
+    r.position = static_cast<std::int64_t>(ctx.size());
+    const sp::DraftBatch d = p.propose(std::span(&r, 1));
+    EXPECT_EQ(d.token_ids, expected) << "g " << g;
+    EXPECT_FALSE(d.probs.defined()) << "greedy drafts are deterministic";
+    ASSERT_EQ(d.confidence.size(), d.token_ids.size());
+    for (float c : d.confidence) EXPECT_TRUE(c > 0.f && c <= 1.f) << c;
+    EXPECT_EQ(p.propose(std::span(&r, 1)).token_ids, expected) << "the cache rolls back to the context";
+  }
+  // The greedy text of this draft writes target tokens of the target's own (two draft tokens each) that token-level
+  // intersection can never draft.
+  const Tokens all = to_target(greedy);
+  EXPECT_TRUE(std::any_of(all.begin(), all.end(), [&](std::int64_t t) { return t >= pair.shared; }))
+      << "the fixture no longer exercises multi-token texts";
+}
+
 std::vector<Tokens> generate_with(sp::CrossVocabDraftProposer<sm::LlamaModel>& p, sm::LlamaModel& target,
                                   const std::vector<sd::GenerationRequest>& rs, int g) {
   sd::DecoderOptions o;
@@ -101,6 +160,8 @@ TEST(CrossVocabDraftProposer, GreedyOutputEqualsPlainDecodingAndSampledTokensDoN
   for (int g : {1, 4}) {
     sp::CrossVocabDraftProposer<sm::LlamaModel> p(draft_model, pair.bridge(), pair.retokenize());
     EXPECT_EQ(generate_with(p, target, rs, g), expected) << "g " << g;
+    sp::CrossVocabDraftProposer<sm::LlamaModel> slem(draft_model, pair.bridge(), pair.retokenize(), {}, pair.to_target());
+    EXPECT_EQ(generate_with(slem, target, rs, g), expected) << "string-level, g " << g;
   }
   std::vector<sd::GenerationRequest> sampled;
   for (int b = 0; b < 3; ++b)
@@ -111,6 +172,15 @@ TEST(CrossVocabDraftProposer, GreedyOutputEqualsPlainDecodingAndSampledTokensDoN
   };
   const auto all = run(sampled);
   for (std::size_t b = 0; b < sampled.size(); ++b) EXPECT_EQ(run({sampled[b]})[0], all[b]) << b;
+  // Greedy (string-level) and sampled (intersection) requests in one batch: each as alone, the greedy one as plain
+  // decoding.
+  std::vector<sd::GenerationRequest> mixed = {rs[0], sampled[1], rs[2], sampled[0]};
+  sp::CrossVocabDraftProposer<sm::LlamaModel> both(draft_model, pair.bridge(), pair.retokenize(), {}, pair.to_target());
+  const auto out = generate_with(both, target, mixed, 3);
+  EXPECT_EQ(out[0], expected[0]);
+  EXPECT_EQ(out[2], expected[2]);
+  EXPECT_EQ(out[1], all[1]);
+  EXPECT_EQ(out[3], all[0]);
 }
 
 }  // namespace

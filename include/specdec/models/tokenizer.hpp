@@ -58,6 +58,9 @@ enum class TokenizerModel : std::uint8_t {
 struct EncodeOptions {
   bool add_special = true;     ///< prepend BOS when the model asks for it (tokenizer.ggml.add_bos_token)
   bool parse_special = false;  ///< match control tokens ("<|im_start|>") in the text instead of encoding their characters
+  /// The text continues text already encoded (a draft's words after the context): no space prefix in front of it, even
+  /// where add_space_prefix is set (a space after a control token in it still gets one).
+  bool continuation = false;
 };
 
 /// Everything a tokenizer is built from (what the GGUF metadata holds).

@@ -693,7 +693,7 @@ void Tokenizer::Impl::spm_encode(std::string_view text, EncodeOptions options, s
     }
     if (split) frags.swap(next);
   }
-  bool prev_special = true;  // a space goes in front of the first piece too
+  bool prev_special = !options.continuation;  // a space goes in front of the first piece too, unless it continues text
   std::string piece;
   for (const Fragment& f : frags) {
     if (f.token >= 0) {
