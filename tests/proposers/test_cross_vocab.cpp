@@ -120,8 +120,6 @@ TEST(CrossVocabDraftProposer, StringLevelDraftsAreTheDraftsGreedyTextInTargetTok
     const sp::DraftBatch d = p.propose(std::span(&r, 1));
     EXPECT_EQ(d.token_ids, expected) << "g " << g;
     EXPECT_FALSE(d.probs.defined()) << "greedy drafts are deterministic";
-    ASSERT_EQ(d.confidence.size(), d.token_ids.size());
-    for (float c : d.confidence) EXPECT_TRUE(c > 0.f && c <= 1.f) << c;
     EXPECT_EQ(p.propose(std::span(&r, 1)).token_ids, expected) << "the cache rolls back to the context";
   }
   // The greedy text of this draft writes target tokens of the target's own (two draft tokens each) that token-level

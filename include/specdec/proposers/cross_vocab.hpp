@@ -126,7 +126,6 @@ class CrossVocabDraftProposer {
   const VocabBridge& bridge() const { return bridge_; }
   /// Whether greedy requests draft by string-level exact match (a ToTarget function was given).
   bool string_level_greedy() const { return static_cast<bool>(to_target_); }
-  bool reports_confidence() const { return true; }
 
   void begin_request(const RequestContext& ctx) {
     if (states_.count(ctx.id))
@@ -192,7 +191,6 @@ class CrossVocabDraftProposer {
     for (Job& j : jobs) {
       if (j.slem) finish_string_level(j);
       batch.append(j.drafts);
-      batch.confidence.insert(batch.confidence.end(), j.confidence.begin(), j.confidence.end());
       num_rows += static_cast<std::int64_t>(j.drafts.size());
     }
     if (keep_rows) {
@@ -229,12 +227,8 @@ class CrossVocabDraftProposer {
     std::vector<std::int64_t> feed;    // draft tokens the next forward feeds
     double path = 1.0;                 // product of the draft's largest probabilities so far
     std::vector<std::int64_t> drafts;  // target tokens
-    std::vector<float> confidence;
     std::vector<std::vector<float>> rows;  // intersection: q on the target's vocabulary, one per draft
-    // String-level: the drafted draft tokens, their text in target tokens, and [k]: the path probability when target
-    // token k was first followed by another (its text complete).
-    std::vector<std::int64_t> text_ids, written;
-    std::vector<double> complete_at;
+    std::vector<std::int64_t> text_ids, written;  // string-level: the drafted draft tokens, their text in target tokens
     bool ended = false;  // the draft's text ended at a token without text
   };
 
@@ -268,7 +262,7 @@ class CrossVocabDraftProposer {
     const Rows q = process_logits(Rows(lv, nullptr), params);
     const float* qp = q.host_float32_data();
     const std::int64_t d = sample_row(qp, Vd, j.s->seed, r.position + j.steps, r.params->greedy(), scratch);
-    // A function of the distribution, not of the draw; a greedy row is one-hot, so its confidence is the restricted
+    // A function of the distribution, not of the draw; a greedy row is one-hot, so the cut reads the restricted
     // distribution's largest probability at temperature 1 (as DraftModelProposer's).
     const double top = r.params->greedy()
                            ? specdec::detail::top_probability(logits.data(), Vd, logits[static_cast<std::size_t>(d)], scratch)
@@ -279,7 +273,6 @@ class CrossVocabDraftProposer {
     }
     j.path *= top;
     j.drafts.push_back(bridge_.to_target[static_cast<std::size_t>(d)]);
-    j.confidence.push_back(static_cast<float>(top));
     if (keep_rows) {
       std::vector<float>& out = j.rows.emplace_back(static_cast<std::size_t>(Vt), 0.f);
       for (std::int64_t i = 0; i < Vd; ++i)
@@ -308,7 +301,6 @@ class CrossVocabDraftProposer {
     j.path *= top;
     j.text_ids.push_back(scan.index);
     j.written = to_target_(j.text_ids);
-    while (j.complete_at.size() + 1 < j.written.size()) j.complete_at.push_back(j.path);
     if (j.written.size() > static_cast<std::size_t>(j.r->max_drafts)) return;  // enough whole tokens
     if (j.steps + 1 >= 2 * j.r->max_drafts) return;
     j.feed.assign(1, scan.index);
@@ -326,11 +318,7 @@ class CrossVocabDraftProposer {
       if (t < 0 || t >= Vt)
         throw error(Status::kInvalidArgument, "CrossVocabDraftProposer: to_target gave token " + std::to_string(t) +
                                                   ", outside the target's vocabulary of " + std::to_string(Vt));
-    while (j.complete_at.size() < j.written.size()) j.complete_at.push_back(j.path);  // a text that ended: all whole
     j.drafts = j.written;
-    // A draft's confidence: the draft's probability of the text that completed it, given the text before.
-    for (std::size_t k = 0; k < j.drafts.size(); ++k)
-      j.confidence.push_back(static_cast<float>(j.complete_at[k] / (k == 0 ? 1.0 : j.complete_at[k - 1])));
   }
 
   State& state(RequestId id) {
