@@ -155,8 +155,11 @@ CLI::Validator output_path(bool directory) {
       directory ? "DIR" : "FILE");
 }
 
-void add_train_flags(CLI::App* app, TrainOptions& t, std::vector<std::string>& data, std::string& out, std::string& ckpt) {
+void add_train_flags(CLI::App* app, TrainOptions& t, std::vector<std::string>& data, std::int64_t& records, std::string& out,
+                     std::string& ckpt) {
   app->add_option("--data", data, "training set(s) written by `specdec-train data` (several files are concatenated)")->required();
+  app->add_option("--records", records, "train on the first N records of the data only (0 = all; a set that grew since)")
+      ->capture_default_str()->check(int_range(0, INT64_MAX));
   app->add_option("--out", out, "output checkpoint directory")->required()->check(output_path(true));
   app->add_option("--checkpoint", ckpt, "resumable training state directory (resumes when it exists)")->check(output_path(true));
   app->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_range(0, 10, true));
@@ -256,9 +259,10 @@ int main(int argc, char** argv) {
   auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE head (EAGLE-1, or EAGLE-3 on `fuse`d training sets)");
   TrainOptions eopt;
   std::vector<std::string> e_data;
+  std::int64_t e_records = 0;
   std::string e_out, e_ckpt;
   std::int64_t draft_vocab = 0;
-  add_train_flags(eagle_cmd, eopt, e_data, e_out, e_ckpt);
+  add_train_flags(eagle_cmd, eopt, e_data, e_records, e_out, e_ckpt);
   eagle_cmd->add_option("--noise", eopt.noise, "uniform feature noise amplitude (x feature RMS)")
       ->capture_default_str()->check(real_range(0, 100, false));
   eagle_cmd->add_option("--ce-fraction", eopt.ce_fraction, "share of rows with the cross-entropy term")
@@ -299,9 +303,10 @@ int main(int argc, char** argv) {
   TrainOptions topt;
   topt.lr = 2e-3;
   std::vector<std::string> t_data;
+  std::int64_t t_records = 0;
   std::string t_out, t_ckpt;
   std::int64_t hidden = 160, layers = 3, heads = 5, kv_heads = 5, intermediate = 640;
-  add_train_flags(draft_cmd, topt, t_data, t_out, t_ckpt);
+  add_train_flags(draft_cmd, topt, t_data, t_records, t_out, t_ckpt);
   draft_cmd->add_option("--hidden", hidden, "hidden width")->capture_default_str()->check(int_range(1, 65536));
   draft_cmd->add_option("--layers", layers, "decoder layers")->capture_default_str()->check(int_range(1, 1024));
   draft_cmd->add_option("--heads", heads, "attention heads")->capture_default_str()->check(int_range(1, 1024));
@@ -532,7 +537,7 @@ int main(int argc, char** argv) {
     if (target_cfg.head_dim == 0) target_cfg.head_dim = target_cfg.hidden_size / target_cfg.num_heads;
     if (eagle_cmd->parsed()) {
       std::int64_t H = 0;
-      auto data = read_record_files(e_data, &H);
+      auto data = read_record_files(e_data, &H, e_records > 0 ? e_records : -1);
       if (holdout < 0 || holdout >= static_cast<std::int64_t>(data.size()))
         fail(fmt::format("--holdout: expected in [0, {}), got {}", data.size(), holdout));
       std::vector<Record> held(std::make_move_iterator(data.end() - holdout), std::make_move_iterator(data.end()));
@@ -624,7 +629,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (draft_cmd->parsed()) {
-      const auto data = read_record_files(t_data);
+      const auto data = read_record_files(t_data, nullptr, t_records > 0 ? t_records : -1);
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
       fmt::print("draft: {} records, {} tokens; hidden {}, {} layers, {} heads ({} kv), MLP {}\n", data.size(), rows, hidden, layers,

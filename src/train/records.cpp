@@ -67,7 +67,7 @@ RecordWriter::RecordWriter(const fs::path& path, std::int64_t hidden, std::int64
   }
 }
 
-std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out) {
+std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out, std::int64_t max_records) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(fmt::format("read_records: cannot open '{}'", path.string()));
   char magic[8];
@@ -78,7 +78,7 @@ std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out)
   in.read(reinterpret_cast<char*>(&K), 4);
   if (hidden_out) *hidden_out = H;
   std::vector<Record> out;
-  for (;;) {
+  while (max_records < 0 || static_cast<std::int64_t>(out.size()) < max_records) {
     std::int32_t T = 0;
     if (!in.read(reinterpret_cast<char*>(&T), 4)) break;
     Record r;
@@ -97,12 +97,13 @@ std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out)
   return out;
 }
 
-std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out) {
+std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out, std::int64_t max_records) {
   std::vector<Record> all;
   std::int64_t H = -1;
   for (const auto& p : paths) {
     std::int64_t h = 0;
-    auto part = read_records(p, &h);
+    const std::int64_t left = max_records < 0 ? -1 : max_records - static_cast<std::int64_t>(all.size());
+    auto part = read_records(p, &h, left);
     if (H >= 0 && h != H) fail(fmt::format("read_records: '{}' has features of width {}, the first file {}", p, h, H));
     H = h;
     for (auto& r : part) all.push_back(std::move(r));

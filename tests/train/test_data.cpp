@@ -140,6 +140,14 @@ TEST(TrainData, RecordsRoundTripAndAppendingCutsAnInterruptedRecord) {
   back = st::read_records(file);
   ASSERT_EQ(back.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) EXPECT_TRUE(same_record(back[i], recs.at(i))) << i;
+  // The first N records only (specdec-train --records): of one file, and across files read in order.
+  back = st::read_records(file, nullptr, 2);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(same_record(back[1], recs.at(1)));
+  back = st::read_record_files({file.string(), file.string()}, nullptr, 7);
+  ASSERT_EQ(back.size(), 7u);
+  EXPECT_TRUE(same_record(back[6], recs.at(1)));
+  EXPECT_EQ(st::read_record_files({file.string(), file.string()}).size(), 10u);
   // A file of another shape is refused.
   EXPECT_THROW(st::RecordWriter(file, 64, 8, true), std::exception);
   EXPECT_THROW(st::RecordWriter(file, 32, 4, true), std::exception);

@@ -59,9 +59,12 @@ class RecordWriter {
   std::int64_t hidden_, k_;
 };
 
-std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out = nullptr);
+/// The records of a training-set file in order, at most `max_records` of them (< 0: all).
+std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out = nullptr, std::int64_t max_records = -1);
 
-/// Several training-set files read in order (all with the same feature width).
-std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out = nullptr);
+/// Several training-set files read in order (all with the same feature width), the first `max_records` records of
+/// them all (< 0: all).
+std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out = nullptr,
+                                      std::int64_t max_records = -1);
 
 }  // namespace specdec::train
