@@ -35,3 +35,12 @@ rebuild_training_set() {
     echo "$1: data generation failed; see $work/data/log.txt" >&2; exit 1; }
   "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
 }
+
+# rebuild_stage_finished NAME LOG: exits 3 (rerun to continue) when the training call whose output ends LOG stopped at
+# the end of its sitting before its schedule did, so that an unfinished head is never taken for the result.
+rebuild_stage_finished() {
+  if tail -n 1 "$2" | grep -q "sitting ended before the schedule"; then
+    echo "$1: the training sitting ended before its schedule; rerun the same command to continue" >&2
+    exit 3
+  fi
+}
