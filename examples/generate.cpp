@@ -1001,23 +1001,21 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
       auto bridge = specdec::proposers::VocabBridge::from_texts(dt, tt, du, tu);
       fmt::print(stderr, "specdec-generate: draft vocabulary {} tokens, target {}: {} draft tokens bridged by their text\n",
                  draft_model->vocab_size(), target.vocab_size(), bridge.shared);
-      specdec::proposers::Retokenize retokenize = [&tokenizer, &draft_tokenizer](std::span<const std::int64_t> ids) {
-        const std::vector<std::int32_t> ids32(ids.begin(), ids.end());
-        specdec::models::EncodeOptions eo;
-        eo.add_special = draft_tokenizer.add_bos();
-        const std::vector<std::int32_t> d = draft_tokenizer.encode(tokenizer.decode(ids32, /*skip_special=*/true), eo);
-        return std::vector<std::int64_t>(d.begin(), d.end());
+      // Ids of one tokenizer decoded (control tokens skipped) and encoded by the other; `whole_chars`: a trailing
+      // incomplete UTF-8 character left out.
+      auto reencode = [](const Tokenizer& from, const Tokenizer& to, std::span<const std::int64_t> ids,
+                         specdec::models::EncodeOptions eo, bool whole_chars) {
+        const std::string text = from.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), /*skip_special=*/true);
+        const std::size_t n = whole_chars ? specdec::models::detail::utf8_complete_prefix(text) : text.size();
+        const std::vector<std::int32_t> out = to.encode(std::string_view(text).substr(0, n), eo);
+        return std::vector<std::int64_t>(out.begin(), out.end());
+      };
+      specdec::proposers::Retokenize retokenize = [&](std::span<const std::int64_t> ids) {
+        return reencode(tokenizer, draft_tokenizer, ids, {.add_special = draft_tokenizer.add_bos()}, false);
       };
       // Greedy requests: string-level exact match, the draft's own text written in the target's tokens.
-      specdec::proposers::ToTarget to_target = [&tokenizer, &draft_tokenizer](std::span<const std::int64_t> ids) {
-        const std::vector<std::int32_t> ids32(ids.begin(), ids.end());
-        const std::string text = draft_tokenizer.decode(ids32, /*skip_special=*/true);
-        specdec::models::EncodeOptions eo;
-        eo.add_special = false;
-        eo.continuation = true;
-        const std::vector<std::int32_t> t =
-            tokenizer.encode(std::string_view(text).substr(0, specdec::models::detail::utf8_complete_prefix(text)), eo);
-        return std::vector<std::int64_t>(t.begin(), t.end());
+      specdec::proposers::ToTarget to_target = [&](std::span<const std::int64_t> ids) {
+        return reencode(draft_tokenizer, tokenizer, ids, {.add_special = false, .continuation = true}, true);
       };
       specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o),
                                                                  o.cross_vocab_greedy == "slem" ? to_target : specdec::proposers::ToTarget{});

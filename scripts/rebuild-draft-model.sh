@@ -26,16 +26,11 @@ t1=$(date +%s)
 echo "rebuild-draft-model: training set ready in $(( (t1 - t0) / 60 )) min"
 
 echo "rebuild-draft-model: 2/2 draft model in $work/draft (log: $work/draft-log.txt)"
-nice -n 5 "$bin" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" --threads 2 draft \
-  --data "$work/data/train.bin" --records 16270 --out "$work/draft" --checkpoint "$work/draft-state" \
+rebuild_train rebuild-draft-model.sh "$work/draft-log.txt" "$bin" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+  --threads 2 draft --data "$work/data/train.bin" --records 16270 --out "$work/draft" --checkpoint "$work/draft-state" \
   --minutes 100000 --sitting-minutes "$train_minutes" --epochs 1 --tokens-per-step 2048 --lr 2e-3 --warmup 20 \
-  --hidden 160 --layers 3 --heads 5 --kv-heads 5 --intermediate 640 --checkpoint-every 100 --bf16 \
-  >> "$work/draft-log.txt" 2>&1 || { echo "rebuild-draft-model.sh: training failed; see $work/draft-log.txt" >&2; exit 1; }
-rebuild_stage_finished rebuild-draft-model.sh "$work/draft-log.txt"
+  --hidden 160 --layers 3 --heads 5 --kv-heads 5 --intermediate 640 --checkpoint-every 100 --bf16
 t2=$(date +%s)
 grep -E "done" "$work/draft-log.txt" | tail -1
 echo "rebuild-draft-model: model trained in $(( (t2 - t1) / 60 )) min; total $(( (t2 - t0) / 60 )) min"
-if [[ "$install" == 1 ]]; then
-  cp "$work/draft/config.json" "$work/draft/model.safetensors" "$root/models/smollm2-135m-draft/"
-  echo "rebuild-draft-model: installed in models/smollm2-135m-draft"
-fi
+rebuild_install rebuild-draft-model "$work/draft" smollm2-135m-draft

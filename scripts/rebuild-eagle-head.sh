@@ -29,13 +29,12 @@ echo "rebuild-eagle-head: training set done in $(( (t1 - t0) / 60 )) min"
 train() {  # train STAGE STATE_DIR OUT_DIR flags...: one resumable training stage
   local stage="$1" state="$2" out="$3"
   shift 3
-  nice -n 5 "$bin" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" --threads 2 eagle \
+  rebuild_train "rebuild-eagle-head.sh, stage $stage" "$work/train-log.txt" \
+    "$bin" --model "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" --threads 2 eagle \
     --data "$work/data/train.bin" --holdout-data "$work/data/heldout.bin" --holdout-records 120 \
     --out "$out" --checkpoint "$state" --snapshots "$out-snapshots" --eval-every 500 \
     --minutes 100000 --sitting-minutes "$train_minutes" --tokens-per-step 2048 --warmup 20 \
-    --ce-fraction 1.0 --ttt-steps 3 --checkpoint-every 100 --bf16 "$@" >> "$work/train-log.txt" 2>&1 || {
-    echo "rebuild-eagle-head.sh: training stage $stage failed; see $work/train-log.txt" >&2; exit 1; }
-  rebuild_stage_finished rebuild-eagle-head.sh "$work/train-log.txt"
+    --ce-fraction 1.0 --ttt-steps 3 --checkpoint-every 100 --bf16 "$@"
 }
 echo "rebuild-eagle-head: 2/3 EAGLE-1 head on the first 16,270 records in $work/head-4 (log: $work/train-log.txt)"
 train 2 "$work/eagle-state" "$work/head-4" --records 16270 --epochs 1.5 --lr 2e-3 --draft-vocab 8192
@@ -46,7 +45,4 @@ train 3 "$work/eagle-state-2" "$work/head" --init "$work/head-4" --epochs 0.8 --
 t3=$(date +%s)
 grep -E "held-out|done" "$work/train-log.txt" | tail -4
 echo "rebuild-eagle-head: head trained in $(( (t3 - t1) / 60 )) min; total $(( (t3 - t0) / 60 )) min"
-if [[ "$install" == 1 ]]; then
-  cp "$work/head/config.json" "$work/head/model.safetensors" "$root/models/smollm2-135m-eagle/"
-  echo "rebuild-eagle-head: installed in models/smollm2-135m-eagle"
-fi
+rebuild_install rebuild-eagle-head "$work/head" smollm2-135m-eagle

@@ -36,11 +36,22 @@ rebuild_training_set() {
   "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
 }
 
-# rebuild_stage_finished NAME LOG: exits 3 (rerun to continue) when the training call whose output ends LOG stopped at
-# the end of its sitting before its schedule did, so that an unfinished head is never taken for the result.
-rebuild_stage_finished() {
-  if tail -n 1 "$2" | grep -q "sitting ended before the schedule"; then
-    echo "$1: the training sitting ended before its schedule; rerun the same command to continue" >&2
+# rebuild_train NAME LOG COMMAND...: runs one resumable training call at nice 5, its output appended to LOG; exits 1
+# when it fails, and 3 (rerun to continue) when it stopped at the end of its sitting before its schedule did, so that
+# an unfinished checkpoint is never taken for the result.
+rebuild_train() {
+  local name="$1" log="$2"
+  shift 2
+  nice -n 5 "$@" >> "$log" 2>&1 || { echo "$name: training failed; see $log" >&2; exit 1; }
+  if tail -n 1 "$log" | grep -q "sitting ended before the schedule"; then
+    echo "$name: the training sitting ended before its schedule; rerun the same command to continue" >&2
     exit 3
   fi
+}
+
+# rebuild_install NAME FROM_DIR MODEL_DIR: with --install, copies the trained checkpoint into models/MODEL_DIR.
+rebuild_install() {
+  [[ "$install" == 1 ]] || return 0
+  cp "$2/config.json" "$2/model.safetensors" "$root/models/$3/"
+  echo "$1: installed in models/$3"
 }

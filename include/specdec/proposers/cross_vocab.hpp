@@ -23,7 +23,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -226,9 +225,9 @@ class CrossVocabDraftProposer {
     std::int32_t steps = 0;            // draft forwards so far
     std::vector<std::int64_t> feed;    // draft tokens the next forward feeds
     double path = 1.0;                 // product of the draft's largest probabilities so far
-    std::vector<std::int64_t> drafts;  // target tokens
+    std::vector<std::int64_t> drafts;  // target tokens (string-level: the drafted text's, until finish_string_level)
     std::vector<std::vector<float>> rows;  // intersection: q on the target's vocabulary, one per draft
-    std::vector<std::int64_t> text_ids, written;  // string-level: the drafted draft tokens, their text in target tokens
+    std::vector<std::int64_t> text_ids;    // string-level: the drafted draft tokens
     bool ended = false;  // the draft's text ended at a token without text
   };
 
@@ -287,23 +286,19 @@ class CrossVocabDraftProposer {
   /// written in target tokens, until that text holds more than g of them or 2 g draft tokens were drafted; the
   /// confidence cut applies to the product of the draft's largest probabilities (temperature 1).
   void string_level_step(Job& j, const float* row, std::vector<float>& scratch) {
-    const std::int64_t Vd = static_cast<std::int64_t>(model_->vocab_size());
-    const specdec::detail::RowArgmax scan = specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(row, Vd);
-    if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
-      throw error(Status::kInvalidProbability, "CrossVocabDraftProposer: draft logits: a row has NaN/inf values or no finite logit");
-    const double top = specdec::detail::top_probability(row, Vd, scan.max, scratch);
+    const GreedyDraft x = greedy_draft(row, static_cast<std::int64_t>(model_->vocab_size()), scratch, "CrossVocabDraftProposer");
     j.done = true;
-    if (j.path * top < options_.min_path_prob) return;
-    if (bridge_.draft_is_text[static_cast<std::size_t>(scan.index)] == 0) {
+    if (j.path * x.confidence < options_.min_path_prob) return;
+    if (bridge_.draft_is_text[static_cast<std::size_t>(x.token)] == 0) {
       j.ended = true;
       return;
     }
-    j.path *= top;
-    j.text_ids.push_back(scan.index);
-    j.written = to_target_(j.text_ids);
-    if (j.written.size() > static_cast<std::size_t>(j.r->max_drafts)) return;  // enough whole tokens
+    j.path *= x.confidence;
+    j.text_ids.push_back(x.token);
+    j.drafts = to_target_(j.text_ids);
+    if (j.drafts.size() > static_cast<std::size_t>(j.r->max_drafts)) return;  // enough whole tokens
     if (j.steps + 1 >= 2 * j.r->max_drafts) return;
-    j.feed.assign(1, scan.index);
+    j.feed.assign(1, x.token);
     j.done = false;
   }
 
@@ -311,14 +306,13 @@ class CrossVocabDraftProposer {
   /// unless the text ended, at most g.
   void finish_string_level(Job& j) {
     const std::int64_t Vt = bridge_.target_vocab_size;
-    if (!j.ended && !j.written.empty()) j.written.pop_back();
-    if (j.written.size() > static_cast<std::size_t>(std::max(j.r->max_drafts, 0)))
-      j.written.resize(static_cast<std::size_t>(std::max(j.r->max_drafts, 0)));
-    for (const auto t : j.written)
+    if (!j.ended && !j.drafts.empty()) j.drafts.pop_back();
+    if (j.drafts.size() > static_cast<std::size_t>(std::max(j.r->max_drafts, 0)))
+      j.drafts.resize(static_cast<std::size_t>(std::max(j.r->max_drafts, 0)));
+    for (const auto t : j.drafts)
       if (t < 0 || t >= Vt)
         throw error(Status::kInvalidArgument, "CrossVocabDraftProposer: to_target gave token " + std::to_string(t) +
                                                   ", outside the target's vocabulary of " + std::to_string(Vt));
-    j.drafts = j.written;
   }
 
   State& state(RequestId id) {

@@ -42,6 +42,19 @@ inline std::uint64_t draft_seed(std::uint64_t seed) {
   return (static_cast<std::uint64_t>(r.v[1]) << 32) | r.v[0];
 }
 
+/// A greedy draft from a row of draft logits: its argmax (lowest id on ties) and the draft's confidence in it, the
+/// largest probability at temperature 1. Throws specdec::error naming `who` for NaN/inf values or no finite logit.
+struct GreedyDraft {
+  std::int64_t token = -1;
+  double confidence = 0.0;
+};
+inline GreedyDraft greedy_draft(const float* logits, std::int64_t vocab_size, std::vector<float>& scratch, const char* who) {
+  const specdec::detail::RowArgmax scan = specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(logits, vocab_size);
+  if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
+    throw error(Status::kInvalidProbability, std::string(who) + ": draft logits: a row has NaN/inf values or no finite logit");
+  return {scan.index, specdec::detail::top_probability(logits, vocab_size, scan.max, scratch)};
+}
+
 /// Draws a token from the probability row p (V entries) with the race of residual.hpp at `position` under key `seed`; the
 /// argmax (lowest id on ties) when `greedy`. Throws specdec::error for a row with invalid values or no mass.
 inline std::int64_t sample_row(const float* p, std::int64_t vocab_size, std::uint64_t seed, std::int64_t position, bool greedy,
@@ -209,11 +222,8 @@ class DraftModelProposer {
       const Rows l = host_rows(out.logits);
       if (all_greedy) {
         for (std::size_t i = 0; i < members.size(); ++i) {
-          const float* row = l.host_row(static_cast<std::int64_t>(i));
-          const specdec::detail::RowArgmax scan = specdec::detail::row_argmax<specdec::detail::RowValues::kLogits>(row, V);
-          if (!scan.all_valid || scan.max == -std::numeric_limits<float>::infinity())
-            throw error(Status::kInvalidProbability, "DraftModelProposer: draft logits: a row has NaN/inf values or no finite logit");
-          (void)keep(members[i], scan.index, specdec::detail::top_probability(row, V, scan.max, scratch));
+          const GreedyDraft x = greedy_draft(l.host_row(static_cast<std::int64_t>(i)), V, scratch, "DraftModelProposer");
+          (void)keep(members[i], x.token, x.confidence);
         }
         continue;
       }
