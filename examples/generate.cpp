@@ -47,6 +47,7 @@
 #include "specdec/decoder/speculative_decoder.hpp"
 #include "specdec/models/chat_template.hpp"
 #include "specdec/models/gguf.hpp"
+#include "specdec/models/llama_config.hpp"
 #include "specdec/models/llama.hpp"
 #include "specdec/models/prompt_file.hpp"
 #include "specdec/models/tokenizer.hpp"
@@ -92,6 +93,12 @@ constexpr int kMaxG = 64;
 constexpr int kThreadsPerCpu = 4;
 // A prompt of at least this many tokens reports its prefill on stderr.
 constexpr std::size_t kLongPrompt = 512;
+// --draft-min-path-prob's defaults. Greedy requests: the adaptive policy's confidence cut chooses each chain's length, and
+// this bound only caps what the drafts it would cut cost. Sampled requests decide all or nothing against a fixed cost,
+// so the bound is their chain length: at temperature 0.7 on open-ended chat EAGLE gave 1.04x / 1.04x at 0.05, 1.16x /
+// 1.21x at 0.3, 1.18x / 1.23x at 0.5 and 1.16x at 0.7 (docs/adaptive-policy.md, "The default proposer").
+constexpr double kGreedyMinPathProb = 0.05;
+constexpr double kSampledMinPathProb = 0.5;
 const fs::path kDefaultModel = kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 const fs::path kDefaultEagleHead = kSourceDir / "models" / "smollm2-135m-eagle";
 const fs::path kDefaultDraftModel = kSourceDir / "models" / "smollm2-135m-draft";
@@ -110,6 +117,7 @@ struct Options {
   bool no_shadow_probes = false;  // probes that verify a draft instead of shadow probes (lookup proposers)
   bool no_confidence_cut = false; // EAGLE chains: choose g before proposing instead of cutting by the head's confidences
   std::string chain_select = "first";  // a --proposer chain's choice per request: first member that drafts, or most expected
+  double chain_enough = specdec::proposers::ChainOptions{}.enough_expected;  // --chain-select expected: stop asking above this
   bool no_cut_lookups = false;    // choose g before proposing (lookup proposers), as before AdaptiveSpeculation::cut_lookups
   std::string cost_model = "profile";  // the adaptive policy's verification costs: profiled at startup, or learned
   // Sampled requests without --adaptive: each decides alone whether to draft, against a fixed cost (no timing, so a
@@ -122,7 +130,7 @@ struct Options {
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
   double draft_min_prob = 0.0;
-  double draft_min_path_prob = 0.05;
+  double draft_min_path_prob = -1.0;  // < 0: kGreedyMinPathProb at temperature 0, kSampledMinPathProb when sampling
   std::string cross_vocab_greedy = "slem";  // a draft model of another vocabulary, greedy requests: slem or tli
   float temperature = 0.0f;
   int top_k = 0;
@@ -522,6 +530,31 @@ void check_utf8(const std::string& text, const std::string& where) {
                      static_cast<unsigned char>(text[*at])));
 }
 
+/// The proposer when --proposer is not given: the best measured for the run (docs/cli.md, "The default proposer").
+/// One request on the CPU whose model the EAGLE head fits (--eagle-head, else the bundled head; the same hidden size and
+/// vocabulary) drafts with suffix decoding and EAGLE, each step keeping the proposal worth the most expected accepted
+/// drafts (--chain-select expected): on open-ended chat the head's drafts, on text that copies the prompt the lookup's.
+/// Batches draft with suffix decoding alone: there the head's drafts did not pay for their verification rows on a
+/// 2-core CPU (four chat prompts: 0.89x / 0.90x against suffix's 0.94x / 1.05x).
+std::string default_proposer(const Options& o, std::size_t num_prompts) {
+#if defined(SPECDEC_HAVE_EAGLE)
+  if (num_prompts != 1 || o.device != "cpu" || !fs::is_regular_file(o.model)) return "suffix";
+  const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
+  if (!fs::is_regular_file(head_dir / "config.json")) return "suffix";
+  try {
+    const auto target = specdec::models::llama_config_from_gguf(specdec::models::GgufFile(o.model));
+    const auto head = specdec::proposers::load_eagle_head_config(head_dir);
+    const std::int64_t head_hidden = head.target_hidden_size > 0 ? head.target_hidden_size : head.layer.hidden_size;
+    if (head_hidden == target.hidden_size && head.layer.vocab_size == target.vocab_size) return "suffix,eagle";
+  } catch (const std::exception&) {
+    // A model or head that does not read is reported when it loads; the default then stays suffix decoding.
+  }
+#else
+  (void)o, (void)num_prompts;
+#endif
+  return "suffix";
+}
+
 /// Checks every flag before anything loads, so a bad value costs no model load and writes nothing: each refusal is one
 /// line naming the flag, the value and what it accepts. Flags that another flag makes meaningless are refused when
 /// the combination cannot be what was meant (a draft model without the draft proposer), and warned about when the run
@@ -574,28 +607,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
   p.params.top_p = o.top_p;
   p.params.min_p = o.min_p;
   p.params.seed = o.seed_value;
-
-  // The proposer and its members: suffix decoding unless named, the best measured for the bundled model with the adaptive
-  // draft length over chat and copy-heavy prompts (models/TRAINING.md, "Results of the third head").
-  p.proposer = o.proposer.empty() ? std::string("suffix") : o.proposer;
-  const auto members = proposer_names(p.proposer);
-  const bool chain = members.size() > 1;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    const std::string& m = members[i];
-    if (chain) {
-      if (m != "ngram" && m != "suffix" && m != "draft" && m != "eagle")
-        bad_value("--proposer", "a chain of distinct members from ngram, suffix, draft and eagle, separated by commas",
-                  fmt::format("'{}' in '{}'", m, p.proposer));
-      for (std::size_t k = 0; k < i; ++k)
-        if (members[k] == m)
-          bad_value("--proposer", "a chain of distinct members", fmt::format("'{}' twice in '{}'", m, p.proposer));
-    }
-  }
-  const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = has_member(p.proposer, "eagle");
-#if !defined(SPECDEC_HAVE_EAGLE)
-  if (uses_eagle) bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'" + p.proposer + "'");
-#endif
-  const bool uses_ngram = has_member(p.proposer, "ngram"), uses_suffix = has_member(p.proposer, "suffix");
+  if (o.draft_min_path_prob < 0) o.draft_min_path_prob = p.params.greedy() ? kGreedyMinPathProb : kSampledMinPathProb;
 
   // Prompts.
   if (given("--prompt")) {
@@ -633,6 +645,28 @@ Prepared check_options(Options& o, const CLI::App& app) {
     }
     p.chat = true;
   }
+  // The proposer and its members: default_proposer unless named.
+  p.proposer = o.proposer.empty() ? default_proposer(o, p.prompts.size()) : o.proposer;
+  if (o.proposer.empty() && p.proposer != "suffix" && !given("--chain-select")) o.chain_select = "expected";
+  const auto members = proposer_names(p.proposer);
+  const bool chain = members.size() > 1;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    const std::string& m = members[i];
+    if (chain) {
+      if (m != "ngram" && m != "suffix" && m != "draft" && m != "eagle")
+        bad_value("--proposer", "a chain of distinct members from ngram, suffix, draft and eagle, separated by commas",
+                  fmt::format("'{}' in '{}'", m, p.proposer));
+      for (std::size_t k = 0; k < i; ++k)
+        if (members[k] == m)
+          bad_value("--proposer", "a chain of distinct members", fmt::format("'{}' twice in '{}'", m, p.proposer));
+    }
+  }
+  const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = has_member(p.proposer, "eagle");
+#if !defined(SPECDEC_HAVE_EAGLE)
+  if (uses_eagle) bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'" + p.proposer + "'");
+#endif
+  const bool uses_ngram = has_member(p.proposer, "ngram"), uses_suffix = has_member(p.proposer, "suffix");
+
   // A prompt that names its proposers drafts with those members of the --proposer chain, in its order.
   for (std::size_t i = 0; i < p.named.size(); ++i)
     for (const std::string& name : p.named[i])
@@ -644,6 +678,10 @@ Prepared check_options(Options& o, const CLI::App& app) {
   // Flags that need another flag, or that the run would ignore.
   if (given("--chain-select") && !chain)
     fail(fmt::format("--chain-select: applies to a --proposer chain such as suffix,eagle, got --proposer {}", p.proposer));
+  if (given("--chain-enough") && (!chain || o.chain_select != "expected"))
+    fail(fmt::format("--chain-enough: applies with --chain-select expected on a --proposer chain, got --proposer {} with "
+                     "--chain-select {}", p.proposer, o.chain_select));
+  if (!(o.chain_enough >= 0.0)) bad_value("--chain-enough", "a value >= 0", fmt::format("{}", o.chain_enough));
   if (given("--draft-model") && !uses_draft)
     fail(fmt::format("--draft-model: applies to --proposer draft or a chain with draft, got --proposer {}", p.proposer));
   if (given("--eagle-head") && !uses_eagle)
@@ -942,6 +980,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
 #endif
     specdec::proposers::ChainOptions chain_options;
     if (o.chain_select == "expected") chain_options.selection = specdec::proposers::ChainSelection::kMostExpected;
+    chain_options.enough_expected = o.chain_enough;
     specdec::proposers::ProposerChain chain(chain_options);
     for (const std::string& name : proposer_names(proposer)) {
       if (name == "ngram" && !ngram) {
@@ -1159,7 +1198,7 @@ int main(int argc, char** argv) {
                  "models/SmolLM2-135M-Instruct.Q4_1.gguf");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
-  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: suffix, the best measured for the bundled model with the adaptive draft length)")
+  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: the best measured for the run: suffix,eagle with --chain-select expected for one prompt on the CPU when the EAGLE head fits the model, else suffix)")
       ->check([](const std::string& v) -> std::string {
         for (const char* name : {"none", "ngram", "suffix", "draft", "eagle"})
           if (v == name) return {};
@@ -1202,6 +1241,9 @@ int main(int argc, char** argv) {
                  "expected (every member proposes; the proposal with the most expected accepted drafts is verified: "
                  "EAGLE's and the draft model's by their confidences, lookups' by the acceptance the request has seen)")
       ->check(CLI::IsMember({"first", "expected"}));
+  app.add_option("--chain-enough", o.chain_enough,
+                 "--chain-select expected: a request's later members are not asked once a proposal is worth more than this "
+                 "many expected accepted drafts (default 2; ChainOptions::enough_expected)");
   app.add_flag("--no-confidence-cut", o.no_confidence_cut,
                "EAGLE chains under the adaptive policy: choose g before proposing from the request's history instead of "
                "proposing at the bound and cutting each chain by the head's own confidences");
@@ -1233,9 +1275,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--draft-min-path-prob", o.draft_min_path_prob,
                  "EAGLE and draft-model chains: stop drafting where the product of the draft distributions' largest "
-                 "probabilities so far falls below this (the drafter's chance for the whole chain; 0 = off)")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+                 "probabilities so far falls below this (the drafter's chance for the whole chain; 0 = off; default 0.05 at "
+                 "temperature 0, 0.5 when sampling)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--cross-vocab-greedy", o.cross_vocab_greedy,
                  "a draft model of another vocabulary, greedy requests: slem (string-level exact match: the draft's greedy "
                  "text in the target's tokens) or tli (token-level intersection, as sampled requests always draft)")

@@ -93,6 +93,39 @@ struct EagleProposer::Impl {
     for (std::int64_t i = 0; i < f.rows; ++i) r.pending_tokens.push_back(context[static_cast<std::size_t>(f.start + i + 1)]);
   }
 
+  // Runs these requests' pending feature rows through the head in one forward (committed) and keeps each request's last
+  // hidden row and draft logits; the rows are then no longer pending.
+  void run_pending(std::span<Request* const> order) {
+    if (std::all_of(order.begin(), order.end(), [](const Request* r) { return r->pending_tokens.empty(); })) return;
+    EagleHeadBatch batch;
+    auto feats = std::make_shared<std::vector<float>>();
+    batch.cu_num_tokens.push_back(0);
+    std::vector<Request*> kept;
+    for (Request* r : order) {
+      if (r->pending_tokens.empty()) continue;
+      kept.push_back(r);
+      batch.slots.push_back(r->slot);
+      batch.token_ids.insert(batch.token_ids.end(), r->pending_tokens.begin(), r->pending_tokens.end());
+      batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
+      feats->insert(feats->end(), r->pending_features.begin(), r->pending_features.end());
+    }
+    const auto rows = static_cast<std::int64_t>(batch.token_ids.size());
+    batch.features = Rows::host_float32_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
+    batch.commit = true;
+    batch.last_logits_only = true;
+    EagleHeadOutput out = head.forward(batch);
+    const std::int64_t H = head.hidden_size(), Vd = head.draft_vocab_size();
+    for (std::size_t k = 0; k < kept.size(); ++k) {
+      Request& r = *kept[k];
+      const float* h = out.hidden.host_row(batch.cu_num_tokens[k + 1] - 1);
+      r.last_hidden.assign(h, h + H);
+      const float* l = out.logits.host_row(static_cast<std::int64_t>(k));
+      r.last_logits.assign(l, l + Vd);
+      r.pending_features.clear();
+      r.pending_tokens.clear();
+    }
+  }
+
   DraftBatch propose(std::span<const ProposeRequest> reqs);
 };
 
@@ -160,7 +193,18 @@ void EagleProposer::begin_request(const RequestContext& ctx) {
     m.add_pending(r, *ctx.features, ctx.context, "begin_request");
   }
   r.slot = m.head.allocate_sequence();
-  m.requests.emplace(ctx.id, std::move(r));
+  Impl::Request& live = m.requests.emplace(ctx.id, std::move(r)).first->second;
+  // The prompt's rows go through the head now, with the target's prefill, rather than at the first propose(): a step's
+  // drafting then costs what drafting costs (and a chain whose other member drafts the first steps does not pay a whole
+  // prompt's head forward in one of its decode steps).
+  try {
+    Impl::Request* one = &live;
+    m.run_pending(std::span<Impl::Request* const>(&one, 1));
+  } catch (...) {
+    m.head.free_sequence(live.slot);
+    m.requests.erase(ctx.id);
+    throw;
+  }
 }
 
 void EagleProposer::end_request(RequestId id) {
@@ -204,39 +248,16 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
 
   // 1. Run pending target-feature rows through the head (committed) for every request that drafts this step.
   {
-    EagleHeadBatch batch;
-    auto feats = std::make_shared<std::vector<float>>();
     std::vector<Request*> order;
-    batch.cu_num_tokens.push_back(0);
     for (std::int64_t i = 0; i < B; ++i) {
       Request& r = *rs[static_cast<std::size_t>(i)];
       head.truncate(r.slot, head.committed_length(r.slot));
       if (reqs[static_cast<std::size_t>(i)].max_drafts == 0 || r.pending_tokens.empty()) continue;
       if (std::find(order.begin(), order.end(), &r) != order.end())
         fail(fmt::format("EagleProposer::propose: requests[{}].id: request {} appears twice", i, reqs[static_cast<std::size_t>(i)].id));
-      batch.slots.push_back(r.slot);
-      batch.token_ids.insert(batch.token_ids.end(), r.pending_tokens.begin(), r.pending_tokens.end());
-      batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
-      feats->insert(feats->end(), r.pending_features.begin(), r.pending_features.end());
       order.push_back(&r);
     }
-    if (!order.empty()) {
-      const auto rows = static_cast<std::int64_t>(batch.token_ids.size());
-      batch.features = Rows::host_float32_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
-      batch.commit = true;
-      batch.last_logits_only = true;
-      EagleHeadOutput out = head.forward(batch);
-      const std::int64_t H = head.hidden_size();
-      for (std::size_t k = 0; k < order.size(); ++k) {
-        Request& r = *order[k];
-        const float* h = out.hidden.host_row(batch.cu_num_tokens[k + 1] - 1);
-        r.last_hidden.assign(h, h + H);
-        const float* l = out.logits.host_row(static_cast<std::int64_t>(k));
-        r.last_logits.assign(l, l + Vd);
-        r.pending_features.clear();
-        r.pending_tokens.clear();
-      }
-    }
+    run_pending(order);
   }
 
   // Requests that draft this step.

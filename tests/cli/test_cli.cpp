@@ -162,6 +162,9 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   refused({"--dtype", "bfloat16"}, {"--dtype", "--device cpu"});
   refused({"--draft-model", "/nonexistent"}, {"--draft-model", "--proposer suffix"});
   refused({"--eagle-head", "/nonexistent"}, {"--eagle-head", "--proposer suffix"});
+  refused({"--chain-enough", "1", "--proposer", "suffix"}, {"--chain-enough", "--proposer suffix"});
+  refused({"--chain-enough", "1", "--proposer", "suffix,eagle"}, {"--chain-enough", "--chain-select first"});
+  refused({"--chain-enough", "-1", "--proposer", "suffix,eagle", "--chain-select", "expected"}, {"--chain-enough", "-1"});
   refused({"--baseline-last"}, {"--baseline-last", "--compare"});
   refused({"--device", "bogus:x"}, {"--device", "bogus:x"});
   refused({"--activation-bits", "12"}, {"--activation-bits", "12"});
@@ -406,6 +409,56 @@ TEST_F(CliModel, DefaultRunPrintsEveryPromptsTextAndWritesJsonThatConformsToTheS
     EXPECT_EQ(s.out.substr(0, 64), j["model_sha256"].get<std::string>());
   }
   EXPECT_TRUE(leftovers() == std::vector<std::string>{"run.json"});  // no .partial left
+}
+
+// Without --proposer: one request drafts with the suffix,eagle chain (expected selection) where the bundled head fits the
+// model, greedy or sampled; a batch (the built-in set above, a prompt file of two) drafts with suffix decoding alone.
+TEST_F(CliModel, DefaultProposerIsTheSuffixEagleChainForOneRequestAndSuffixDecodingForBatches) {
+  ASSERT_TRUE(fs::exists(kSourceDir / "models" / "smollm2-135m-eagle" / "config.json"));
+  const std::vector<std::string> common = {"--prompt", "Name three colours.", "--chat", "--max-new-tokens", "6",
+                                           "--threads", "2", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const Outcome greedy = run(kGenerate, with({"--compare", "--json", "greedy.json"}));
+  ASSERT_EQ(greedy.rc, 0) << greedy.err;
+  const auto g = json_of("greedy.json");
+  expect_conforms(g);
+  EXPECT_EQ(g["proposer"], "suffix,eagle");
+  EXPECT_EQ(g["outputs_identical"], true);
+  EXPECT_NE(greedy.err.find("chain member eagle drafted"), std::string::npos) << greedy.err;
+  EXPECT_EQ(greedy.err.find("warning"), std::string::npos) << greedy.err;
+  // --chain-select applies to the default chain; first is taken as given.
+  const Outcome first = run(kGenerate, with({"--chain-select", "first"}));
+  EXPECT_EQ(first.rc, 0) << first.err;
+
+  const Outcome sampled = run(kGenerate, with({"--temperature", "0.7", "--json", "sampled.json"}));
+  ASSERT_EQ(sampled.rc, 0) << sampled.err;
+  EXPECT_EQ(json_of("sampled.json")["proposer"], "suffix,eagle");
+  // Two prompts run as one batch: suffix decoding alone.
+  std::ofstream(dir_ / "work" / "two.txt") << "Name three colours.\nName three birds.\n";
+  const Outcome batch = run(kGenerate, {"--prompt-file", "two.txt", "--chat", "--max-new-tokens", "4", "--threads", "2",
+                                        "--quiet", "--json", "batch.json"});
+  ASSERT_EQ(batch.rc, 0) << batch.err;
+  EXPECT_EQ(json_of("batch.json")["proposer"], "suffix");
+  // --eagle-head's head decides: a copy of the bundled one is chained; one that does not fit the model (another hidden
+  // size) leaves the default at suffix decoding, so that --eagle-head is refused as applying to no proposer.
+  const fs::path bundled = kSourceDir / "models" / "smollm2-135m-eagle";
+  fs::create_directories(dir_ / "head");
+  for (const auto& e : fs::directory_iterator(bundled)) fs::copy_file(e.path(), dir_ / "head" / e.path().filename());
+  const Outcome copy = run(kGenerate, with({"--json", "copy.json", "--eagle-head", (dir_ / "head").string()}));
+  ASSERT_EQ(copy.rc, 0) << copy.err;
+  EXPECT_EQ(json_of("copy.json")["proposer"], "suffix,eagle");
+  std::string config = read_file(bundled / "config.json");
+  const auto at = config.find("\"hidden_size\": 576");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, std::string("\"hidden_size\": 576").size(), "\"hidden_size\": 640");
+  std::ofstream(dir_ / "head" / "config.json", std::ios::trunc) << config;
+  const Outcome other = run(kGenerate, with({"--json", "other.json", "--eagle-head", (dir_ / "head").string()}));
+  EXPECT_NE(other.rc, 0) << "--eagle-head without an eagle proposer must be refused";
+  EXPECT_NE(other.err.find("--eagle-head"), std::string::npos) << other.err;
 }
 
 TEST_F(CliModel, RawPromptToAnInstructModelIsWarnedAboutAndLongPromptsReportTheirPrefill) {
