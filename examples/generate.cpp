@@ -127,6 +127,7 @@ struct Options {
   double sampled_cost_slope = 0.15;
   double sampled_draft_cost = -1.0;
   bool tree = false;
+  std::string eagle_sampled_drafts = "sample";  // EAGLE chains of sampled requests: sample (q's draws) or argmax
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
   double draft_min_prob = 0.0;
@@ -346,6 +347,8 @@ specdec::proposers::EagleProposer make_eagle(const Options& o, const LlamaModel&
                                                  : specdec::proposers::eagle_target_weights_from_gguf(o.model);
   specdec::proposers::EagleProposerOptions eo;
   eo.mode = o.tree ? specdec::proposers::EagleDraftMode::kTree : specdec::proposers::EagleDraftMode::kChain;
+  eo.chain_sampling = o.eagle_sampled_drafts == "argmax" ? specdec::proposers::EagleChainSampling::kArgmax
+                                                         : specdec::proposers::EagleChainSampling::kSample;
   eo.tree.top_k = o.tree_top_k;
   eo.tree.num_nodes = o.tree_nodes;
   eo.min_draft_prob = o.draft_min_prob;
@@ -694,7 +697,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
     fail(fmt::format("--proposer {}: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features), got "
                      "--device {}", p.proposer, o.device));
   if (p.proposer == "none" && given("-g")) warn("-g: ignored with --proposer none (no drafts)");
-  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob"})
+  for (const char* flag : {"--tree-top-k", "--tree-nodes", "--draft-min-prob", "--eagle-sampled-drafts"})
     if (given(flag) && !uses_eagle) warn(fmt::format("{}: ignored without eagle in --proposer", flag));
   if (given("--draft-min-path-prob") && !uses_eagle && !uses_draft)
     warn("--draft-min-path-prob: ignored without eagle or draft in --proposer");
@@ -1272,6 +1275,11 @@ int main(int argc, char** argv) {
   app.add_option("--draft-min-prob", o.draft_min_prob,
                  "EAGLE chains: stop drafting at the first step whose head distribution has no probability >= this (0 = always g)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--eagle-sampled-drafts", o.eagle_sampled_drafts,
+                 "EAGLE chains of sampled requests: sample (drafts drawn from the head's distribution, verified against it) "
+                 "or argmax (the head's most likely token, a deterministic draft accepted with the target's probability)")
+      ->check(CLI::IsMember({"sample", "argmax"}))
       ->capture_default_str();
   app.add_option("--draft-min-path-prob", o.draft_min_path_prob,
                  "EAGLE and draft-model chains: stop drafting where the product of the draft distributions' largest "

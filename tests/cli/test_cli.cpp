@@ -156,6 +156,7 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   refused({"--proposer", "suffix,bogus"}, {"--proposer", "bogus"});
   refused({"--proposer", "eagle,suffix,eagle"}, {"--proposer", "eagle"});
   refused({"--verify", "maybe"}, {"--verify", "maybe"});
+  refused({"--eagle-sampled-drafts", "maybe"}, {"--eagle-sampled-drafts", "maybe"});
   refused({"--prompt", ""}, {"--prompt", "empty"});
   refused({"--prompt", "ok \xff"}, {"--prompt", "byte offset 3", "UTF-8"});
   refused({"--prompt", "ab\xC3("}, {"--prompt", "byte offset 2"});
