@@ -723,9 +723,11 @@ def cmd_report(a):
     means = [mean([r[i] for r in table_rows]) for i in range(len(cols))]
     lines.append("| **mean** | | | " + " | ".join(f"**{fmt(v)}**" for v in means) + " |")
     lines.append("")
+    default_proposers = sorted({str(g(sp.get(n), "default", "proposer")) for n in names if g(sp.get(n), "default", "proposer")})
     lines.append("`*` = fewer than the maximum: stopped at an end-of-generation token (counted). "
                  "specdec plain = `--proposer none`, "
-                 "n-gram = `--proposer ngram -g 5 --fixed-g`, default = no flags (suffix, g <= 8, adaptive); llama.cpp prompt-lookup = "
+                 "n-gram = `--proposer ngram -g 5 --fixed-g`, default = no flags (each prompt alone: "
+                 f"{' / '.join(default_proposers) or 'n/a'}, g <= 8, adaptive); llama.cpp prompt-lookup = "
                  f"`LlamaPromptLookupDecoding(num_pred_tokens={NUM_PRED_TOKENS})` as `draft_model`.")
     lines.append("")
     same_text = [g(sp.get(n), "baseline_text_matches_llama_plain") for n in names]
