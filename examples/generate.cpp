@@ -543,7 +543,7 @@ std::string default_proposer(const Options& o, std::size_t num_prompts) {
 #if defined(SPECDEC_HAVE_EAGLE)
   if (num_prompts != 1 || o.device != "cpu" || !fs::is_regular_file(o.model)) return "suffix";
   const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
-  if (!fs::is_regular_file(head_dir / "config.json")) return "suffix";
+  if (!fs::is_regular_file(head_dir / "config.json") || !fs::is_regular_file(head_dir / "model.safetensors")) return "suffix";
   try {
     const auto target = specdec::models::llama_config_from_gguf(specdec::models::GgufFile(o.model));
     const auto head = specdec::proposers::load_eagle_head_config(head_dir);
