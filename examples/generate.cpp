@@ -533,7 +533,8 @@ void check_utf8(const std::string& text, const std::string& where) {
                      static_cast<unsigned char>(text[*at])));
 }
 
-/// The proposer when --proposer is not given: the best measured for the run (docs/cli.md, "The default proposer").
+/// The proposer when --proposer is not given: the best measured for the run (docs/adaptive-policy.md, "The default
+/// proposer").
 /// One request on the CPU whose model the EAGLE head fits (--eagle-head, else the bundled head; the same hidden size and
 /// vocabulary) drafts with suffix decoding and EAGLE, each step keeping the proposal worth the most expected accepted
 /// drafts (--chain-select expected): on open-ended chat the head's drafts, on text that copies the prompt the lookup's.
