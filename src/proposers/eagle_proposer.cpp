@@ -96,7 +96,6 @@ struct EagleProposer::Impl {
   // Runs these requests' pending feature rows through the head in one forward (committed) and keeps each request's last
   // hidden row and draft logits; the rows are then no longer pending.
   void run_pending(std::span<Request* const> order) {
-    if (std::all_of(order.begin(), order.end(), [](const Request* r) { return r->pending_tokens.empty(); })) return;
     EagleHeadBatch batch;
     auto feats = std::make_shared<std::vector<float>>();
     batch.cu_num_tokens.push_back(0);
@@ -109,6 +108,7 @@ struct EagleProposer::Impl {
       batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
       feats->insert(feats->end(), r->pending_features.begin(), r->pending_features.end());
     }
+    if (kept.empty()) return;
     const auto rows = static_cast<std::int64_t>(batch.token_ids.size());
     batch.features = Rows::host_float32_over(feats, rows, static_cast<std::int64_t>(feats->size()) / rows);
     batch.commit = true;
