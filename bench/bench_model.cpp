@@ -287,6 +287,61 @@ void BM_LoadToFirstToken(benchmark::State& state) {
 }
 BENCHMARK(BM_LoadToFirstToken)->Iterations(11)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A batched verification: `batch` sequences at context 128, each with a chain of `new_tokens` new tokens, in one forward
+// (what SpeculativeDecoder runs for a batch of requests). cost_vs_batch_of_1_token is its median against the median of the
+// same batch with one new token each (plain decoding of the batch), the r of a batched step; rows_cost_vs_1_token against a
+// 1-token forward of one sequence at context 128 (BM_Decode/new_tokens:1/context:128, when it ran first).
+void BM_DecodeBatch(benchmark::State& state) {
+  sm::LlamaModel& m = model();
+  const std::int64_t batch = state.range(0), n = state.range(1), context = 128;
+  std::vector<std::int64_t> slots;
+  for (std::int64_t b = 0; b < batch; ++b) slots.push_back(prefilled_slot(m, context));
+  auto step_of = [&](std::int64_t rows) {
+    sm::ForwardBatch f;
+    f.cu_num_tokens.push_back(0);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      f.slots.push_back(slots[static_cast<std::size_t>(b)]);
+      for (std::int64_t i = 0; i < rows; ++i) f.token_ids.push_back((b * 31 + i * 104729 + 7) % m.vocab_size());
+      f.cu_num_tokens.push_back(static_cast<std::int64_t>(f.token_ids.size()));
+    }
+    return f;
+  };
+  const sm::ForwardBatch step = step_of(n), plain = step_of(1);
+  auto timed = [&](const sm::ForwardBatch& f) {
+    const auto f0 = std::chrono::steady_clock::now();
+    sm::ForwardOutput out = m.forward(f);
+    benchmark::DoNotOptimize(out.logits.view().data);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
+    for (auto slot : slots) m.truncate(slot, context);
+    return s;
+  };
+  std::vector<double> each, each_plain;
+  for (auto _ : state) {  // alternated, so both sizes see the same phases of the host
+    each.push_back(timed(step));
+    each_plain.push_back(timed(plain));
+  }
+  // Where the batched forward's time goes: 20 more of it alone, phases timed (LlamaOptions::time_phases).
+  m.reset_phase_times();
+  for (int i = 0; i < 20; ++i) timed(step);
+  const sm::ForwardPhaseTimes& ph = m.phase_times();
+  for (int p = 0; p < sm::ForwardPhaseTimes::kCount && ph.forwards > 0; ++p)
+    state.counters[std::string("ms_") + sm::ForwardPhaseTimes::kNames[p]] = ph.seconds[p] / static_cast<double>(ph.forwards) * 1e3;
+  for (auto slot : slots) m.free_sequence(slot);
+  const double median = median_of(each), median_plain = median_of(each_plain);
+  state.counters["ms_per_forward_median"] = median * 1e3;
+  state.counters["ms_batch_of_1_token_median"] = median_plain * 1e3;
+  state.counters["cost_vs_batch_of_1_token"] = median / median_plain;
+  if (auto it = g_one_token_seconds.find(context); it != g_one_token_seconds.end())
+    state.counters["rows_cost_vs_1_token"] = median / it->second;
+  state.SetLabel(g_model_label + ", " + m.kernel_name());
+}
+BENCHMARK(BM_DecodeBatch)
+    ->ArgNames({"batch", "new_tokens"})
+    ->ArgsProduct({{1, 2, 4}, {1, 2, 3, 4}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
+
 // A 1-token forward right after something else, at context 128: after a forward of `before` new tokens (rolled back),
 // then a pause of `pause_us` microseconds on the calling thread (a busy wait: the pool's threads go to sleep past their
 // spin). ms_after_median is the 1-token forward's median; against BM_DecodeAfter/before:1/pause_us:0 (a 1-token forward
