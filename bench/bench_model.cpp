@@ -151,6 +151,14 @@ double median_of(std::vector<double>& v) {
   return v[v.size() / 2];
 }
 
+// Where the forwards since m.reset_phase_times() went: ms per forward in each step (LlamaOptions::time_phases), as the
+// "ms_" counters.
+void report_phases(benchmark::State& state, const sm::LlamaModel& m) {
+  const sm::ForwardPhaseTimes& ph = m.phase_times();
+  for (int p = 0; p < sm::ForwardPhaseTimes::kCount && ph.forwards > 0; ++p)
+    state.counters[std::string("ms_") + sm::ForwardPhaseTimes::kNames[p]] = ph.seconds[p] / static_cast<double>(ph.forwards) * 1e3;
+}
+
 // Args: new tokens per forward, context length (cached tokens before the forward).
 void BM_Decode(benchmark::State& state) {
   sm::LlamaModel& m = model();
@@ -185,10 +193,7 @@ void BM_Decode(benchmark::State& state) {
   state.counters["roofline_fraction_1t"] = bytes / per_forward / g_bw_1t;
   state.counters["peak_rss_mib"] = peak_rss_mib();
   state.counters["rss_mib"] = current_rss_mib();
-  // Where a forward goes: ms per forward in each step (LlamaOptions::time_phases), the "ms_" counters.
-  const sm::ForwardPhaseTimes& ph = m.phase_times();
-  for (int p = 0; p < sm::ForwardPhaseTimes::kCount && ph.forwards > 0; ++p)
-    state.counters[std::string("ms_") + sm::ForwardPhaseTimes::kNames[p]] = ph.seconds[p] / static_cast<double>(ph.forwards) * 1e3;
+  report_phases(state, m);
   if (n == 1) g_one_token_seconds[context] = median;
   if (auto it = g_one_token_seconds.find(context); n > 1 && it != g_one_token_seconds.end())
     state.counters["cost_vs_1_token"] = median / it->second;
@@ -299,9 +304,10 @@ void BM_DecodeBatch(benchmark::State& state) {
   auto step_of = [&](std::int64_t rows) {
     sm::ForwardBatch f;
     f.cu_num_tokens.push_back(0);
-    for (std::int64_t b = 0; b < batch; ++b) {
-      f.slots.push_back(slots[static_cast<std::size_t>(b)]);
-      for (std::int64_t i = 0; i < rows; ++i) f.token_ids.push_back((b * 31 + i * 104729 + 7) % m.vocab_size());
+    for (const auto slot : slots) {  // each sequence's chain as BM_Decode's
+      const sm::ForwardBatch one = synthetic_step(m, slot, rows);
+      f.slots.push_back(slot);
+      f.token_ids.insert(f.token_ids.end(), one.token_ids.begin(), one.token_ids.end());
       f.cu_num_tokens.push_back(static_cast<std::int64_t>(f.token_ids.size()));
     }
     return f;
@@ -323,9 +329,7 @@ void BM_DecodeBatch(benchmark::State& state) {
   // Where the batched forward's time goes: 20 more of it alone, phases timed (LlamaOptions::time_phases).
   m.reset_phase_times();
   for (int i = 0; i < 20; ++i) timed(step);
-  const sm::ForwardPhaseTimes& ph = m.phase_times();
-  for (int p = 0; p < sm::ForwardPhaseTimes::kCount && ph.forwards > 0; ++p)
-    state.counters[std::string("ms_") + sm::ForwardPhaseTimes::kNames[p]] = ph.seconds[p] / static_cast<double>(ph.forwards) * 1e3;
+  report_phases(state, m);
   for (auto slot : slots) m.free_sequence(slot);
   const double median = median_of(each), median_plain = median_of(each_plain);
   state.counters["ms_per_forward_median"] = median * 1e3;
