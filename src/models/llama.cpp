@@ -1,8 +1,9 @@
 // The Llama-family forward pass on CPU. Products run on block-format weights (detail::PackedMatrix, int8 activations)
 // or float32 weights (detail::linear_rows, 16 token rows at a time). Per layer: RMSNorm -> fused q/k/v product -> rotary
 // embedding (written straight into the KV cache and into a query buffer laid out for grouped attention) -> attention
-// per sequence (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree in one call, a
-// longer chain, a prompt, in blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
+// (detail::attention_rows, each row over the keys it sees: up to 16 new tokens or a tree of a sequence in one call, the
+// chunks of every such sequence of the batch in one dispatch over the pool's threads; a longer chain, a prompt, in
+// blocks of 16 tokens) -> output product accumulated into the residual -> RMSNorm -> fused
 // gate/up product -> SiLU(gate) * up -> down product accumulated into the residual. The options of other architectures
 // (LlamaConfig) are branches per layer: q/k/v biases and QK-norm after the q/k/v product, a sliding layer's RoPE table
 // and window (mask_outside_window), the attention's and the MLP's outputs normalised before the residual add, GELU for
@@ -13,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -229,7 +231,7 @@ struct LlamaModel::Impl {
   std::int64_t ws_rows = 0;
   detail::FloatRows x, normed, qkv, qbuf, attn, gu, act;
   ForwardPhaseTimes phase_times;
-  std::vector<float> scores_buf;  // attention scores of one kv head of one sequence (streaming path)
+  std::vector<float> scores_buf;  // attention scores: each few-token sequence's rows, or a prompt block's per thread
   std::vector<float> rope_buf;    // one rotated key before a float16 cache stores it [hd]
   std::shared_ptr<RowPool> pool;
   Activations activations;
@@ -279,8 +281,23 @@ struct LlamaModel::Impl {
 
   std::vector<SequencePlan> plan(const ForwardBatch& b, std::vector<std::int64_t>& positions);
   ForwardOutput forward(const ForwardBatch& b);
-  // pos: the positions of the sequence's new tokens; window: 0, or the sliding window of a sliding layer.
-  void attention(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window);
+  // The attention of every sequence of the batch in layer `layer`; positions: the batch's (flattened like its rows);
+  // window: 0, or the sliding window of a sliding layer.
+  void attention(std::int64_t layer, const std::vector<SequencePlan>& seqs, const std::int64_t* positions,
+                 std::int64_t window);
+  // One sequence's few-token attention in a layer (a tree, or a chain of up to kMaxRowsForStreamingKernel tokens).
+  struct FewTokenAttention {
+    const SequencePlan* s = nullptr;
+    const std::int64_t* pos = nullptr;  // the positions of its new tokens
+    std::int64_t total = 0, rows = 0, all_rows = 0;  // keys it sees; query rows of one kv head; of all
+    std::int64_t ld = 0, scores = 0;  // its rows of scores: width, first float in scores_buf
+    bool split_keys = false;          // scores by key ranges before the rows finish
+  };
+  std::vector<FewTokenAttention> few;
+  std::vector<std::array<std::int64_t, 3>> chunks;
+  // Rows [begin, end) of one sequence's few-token attention (kv head major), part `part` of the work.
+  void attention_part(std::int64_t layer, const FewTokenAttention& j, std::int64_t window, std::int64_t begin,
+                      std::int64_t end, detail::AttentionPart part);
   void attention_blocks(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window);
   // Calls fn(keys, values, key_blocks) with layer `layer`'s cache in its element type (float16 or float32); key_blocks
   // is the transposed copy of the keys, or nullptr.
@@ -431,110 +448,137 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
     work(0);
 }
 
-void LlamaModel::Impl::attention(std::int64_t layer, const SequencePlan& s, const std::int64_t* pos, std::int64_t window) {
-  const std::int64_t total = s.cached + s.n;
-  if (!s.visible.empty()) {
-    // Few new tokens (decode, speculative verify) or a tree of any size: detail::attention_rows over the sequence's
-    // cache, the nh * n query rows (ordered kv head, token, group member) shared in chunks by the pool's threads when
-    // there is enough work. Every row is computed alone, so the split changes no result.
-    const std::int64_t rows = group * s.n;  // query rows of one kv head
-    const std::int64_t all_rows = nkv * rows;
-    const std::int64_t ld = (total + 15) / 16 * 16;
-    if (static_cast<std::int64_t>(scores_buf.size()) < all_rows * ld)
-      scores_buf.resize(static_cast<std::size_t>(all_rows * ld * 2));
-    const std::int64_t cap = cache.capacity();
-    const std::int64_t seq_offset = s.slot * nkv * cap * hd;
-    const float* q = qbuf.data() + s.start * q_dim;
-    float* out = attn.data() + s.start * q_dim;
-    float* sc = scores_buf.data();
-    const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;  // a kv head's key blocks (KvCache::key_block_data)
-    // keys, values: the layer's cache (float32 or float16); blocks: its key blocks, or nullptr.
-    auto run_head_rows = [&](const auto* keys, const auto* values, const auto* blocks, std::int64_t begin, std::int64_t end,
-                             detail::AttentionPart part) {  // rows kh * rows + r
-      for (std::int64_t kh = begin / rows; kh < nkv && kh * rows < end; ++kh) {
-        const std::int64_t rb = std::max(begin - kh * rows, std::int64_t{0}), re = std::min(end - kh * rows, rows);
+void LlamaModel::Impl::attention_part(std::int64_t layer, const FewTokenAttention& j, std::int64_t window,
+                                      std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
+  const SequencePlan& s = *j.s;
+  const std::int64_t cap = cache.capacity();
+  const std::int64_t seq_offset = s.slot * nkv * cap * hd;
+  const float* q = qbuf.data() + s.start * q_dim;
+  float* out = attn.data() + s.start * q_dim;
+  float* sc = scores_buf.data() + j.scores;
+  const std::int64_t head_blocks = cache.key_block_count() * 16 * hd;  // a kv head's key blocks (KvCache::key_block_data)
+  const std::int64_t rows = j.rows, ld = j.ld;
+  // Rows kh * rows + r of the sequence, with the layer's cache in its element type (float16 or float32); blocks: its
+  // key blocks, or nullptr.
+  auto run_rows = [&](std::int64_t b, std::int64_t e, detail::AttentionPart p) {
+    with_layer_cache(layer, [&](const auto* keys, const auto* values, const auto* blocks) {
+      for (std::int64_t kh = b / rows; kh < nkv && kh * rows < e; ++kh) {
+        const std::int64_t rb = std::max(b - kh * rows, std::int64_t{0}), re = std::min(e - kh * rows, rows);
         const std::int64_t kv = seq_offset + kh * cap * hd;
-        if (blocks != nullptr) part.key_blocks = blocks + (s.slot * nkv + kh) * head_blocks;
-        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, keys + kv, values + kv, total, s.cached,
+        if (blocks != nullptr) p.key_blocks = blocks + (s.slot * nkv + kh) * head_blocks;
+        detail::attention_rows(q + kh * rows * hd, rb, re, s.n, group, hd, keys + kv, values + kv, j.total, s.cached,
                                s.visible.data(), s.visible_count.data(), sc + kh * rows * ld, ld, out + kh * group * hd,
-                               q_dim, hd, part);
+                               q_dim, hd, p);
       }
-    };
-    auto run_rows = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
-      with_layer_cache(layer, [&](const auto* keys, const auto* values, const auto* blocks) {
-        run_head_rows(keys, values, blocks, begin, end, part);
-      });
-    };
-    // A sliding layer runs each part as scores (from the first key block any row sees), the keys outside each row's
-    // window masked (mask_outside_window), then the softmax and the values; a plain layer runs the part as it is.
-    const std::int64_t k_lo = window > 0 ? first_window_block(pos, s.n, window) : 0;
-    auto run_part = [&](std::int64_t begin, std::int64_t end, detail::AttentionPart part) {
-      if (window == 0) {
-        run_rows(begin, end, part);
-        return;
-      }
-      if (part.kind == detail::AttentionPart::kScores) {
-        part.key_begin = std::max(part.key_begin, k_lo);
-        if (part.key_begin < std::min(part.key_end, ld)) run_rows(begin, end, part);
-        return;
-      }
-      if (part.kind == detail::AttentionPart::kAll) run_rows(begin, end, {detail::AttentionPart::kScores, k_lo, ld});
-      for (std::int64_t r = begin; r < end; ++r) {
-        const std::int64_t i = (r % rows) / group;
-        mask_outside_window(sc + r * ld, s.cached, pos[i], window, pos, s.visible.data() + i * s.n,
-                            s.visible_count[static_cast<std::size_t>(i)]);
-      }
-      run_rows(begin, end, {detail::AttentionPart::kFinish, 0, 0});
-    };
-    // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
-    const int parts = all_rows > 1 && all_rows * total >= kMinParallelAttention ? pool->size() : 1;
-    if (parts == 1) {
-      run_part(0, all_rows, {});
-    } else {
-      // Over a long cache the keys' side goes first, shared by key ranges: every (kv head, 256 keys) chunk transposes its
-      // key blocks once and scores all the head's rows against them (kScores), so the threads split a head's keys
-      // instead of taking whole heads (3 kv heads on 2 threads) or transposing the same keys once per chunk of rows;
-      // then the softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the
-      // split changes no bit.
-      // A decode splits too: its 3 chunks (one a kv head) would leave one of 2 threads two heads' keys and values, so
-      // past one key range it shares the keys by range (bench_model BM_Decode at context 1024, three rounds alternated:
-      // ms_attention 1.59-1.67 -> 1.46-1.51, finishing row by row) and then finishes in one range of rows per thread.
-      constexpr std::int64_t kKeyRange = 256;
-      const std::int64_t ranges = (total + kKeyRange - 1) / kKeyRange;
-      const bool split_keys = ranges >= 2;
-      if (split_keys)
-        pool->run(nkv * ranges, [&](std::int64_t c) {  // every row of kv head kh against keys [k0, k0 + kKeyRange)
-          const std::int64_t kh = c / ranges, k0 = (c % ranges) * kKeyRange;
-          run_part(kh * rows, kh * rows + rows, {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
-        });
-      // Chunks of a kv head's rows: whole tokens with all their group members, at most 3
-      // tokens (9 rows for SmolLM2), so the rows of a chunk share every key block they transpose and every value they
-      // load (the members of a token and, over the cached context, every row of the chunk), and a 6-token verification
-      // still gives two threads 6 chunks.
-      // (bench_model's ms_attention at 6 tokens: one token per chunk was 15-30% slower; whole kv heads, 3 chunks, within
-      // noise of 3 tokens.)
-      if (s.n == 1 && split_keys) {
-        // A split decode's rows in one contiguous range per thread (9 rows on 2 threads: 4 and 5), so a thread's rows
-        // of one kv head share each value load and a head's values are read by one thread, or two at a range's edge,
-        // instead of by whichever threads took its single-row chunks (faster in bench_model BM_Decode at context 1024;
-        // measured in docs/cpu-forward.md).
-        const std::int64_t ranges_n = pool->size();
-        pool->run(ranges_n, [&](std::int64_t c) {
-          run_part(c * all_rows / ranges_n, (c + 1) * all_rows / ranges_n, {detail::AttentionPart::kFinish, 0, 0});
-        });
-      } else {
-        const std::int64_t piece = std::min<std::int64_t>(s.n, 3) * group;
-        const std::int64_t per_head = (rows + piece - 1) / piece;
-        pool->run(nkv * per_head, [&](std::int64_t c) {
-          const std::int64_t kh = c / per_head, begin = kh * rows + (c % per_head) * piece;
-          run_part(begin, std::min(kh * rows + rows, begin + piece),
-                   {split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
-        });
-      }
-    }
+    });
+  };
+  // A sliding layer runs each part as scores (from the first key block any row sees), the keys outside each row's
+  // window masked (mask_outside_window), then the softmax and the values; a plain layer runs the part as it is.
+  if (window == 0) {
+    run_rows(begin, end, part);
     return;
   }
-  attention_blocks(layer, s, pos, window);  // a chain of more new tokens than the streaming kernel takes at once: a prompt
+  const std::int64_t k_lo = first_window_block(j.pos, s.n, window);
+  if (part.kind == detail::AttentionPart::kScores) {
+    part.key_begin = std::max(part.key_begin, k_lo);
+    if (part.key_begin < std::min(part.key_end, ld)) run_rows(begin, end, part);
+    return;
+  }
+  if (part.kind == detail::AttentionPart::kAll) run_rows(begin, end, {detail::AttentionPart::kScores, k_lo, ld});
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t i = (r % rows) / group;
+    mask_outside_window(sc + r * ld, s.cached, j.pos[i], window, j.pos, s.visible.data() + i * s.n,
+                        s.visible_count[static_cast<std::size_t>(i)]);
+  }
+  run_rows(begin, end, {detail::AttentionPart::kFinish, 0, 0});
+}
+
+void LlamaModel::Impl::attention(std::int64_t layer, const std::vector<SequencePlan>& seqs,
+                                 const std::int64_t* positions, std::int64_t window) {
+  // A chain of more new tokens than the streaming kernel takes at once (a prompt) goes alone, in blocks.
+  for (const auto& s : seqs)
+    if (s.visible.empty()) attention_blocks(layer, s, positions + s.start, window);
+  // Few new tokens (decode, speculative verify) or a tree of any size: detail::attention_rows over each sequence's
+  // cache, the nh * n query rows of a sequence (ordered kv head, token, group member) each in its own share of
+  // scores_buf, and the chunks of every sequence's rows shared by the pool's threads in one dispatch when there is
+  // enough work. Every row is computed alone, so neither the split nor the batch changes a result.
+  few.clear();
+  std::int64_t scores = 0, work = 0, all = 0;
+  for (const auto& s : seqs) {
+    if (s.visible.empty()) continue;
+    FewTokenAttention j;
+    j.s = &s;
+    j.pos = positions + s.start;
+    j.total = s.cached + s.n;
+    j.rows = group * s.n;  // query rows of one kv head
+    j.all_rows = nkv * j.rows;
+    j.ld = (j.total + 15) / 16 * 16;
+    j.scores = scores;
+    scores += j.all_rows * j.ld;
+    work += j.all_rows * j.total;
+    all += j.all_rows;
+    few.push_back(j);
+  }
+  if (few.empty()) return;
+  if (static_cast<std::int64_t>(scores_buf.size()) < scores) scores_buf.resize(static_cast<std::size_t>(scores * 2));
+  // The pool's threads are still spinning from the q/k/v product, so sharing the rows costs little.
+  if (pool->size() == 1 || all <= 1 || work < kMinParallelAttention) {
+    for (const auto& j : few) attention_part(layer, j, window, 0, j.all_rows, {});
+    return;
+  }
+  // Over a long cache the keys' side goes first, shared by key ranges: every (kv head, 256 keys) chunk transposes its
+  // key blocks once and scores all the head's rows against them (kScores), so the threads split a head's keys instead
+  // of taking whole heads (3 kv heads on 2 threads) or transposing the same keys once per chunk of rows; then the
+  // softmax and the values go by chunks of rows (kFinish). The same steps make every score and row, so the split
+  // changes no bit.
+  // A decode splits too: its 3 chunks (one a kv head) would leave one of 2 threads two heads' keys and values, so past
+  // one key range it shares the keys by range (bench_model BM_Decode at context 1024, three rounds alternated:
+  // ms_attention 1.59-1.67 -> 1.46-1.51, finishing row by row) and then finishes in one range of rows per thread.
+  constexpr std::int64_t kKeyRange = 256;
+  chunks.clear();  // (sequence, kv head, first key)
+  for (std::size_t i = 0; i < few.size(); ++i) {
+    const std::int64_t ranges = (few[i].total + kKeyRange - 1) / kKeyRange;
+    few[i].split_keys = ranges >= 2;
+    if (!few[i].split_keys) continue;
+    for (std::int64_t c = 0; c < nkv * ranges; ++c)
+      chunks.push_back({static_cast<std::int64_t>(i), c / ranges, (c % ranges) * kKeyRange});
+  }
+  if (!chunks.empty())
+    pool->run(static_cast<std::int64_t>(chunks.size()), [&](std::int64_t c) {  // a kv head's rows against 256 keys
+      const auto& [i, kh, k0] = chunks[static_cast<std::size_t>(c)];
+      const FewTokenAttention& j = few[static_cast<std::size_t>(i)];
+      attention_part(layer, j, window, kh * j.rows, kh * j.rows + j.rows,
+                     {detail::AttentionPart::kScores, k0, k0 + kKeyRange});
+    });
+  // Chunks of a kv head's rows: whole tokens with all their group members, at most 3 tokens (9 rows for SmolLM2), so
+  // the rows of a chunk share every key block they transpose and every value they load (the members of a token and,
+  // over the cached context, every row of the chunk), and a 6-token verification still gives two threads 6 chunks.
+  // (bench_model's ms_attention at 6 tokens: one token per chunk was 15-30% slower; whole kv heads, 3 chunks, within
+  // noise of 3 tokens.) A split decode's rows go in one contiguous range per thread (9 rows on 2 threads: 4 and 5), so
+  // a thread's rows of one kv head share each value load and a head's values are read by one thread, or two at a
+  // range's edge, instead of by whichever threads took its single-row chunks (faster in bench_model BM_Decode at
+  // context 1024; measured in docs/cpu-forward.md). The chunks of every sequence go in one dispatch: a batch of four
+  // 1-token sequences gives two threads 12 chunks instead of 3 each in four dispatches.
+  chunks.clear();  // (sequence, first row, end row)
+  const std::int64_t threads = pool->size();
+  for (std::size_t i = 0; i < few.size(); ++i) {
+    const FewTokenAttention& j = few[i];
+    const auto si = static_cast<std::int64_t>(i);
+    if (j.s->n == 1 && j.split_keys) {
+      for (std::int64_t c = 0; c < threads; ++c) chunks.push_back({si, c * j.all_rows / threads, (c + 1) * j.all_rows / threads});
+      continue;
+    }
+    const std::int64_t piece = std::min<std::int64_t>(j.s->n, 3) * group;
+    for (std::int64_t kh = 0; kh < nkv; ++kh)
+      for (std::int64_t b = kh * j.rows; b < kh * j.rows + j.rows; b += piece)
+        chunks.push_back({si, b, std::min(kh * j.rows + j.rows, b + piece)});
+  }
+  pool->run(static_cast<std::int64_t>(chunks.size()), [&](std::int64_t c) {
+    const auto& [i, b, e] = chunks[static_cast<std::size_t>(c)];
+    const FewTokenAttention& j = few[static_cast<std::size_t>(i)];
+    attention_part(layer, j, window, b, e,
+                   {j.split_keys ? detail::AttentionPart::kFinish : detail::AttentionPart::kAll, 0, 0});
+  });
 }
 
 ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
@@ -629,8 +673,7 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
       }
     }
     mark(ForwardPhaseTimes::kRope);
-    for (const auto& s : plans)
-      attention(static_cast<std::int64_t>(l), s, positions.data() + s.start, L.sliding ? window : 0);
+    attention(static_cast<std::int64_t>(l), plans, positions.data(), L.sliding ? window : 0);
     mark(ForwardPhaseTimes::kAttention);
     if (L.post_attn_norm.defined()) {
       // Gemma: the attention's output normalised before the residual add (the normed rows are free until the MLP's norm).

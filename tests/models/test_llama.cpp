@@ -570,6 +570,47 @@ TEST(LlamaModel, LongCacheAttentionSplitChangesNoBit) {
   for (std::size_t t = 0; t < verified.size(); ++t) EXPECT_TRUE(verified[t][0].equal(decoded[t][0])) << "threads case " << t;
 }
 
+TEST(LlamaModel, BatchedAttentionInOneDispatchChangesNoBit) {
+  // The few-token sequences of a batch share the pool in one dispatch a layer (each its own rows of scores), past 256
+  // cached keys with their keys split by range first; a prompt in the same batch goes in blocks. Every sequence's rows
+  // have the bits it gets alone, on 1, 2 and 3 threads: a decode and a verification over a 300-token cache, a decode
+  // and a verification over 12 tokens, and a 20-token prompt.
+  const auto c = small_config();
+  const Weights w = make_weights(c, 47);
+  const sm::WeightGetter getter = getter_of(w);
+  const std::vector<std::int64_t> cached = {300, 300, 12, 12, 0};
+  const std::vector<std::int64_t> fresh = {1, 5, 1, 4, 20};
+  for (int threads : {1, 2, 3}) {
+    sm::LlamaOptions o;
+    o.num_threads = threads;
+    sm::LlamaModel m(c, getter, o);
+    std::vector<std::vector<std::int64_t>> prefix, step;
+    std::vector<std::int64_t> slots;
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      prefix.push_back(random_tokens(cached[i], c.vocab_size, 48 + static_cast<int>(i)));
+      step.push_back(random_tokens(fresh[i], c.vocab_size, 60 + static_cast<int>(i)));
+      slots.push_back(m.allocate_sequence());
+      if (cached[i] > 0) m.forward(sm::make_chain_batch(slots.back(), prefix.back()));
+    }
+    std::vector<at::Tensor> alone;
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      alone.push_back(specdec::torch::tensor_of(m.forward(sm::make_chain_batch(slots[i], step[i])).logits));
+      m.truncate(slots[i], cached[i]);
+    }
+    sm::ForwardBatch batch;
+    batch.cu_num_tokens = {0};
+    for (std::size_t i = 0; i < cached.size(); ++i) {
+      batch.slots.push_back(slots[i]);
+      batch.token_ids.insert(batch.token_ids.end(), step[i].begin(), step[i].end());
+      batch.cu_num_tokens.push_back(static_cast<std::int64_t>(batch.token_ids.size()));
+    }
+    const at::Tensor logits = specdec::torch::tensor_of(m.forward(batch).logits);
+    for (std::size_t i = 0; i < cached.size(); ++i)
+      EXPECT_TRUE(logits.narrow(0, batch.cu_num_tokens[i], fresh[i]).equal(alone[i]))
+          << "threads " << threads << ", sequence " << i;
+  }
+}
+
 TEST(LlamaModel, PhaseTimesCoverDecodeAndVerifyForwardsOnly) {
   const auto c = small_config();
   const Weights w = make_weights(c, 43);
