@@ -284,6 +284,11 @@ int main(int argc, char** argv) {
   eagle_cmd->add_option("--version", e_version, "1: EAGLE-1 (final hidden state); 3: EAGLE-3 (fused features from `fuse`)")
       ->check(CLI::IsMember({1, 3}))
       ->capture_default_str();
+  std::int64_t e_layers = 1;
+  eagle_cmd->add_option("--layers", e_layers,
+                        "EAGLE-1: decoder layers of the head (with --init from a head of fewer layers, the further ones start as "
+                        "the identity)")
+      ->capture_default_str()->check(int_range(1, 64));
   eagle_cmd->add_option("--holdout", holdout, "records kept out of training (the last ones): per-step accuracy reported on them")
       ->capture_default_str();
   std::vector<std::string> holdout_data;
@@ -568,7 +573,8 @@ int main(int argc, char** argv) {
       if (draft_vocab < 0 || draft_vocab > target_cfg.vocab_size)
         fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
-      EagleTrainable m(target_cfg, tw, eopt.seed, version);
+      if (e_version == 3 && e_layers != 1) fail(fmt::format("--layers: EAGLE-3 heads have 1 layer, got {}", e_layers));
+      EagleTrainable m(target_cfg, tw, eopt.seed, version, e_layers);
       if (m.eagle3() && e_init.empty()) {
         // EAGLE-3's final norm starts as the target's: with fc passing the high feature through, its logits start at the
         // scale of the target's own.

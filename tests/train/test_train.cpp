@@ -289,13 +289,13 @@ std::vector<st::Record> fuse(TinyTarget& t, const std::vector<st::Record>& recs,
 // step k, row i == the k-th draft row after committing rows 0..i-k+1, fed the earlier steps' outputs as features. With a
 // draft vocabulary the saved head scores the same rows (EAGLE-1: of the target's LM head; EAGLE-3: of its own, started
 // from the target's).
-void check_training_time_test(specdec::proposers::EagleVersion version) {
+void check_training_time_test(specdec::proposers::EagleVersion version, std::int64_t layers = 1) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("ttt");
   auto recs = make_records(t, dir);
   const bool e3 = version == specdec::proposers::EagleVersion::kEagle3;
   if (e3) recs = fuse(t, recs, specdec::proposers::eagle3_default_feature_layers(t.cfg.num_layers), dir);
-  st::EagleTrainable m(t.cfg, t.tw, 3, version);
+  st::EagleTrainable m(t.cfg, t.tw, 3, version, layers);
   ASSERT_EQ(recs.front().features.size(1), m.feature_width());
   {  // some spread in fc's feature half so that the steps differ
     torch::NoGradGuard ng;
@@ -368,6 +368,49 @@ void check_training_time_test(specdec::proposers::EagleVersion version) {
 }
 
 TEST(Train, TrainingTimeTestStepsAreTheHeadsChainDrafts) { check_training_time_test(specdec::proposers::EagleVersion::kEagle1); }
+
+TEST(Train, TwoLayerTrainingTimeTestStepsAreTheHeadsChainDrafts) {
+  check_training_time_test(specdec::proposers::EagleVersion::kEagle1, 2);
+}
+
+// A 2-layer head started from a saved 1-layer head (--init) computes the saved head's outputs until it trains: its
+// second layer starts as the identity. A head of more layers than the one trained is refused.
+TEST(Train, DeeperHeadStartsFromAShallowerOneAsItsOutputs) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("deeper");
+  const auto recs = make_records(t, dir);
+  st::EagleTrainable one(t.cfg, t.tw, 5);
+  {
+    torch::NoGradGuard ng;
+    one.fc_w.add_(torch::randn(one.fc_w.sizes()) * 0.1);
+    for (auto& p : one.parameters()) p.copy_(p.to(at::kHalf).to(at::kFloat));  // what the saved head holds
+  }
+  one.save(dir / "one", t.tw);
+  st::EagleTrainable two(t.cfg, t.tw, 6, specdec::proposers::EagleVersion::kEagle1, 2);
+  ASSERT_EQ(two.more_layers.size(), 1u);
+  EXPECT_GT(two.more_layers[0].down.abs().max().item<float>(), 0.f);
+  two.load_from(dir / "one", t.tw);
+  EXPECT_EQ(two.more_layers[0].down.abs().max().item<float>(), 0.f);
+  const auto& r = recs[0];
+  const std::int64_t n = static_cast<std::int64_t>(r.tokens.size()) - 1;
+  auto tokens = torch::tensor(std::vector<std::int64_t>(r.tokens.begin(), r.tokens.end()));
+  auto feats = r.features.to(at::kFloat);
+  {
+    torch::NoGradGuard ng;
+    const auto a = one.forward_steps(tokens.narrow(0, 1, n), feats.narrow(0, 0, n), 2);
+    const auto b = two.forward_steps(tokens.narrow(0, 1, n), feats.narrow(0, 0, n), 2);
+    for (std::size_t k = 0; k < 2; ++k) EXPECT_TRUE(a[k].equal(b[k])) << "step " << k + 1;
+  }
+  // It trains (the loss falls), and the saved 2-layer head loads.
+  st::TrainOptions o = quick_options(30);
+  o.ce_fraction = 1.0;
+  expect_loss_falls(st::train_eagle(two, recs, o), 0.8);
+  two.save(dir / "two", t.tw);
+  EXPECT_EQ(specdec::proposers::load_eagle_head(dir / "two", t.tw).config().layer.num_layers, 2);
+  st::EagleTrainable back(t.cfg, t.tw, 7);
+  EXPECT_THROW(back.load_from(dir / "two", t.tw), std::exception);
+  fs::remove_all(dir);
+}
 
 TEST(Train, Eagle3TrainingTimeTestStepsAreTheHeadsChainDrafts) {
   check_training_time_test(specdec::proposers::EagleVersion::kEagle3);

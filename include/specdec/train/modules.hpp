@@ -71,8 +71,9 @@ struct Trainable {
 
 // --- the EAGLE head as a trainable module -----------------------------------------------------------------------------------
 
-/// An EAGLE head with one decoder layer, exactly the math of EagleHead::forward for a chain from position 0:
-///   EAGLE-1: x = fc([embed(x_{i+1}); f_i]) + bias, the layer without input norm, logits = the target's LM head rows.
+/// An EAGLE head, exactly the math of EagleHead::forward for a chain from position 0:
+///   EAGLE-1: x = fc([embed(x_{i+1}); f_i]) + bias, the first layer without input norm, any later layers plain Llama
+///            blocks (with input norm), logits = the target's LM head rows.
 ///   EAGLE-3: x = fc(fused_i) (3H -> H, the outputs of three target blocks), the midlayer attends over
 ///            [input_layernorm(embed); hidden_norm(x)] with x as the residual, logits = its own lm_head(norm(out)).
 struct EagleTrainable : Trainable<EagleTrainable> {
@@ -80,6 +81,7 @@ struct EagleTrainable : Trainable<EagleTrainable> {
   BlockShape shape;
   torch::Tensor fc_w, fc_b;
   BlockWeights layer;
+  std::vector<BlockWeights> more_layers;  // EAGLE-1: the layers after the first ("layers.1." ...)
   torch::Tensor hidden_norm, final_norm;  // EAGLE-3 only
   torch::Tensor embed, lm_head;  // the target's, frozen
   // Draft vocabulary (all of the target's when draft_ids is undefined): the head scores lm_head rows draft_ids [Vd];
@@ -89,11 +91,15 @@ struct EagleTrainable : Trainable<EagleTrainable> {
   models::LlamaConfig layer_config;
   std::vector<std::int64_t> feature_layers;  // EAGLE-3: the target blocks whose outputs the fused feature concatenates
 
+  /// layers_n: decoder layers (EAGLE-1: >= 1; EAGLE-3: 1).
   EagleTrainable(const models::LlamaConfig& target, const proposers::EagleTargetWeights& tw, std::uint64_t seed,
-                 proposers::EagleVersion v = proposers::EagleVersion::kEagle1) : version(v) {
+                 proposers::EagleVersion v = proposers::EagleVersion::kEagle1, std::int64_t layers_n = 1) : version(v) {
+    if (layers_n < 1 || (v == proposers::EagleVersion::kEagle3 && layers_n != 1))
+      fail(fmt::format("EagleTrainable: layers: expected {}, got {}", v == proposers::EagleVersion::kEagle3 ? "1 for EAGLE-3" : ">= 1",
+                       layers_n));
     torch::manual_seed(seed);
     layer_config = target;
-    layer_config.num_layers = 1;
+    layer_config.num_layers = layers_n;
     const std::int64_t H = target.hidden_size;
     const std::int64_t hd = target.head_dim ? target.head_dim : H / target.num_heads;
     shape = {H, target.num_heads, target.num_kv_heads ? target.num_kv_heads : target.num_heads, hd, target.intermediate_size,
@@ -116,7 +122,8 @@ struct EagleTrainable : Trainable<EagleTrainable> {
       // fc starts as [0 | I]: the fused input is the target feature plus a small learned share of the token embedding.
       fc_w = torch::cat({torch::randn({H, H}) * 0.02, torch::eye(H)}, 1);
       fc_b = torch::zeros({H});
-      layer = init_block(shape, false, 1);
+      layer = init_block(shape, false, layers_n);
+      for (std::int64_t i = 1; i < layers_n; ++i) more_layers.push_back(init_block(shape, true, layers_n));
       lm_head_d = lm_head;
     }
   }
@@ -145,6 +152,8 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     }
     std::vector<std::pair<std::string, torch::Tensor>> v = {{"fc.weight", fc_w}, {"fc.bias", fc_b}};
     for (auto& [n, t] : layer.named()) v.emplace_back("layers.0." + n, t);
+    for (std::size_t i = 0; i < more_layers.size(); ++i)
+      for (auto& [n, t] : more_layers[i].named()) v.emplace_back(fmt::format("layers.{}.{}", i + 1, n), t);
     return v;
   }
   /// Draft-vocabulary logits of layer outputs [n, H] (EAGLE-3 applies its final norm first).
@@ -165,7 +174,9 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     auto emb = embed.index_select(0, tokens_next);
     auto [c, s] = rope_tables(T, shape.hd, shape.theta);
     const double scale = 1.0 / std::sqrt(static_cast<double>(shape.hd));
-    std::vector<torch::Tensor> keys, values, outs;
+    // keys[l], values[l]: layer l's keys and values of steps 1..k, [nh, T, hd] each.
+    std::vector<std::vector<torch::Tensor>> keys(1 + more_layers.size()), values(1 + more_layers.size());
+    std::vector<torch::Tensor> outs;
     torch::Tensor in_f = features;
     const auto ninf = -std::numeric_limits<float>::infinity();
     torch::Tensor x1, emb_n;  // EAGLE-3: fc(fused) of step 1, the normalised embedding
@@ -183,16 +194,6 @@ struct EagleTrainable : Trainable<EagleTrainable> {
         x = torch::linear(torch::cat({emb, in_f}, 1), fc_w, fc_b);
         a_in = x;
       }
-      const BlockWeights& w = layer;
-      auto q = rope(torch::linear(a_in, w.wq).view({T, shape.nh, shape.hd}), c, s).transpose(0, 1);  // [nh, T, hd]
-      auto kk = rope(torch::linear(a_in, w.wk).view({T, shape.nkv, shape.hd}), c, s).transpose(0, 1);
-      auto vv = torch::linear(a_in, w.wv).view({T, shape.nkv, shape.hd}).transpose(0, 1);
-      if (group > 1) {
-        kk = kk.repeat_interleave(group, 0);
-        vv = vv.repeat_interleave(group, 0);
-      }
-      keys.push_back(kk);
-      values.push_back(vv);
       // Mask over the keys of steps 1..k: [T, k*T].
       std::vector<torch::Tensor> blocks;
       blocks.push_back(torch::full({T, T}, ninf).triu(-(k - 1) + 1));  // step 1: j <= i-k+1
@@ -203,12 +204,28 @@ struct EagleTrainable : Trainable<EagleTrainable> {
         blocks.push_back(eye);
       }
       auto mask = torch::cat(blocks, 1);
-      auto K = torch::cat(keys, 1), Vv = torch::cat(values, 1);  // [nh, k*T, hd]
-      auto scores = torch::matmul(q, K.transpose(1, 2)) * scale + mask;  // every row sees at least itself
-      auto o = torch::matmul(torch::softmax(scores, -1), Vv).transpose(0, 1).reshape({T, shape.nh * shape.hd});
-      torch::Tensor h = x + torch::linear(o, w.wo);
-      auto n = rms_norm(h, w.post_norm, shape.eps);
-      outs.push_back(h + torch::linear(torch::silu(torch::linear(n, w.gate)) * torch::linear(n, w.up), w.down));
+      // One layer: attention over a_in (its input, normalised) with residual x, then the MLP.
+      auto block = [&](const BlockWeights& w, std::size_t l, const torch::Tensor& in, const torch::Tensor& res) {
+        auto q = rope(torch::linear(in, w.wq).view({T, shape.nh, shape.hd}), c, s).transpose(0, 1);  // [nh, T, hd]
+        auto kk = rope(torch::linear(in, w.wk).view({T, shape.nkv, shape.hd}), c, s).transpose(0, 1);
+        auto vv = torch::linear(in, w.wv).view({T, shape.nkv, shape.hd}).transpose(0, 1);
+        if (group > 1) {
+          kk = kk.repeat_interleave(group, 0);
+          vv = vv.repeat_interleave(group, 0);
+        }
+        keys[l].push_back(kk);
+        values[l].push_back(vv);
+        auto K = torch::cat(keys[l], 1), Vv = torch::cat(values[l], 1);  // [nh, k*T, hd]
+        auto scores = torch::matmul(q, K.transpose(1, 2)) * scale + mask;  // every row sees at least itself
+        auto o = torch::matmul(torch::softmax(scores, -1), Vv).transpose(0, 1).reshape({T, shape.nh * shape.hd});
+        torch::Tensor h = res + torch::linear(o, w.wo);
+        auto n = rms_norm(h, w.post_norm, shape.eps);
+        return h + torch::linear(torch::silu(torch::linear(n, w.gate)) * torch::linear(n, w.up), w.down);
+      };
+      torch::Tensor h = block(layer, 0, a_in, x);
+      for (std::size_t l = 0; l < more_layers.size(); ++l)
+        h = block(more_layers[l], l + 1, rms_norm(h, more_layers[l].input_norm, shape.eps), h);
+      outs.push_back(h);
     }
     return outs;
   }
@@ -243,12 +260,26 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     if (head.draft_vocab_size() < head.vocab_size()) set_draft_vocabulary(head.draft_to_target());
     std::map<std::string, at::Tensor> w;
     for (auto& [n, t] : head.named_weights()) w[n] = tensor_of_values(t);
+    // A head with fewer layers starts this one: its layers are copied, and each further layer starts as the identity
+    // (its attention-output and down projections zero, so the residual passes through), so training starts from the
+    // saved head's outputs.
+    const std::int64_t saved_layers = head.config().layer.num_layers;
+    if (saved_layers > layer_config.num_layers)
+      fail(fmt::format("--init: '{}' has {} layers, more than the {} trained", dir.string(), saved_layers, layer_config.num_layers));
+    std::set<std::string> fresh;  // the further layers' weights
+    for (std::size_t i = static_cast<std::size_t>(saved_layers) - 1; i < more_layers.size(); ++i)
+      for (auto& [n, t] : more_layers[i].named()) fresh.insert(fmt::format("layers.{}.{}", i + 1, n));
     torch::NoGradGuard ng;
     for (auto& [n, t] : named()) {
+      if (fresh.count(n) != 0) continue;
       auto it = w.find(n);
       if (it == w.end() || it->second.sizes() != t.sizes())
         fail(fmt::format("--init: '{}': weight '{}' is missing or has another shape", dir.string(), n));
       t.copy_(it->second);
+    }
+    for (std::size_t i = static_cast<std::size_t>(saved_layers) - 1; i < more_layers.size(); ++i) {
+      more_layers[i].wo.zero_();
+      more_layers[i].down.zero_();
     }
     if (eagle3()) feature_layers = head.config().feature_layers.empty() ? feature_layers : head.config().feature_layers;
   }
