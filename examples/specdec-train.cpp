@@ -340,6 +340,8 @@ int main(int argc, char** argv) {
     if (eagle_cmd->parsed() && eopt.eval_every > 0 && holdout == 0 && holdout_data.empty())
       fail("--eval-every: needs held-out records (--holdout or --holdout-data)");
     if (eagle_cmd->parsed() && !snapshots.empty() && eopt.eval_every == 0) fail("--snapshots: needs --eval-every");
+    if (eagle_cmd->parsed() && e_version == 3 && e_layers != 1)
+      fail(fmt::format("--layers: EAGLE-3 heads have 1 layer, got {}", e_layers));
     if (eagle_cmd->parsed() && draft_vocab < 0)
       fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}", draft_vocab));
     at::set_num_threads(threads);
@@ -573,7 +575,6 @@ int main(int argc, char** argv) {
       if (draft_vocab < 0 || draft_vocab > target_cfg.vocab_size)
         fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, draft_vocab));
       eopt.checkpoint = e_ckpt;
-      if (e_version == 3 && e_layers != 1) fail(fmt::format("--layers: EAGLE-3 heads have 1 layer, got {}", e_layers));
       EagleTrainable m(target_cfg, tw, eopt.seed, version, e_layers);
       if (m.eagle3() && e_init.empty()) {
         // EAGLE-3's final norm starts as the target's: with fc passing the high feature through, its logits start at the

@@ -291,6 +291,7 @@ struct LlamaModel::Impl {
     const std::int64_t* pos = nullptr;  // the positions of its new tokens
     std::int64_t total = 0, rows = 0, all_rows = 0;  // keys it sees; query rows of one kv head; of all
     std::int64_t ld = 0, scores = 0;  // its rows of scores: width, first float in scores_buf
+    std::int64_t k_lo = 0;            // a sliding layer's first key block any of its rows sees (0 otherwise)
     bool split_keys = false;          // scores by key ranges before the rows finish
   };
   std::vector<FewTokenAttention> few;
@@ -478,13 +479,12 @@ void LlamaModel::Impl::attention_part(std::int64_t layer, const FewTokenAttentio
     run_rows(begin, end, part);
     return;
   }
-  const std::int64_t k_lo = first_window_block(j.pos, s.n, window);
   if (part.kind == detail::AttentionPart::kScores) {
-    part.key_begin = std::max(part.key_begin, k_lo);
+    part.key_begin = std::max(part.key_begin, j.k_lo);
     if (part.key_begin < std::min(part.key_end, ld)) run_rows(begin, end, part);
     return;
   }
-  if (part.kind == detail::AttentionPart::kAll) run_rows(begin, end, {detail::AttentionPart::kScores, k_lo, ld});
+  if (part.kind == detail::AttentionPart::kAll) run_rows(begin, end, {detail::AttentionPart::kScores, j.k_lo, ld});
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t i = (r % rows) / group;
     mask_outside_window(sc + r * ld, s.cached, j.pos[i], window, j.pos, s.visible.data() + i * s.n,
@@ -513,6 +513,7 @@ void LlamaModel::Impl::attention(std::int64_t layer, const std::vector<SequenceP
     j.rows = group * s.n;  // query rows of one kv head
     j.all_rows = nkv * j.rows;
     j.ld = (j.total + 15) / 16 * 16;
+    j.k_lo = window > 0 ? first_window_block(j.pos, s.n, window) : 0;
     j.scores = scores;
     scores += j.all_rows * j.ld;
     work += j.all_rows * j.total;

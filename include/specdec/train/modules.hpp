@@ -266,20 +266,19 @@ struct EagleTrainable : Trainable<EagleTrainable> {
     const std::int64_t saved_layers = head.config().layer.num_layers;
     if (saved_layers > layer_config.num_layers)
       fail(fmt::format("--init: '{}' has {} layers, more than the {} trained", dir.string(), saved_layers, layer_config.num_layers));
-    std::set<std::string> fresh;  // the further layers' weights
-    for (std::size_t i = static_cast<std::size_t>(saved_layers) - 1; i < more_layers.size(); ++i)
-      for (auto& [n, t] : more_layers[i].named()) fresh.insert(fmt::format("layers.{}.{}", i + 1, n));
     torch::NoGradGuard ng;
+    std::set<std::string> fresh;  // the further layers' weights
+    for (std::size_t i = static_cast<std::size_t>(saved_layers) - 1; i < more_layers.size(); ++i) {
+      for (auto& [n, t] : more_layers[i].named()) fresh.insert(fmt::format("layers.{}.{}", i + 1, n));
+      more_layers[i].wo.zero_();
+      more_layers[i].down.zero_();
+    }
     for (auto& [n, t] : named()) {
       if (fresh.count(n) != 0) continue;
       auto it = w.find(n);
       if (it == w.end() || it->second.sizes() != t.sizes())
         fail(fmt::format("--init: '{}': weight '{}' is missing or has another shape", dir.string(), n));
       t.copy_(it->second);
-    }
-    for (std::size_t i = static_cast<std::size_t>(saved_layers) - 1; i < more_layers.size(); ++i) {
-      more_layers[i].wo.zero_();
-      more_layers[i].down.zero_();
     }
     if (eagle3()) feature_layers = head.config().feature_layers.empty() ? feature_layers : head.config().feature_layers;
   }
