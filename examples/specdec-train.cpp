@@ -267,6 +267,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(real_range(0, 100, false));
   eagle_cmd->add_option("--ce-fraction", eopt.ce_fraction, "share of rows with the cross-entropy term")
       ->capture_default_str()->check(real_range(0, 1, false));
+  eagle_cmd->add_option("--ce-weight", eopt.ce_weight,
+                        "EAGLE-1: weight of the cross-entropy term beside the feature regression (EAGLE-3 trains on the "
+                        "cross-entropy alone)")
+      ->capture_default_str()->check(real_range(0, 1000, false));
   eagle_cmd->add_option("--draft-vocab", draft_vocab,
                         "score only the N tokens the target emits most often as its argmax in the data (0 = all)")->capture_default_str();
   eagle_cmd->add_option("--ttt-steps", eopt.ttt_steps, "unrolled draft steps trained per row (training-time test)")

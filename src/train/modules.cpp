@@ -78,7 +78,7 @@ void write_safetensors_f16(const fs::path& path, const std::vector<std::pair<std
 }
 
 EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, const torch::Tensor& noise, double ce_fraction,
-                              std::mt19937_64& rng, int steps, double step_weight, bool answers_only) {
+                              std::mt19937_64& rng, int steps, double step_weight, bool answers_only, double ce_weight) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
   const std::int64_t n = T - 1;
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
@@ -118,7 +118,7 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
     auto ids = ids_all.index_select(0, idx);
     auto ce = soft_ce(logits, ids, probs_all.index_select(0, idx));
     auto reg = m.eagle3() ? torch::zeros({}) : torch::smooth_l1_loss(pred.narrow(0, first, n - first), target_f.narrow(0, first, n - first));
-    const double ce_weight = m.eagle3() ? 1.0 : 0.1;
+    if (m.eagle3()) ce_weight = 1.0;
     if (k == 1) {
       L.reg = reg;
       L.ce = ce;

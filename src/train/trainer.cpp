@@ -39,7 +39,7 @@ TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, cons
   m.set_requires_grad();
   const torch::Tensor noise = o.noise * feature_rms(data, m.shape.H);
   return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64& rng) {
-    auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng, o.ttt_steps, o.ttt_weight, o.answers_only);
+    auto L = eagle_loss(m, r, o.max_len, noise, o.ce_fraction, rng, o.ttt_steps, o.ttt_weight, o.answers_only, o.ce_weight);
     return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
   }, "eagle");
 }

@@ -296,14 +296,15 @@ struct EagleLosses {
 };
 
 /// The EAGLE objective on one record: rows i = 0..T-2 read (f_i, x_{i+1}) and predict f_{i+1} and the target's distribution
-/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost).
-/// EAGLE-3 drops the feature regression (its records carry fused features, not the next final state) and trains on the
-/// cross-entropy alone, weight 1. With
+/// at i+1. `ce_fraction` of the rows (at random) get the cross-entropy term (the LM head product dominates the cost),
+/// weighted `ce_weight` beside the feature regression's Smooth-L1 (EAGLE's 0.1). EAGLE-3 drops the feature regression
+/// (its records carry fused features, not the next final state) and trains on the cross-entropy alone, weight 1. With
 /// `steps` > 1 the unrolled draft steps of forward_steps() add the same objective on their rows (i >= k-1), weighted
 /// `step_weight`^(k-1) (EAGLE-3's training-time test). The cross-entropy is over the draft vocabulary: the target's top-k
 /// entries outside it are dropped and the rest renormalised.
 EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t max_len, const torch::Tensor& noise, double ce_fraction,
-                              std::mt19937_64& rng, int steps = 1, double step_weight = 0.8, bool answers_only = false);
+                              std::mt19937_64& rng, int steps = 1, double step_weight = 0.8, bool answers_only = false,
+                              double ce_weight = 0.1);
 
 // --- the distilled draft model -----------------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ struct TrainOptions {
   double weight_decay = 0.0;
   double noise = 0.2;           // EAGLE: uniform feature noise amplitude (x feature RMS)
   double ce_fraction = 0.25;    // EAGLE: rows with the cross-entropy term
+  double ce_weight = 0.1;       // EAGLE-1: the cross-entropy term's weight beside the feature regression (EAGLE-3: 1, alone)
   int ttt_steps = 1;            // EAGLE: unrolled draft steps per row (training-time test)
   double ttt_weight = 0.8;      // EAGLE: loss weight of step k is ttt_weight^(k-1)
   bool answers_only = false;    // EAGLE: the loss on the rows that predict answer tokens only (EAGLE's loss mask)
