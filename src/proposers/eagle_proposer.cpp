@@ -308,7 +308,10 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
           for (std::int64_t d = 1; d < Vd; ++d)
             if (lp[d] > lp[best]) best = d;
           token = d2t[static_cast<std::size_t>(best)];
-          confidence = specdec::detail::top_probability(lp, Vd, lp[best], weights);
+          // A greedy request's draft is accepted when it is the target's argmax: the head's top probability estimates
+          // that. A sampled request's argmax draft is accepted with the target's probability of it at the request's
+          // temperature: the head's top probability at that temperature estimates it.
+          confidence = specdec::detail::top_probability(lp, Vd, lp[best], weights, p.greedy() ? 1.0f : p.temperature);
         }
         if (any_probs) {
           // The draft distribution, processed with the request's params over the draft vocabulary in target-id order

@@ -594,6 +594,53 @@ TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
   }
 }
 
+// A sampled request choosing alone against the fixed sampled cost, whose proposer drafts deterministic chains with
+// confidences (EAGLE's argmax drafts): each chain is cut where its expected tokens per fixed cost peak, here just before
+// the unsure draft every 4th position, so at most 3 drafts are verified a step and (at a temperature this low, where
+// the target's top token has nearly all the mass) few are rejected; with confidence_cut off whole chains are
+// verified. The cut reads only the request's own drafts, so its tokens are the same alone and beside other requests.
+TEST(DecoderAdaptive, SampledRequestsCutTheirConfidentChainsAlone) {
+  Fixture f(3, 60);
+  auto sampled = f.requests;
+  for (std::size_t b = 0; b < sampled.size(); ++b) {
+    sampled[b].params.temperature = 1e-5f;  // sampled, but the target's top token takes nearly all the mass
+    sampled[b].params.seed = 200 + b;
+  }
+  auto run = [&](const std::vector<sd::GenerationRequest>& rs, bool cut) {
+    RecordingLookup p;  // not a lookup: sure of the reference's tokens, unsure every 4th position
+    p.lookups = false;
+    p.wrong_every = 4;
+    p.confident = true;
+    for (std::size_t b = 0; b < f.requests.size(); ++b) {
+      std::vector<std::int64_t> r = f.requests[b].prompt;
+      r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
+      p.references[f.requests[b].prompt] = r;
+    }
+    auto o = Fixture::options(6, 0.2);
+    o.adaptive.sampled_cost = [](std::int64_t rows) { return 1.0 + 0.2 * static_cast<double>(rows); };
+    o.adaptive.confidence_cut = cut;
+    sd::SpeculativeDecoder dec(p, f.target, o);
+    return dec.generate(rs);
+  };
+  const auto together = run(sampled, true);
+  std::int64_t rejected = 0;
+  for (std::size_t b = 0; b < sampled.size(); ++b) {
+    const auto& m = together[b].metrics;
+    EXPECT_GT(m.accepted, 20) << b;
+    EXPECT_LE(m.drafted, 3 * m.steps_with_drafts) << b;
+    rejected += m.drafted - m.accepted;
+    EXPECT_EQ(run(std::vector<sd::GenerationRequest>{sampled[b]}, true)[0].tokens, together[b].tokens) << "alone " << b;
+  }
+  std::int64_t rejected_uncut = 0, drafted_uncut = 0, steps_uncut = 0;
+  for (const auto& r : run(sampled, false)) {
+    rejected_uncut += r.metrics.drafted - r.metrics.accepted;
+    drafted_uncut += r.metrics.drafted;
+    steps_uncut += r.metrics.steps_with_drafts;
+  }
+  EXPECT_GT(drafted_uncut, 3 * steps_uncut);
+  EXPECT_LT(3 * rejected, rejected_uncut);
+}
+
 // A chain reports confidences when a member does: its drafts carry them, and -1 where a member without them drafted.
 TEST(ProposerChain, ConfidencesOfTheMemberThatDrafted) {
   Fixture f(1, 8);

@@ -381,10 +381,17 @@ template <class P>
 void sample_first_tokens(sm::LlamaModel& target, P& proposer, const std::vector<std::int64_t>& prompt,
                          const specdec::SamplingParams& params, std::int32_t g, std::int64_t n, std::int64_t vocab,
                          std::vector<std::int64_t>& first, std::vector<std::int64_t>& pairs, std::int64_t& accepted,
-                         double& drafts_per_forward) {
+                         double& drafts_per_forward, bool cut = false) {
   sd::DecoderOptions opts;
   opts.num_speculative_tokens = g;
   opts.calibrate = false;
+  if (cut) {  // the adaptive policy: sampled requests choose alone against a fixed cost and cut confident chains (a
+              // verification cheap enough that the random head's chains are cut at several lengths, not only at 0)
+    opts.adaptive.enabled = true;
+    opts.adaptive.forward_seconds = [](std::int64_t b, std::int64_t t) { return 1.0 + 0.08 * static_cast<double>(t - b); };
+    opts.adaptive.draft_seconds_per_position = 0.0;
+    opts.adaptive.sampled_cost = [](std::int64_t rows) { return 1.0 + 0.08 * static_cast<double>(rows); };
+  }
   sd::SpeculativeDecoder<P, sm::LlamaModel> dec(proposer, target, opts);
   first.assign(static_cast<std::size_t>(vocab), 0);
   pairs.assign(static_cast<std::size_t>(vocab * vocab), 0);
@@ -431,11 +438,15 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     double min_draft_prob = 0.0;
     int packed_bits = 0;  // > 0: the head on the packed products (EagleHeadOptions::quantize_weights) with these activations
     double min_path_prob = 0.0;
+    bool cut = false;  // the decoder's adaptive policy, which cuts argmax chains of sampled requests by their confidences
   };
-  double full_rate = 0;  // drafts per forward of full chains (the first case)
+  double full_rate = 0;    // drafts per forward of full chains (the first case)
+  double argmax_rate = 0;  // drafts per forward of the argmax chains without the adaptive policy
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax},
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax, 0, 0.0, 0,
+                            0.0, true},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample},
                        // EAGLE-1 drafting from 5 of the 8 tokens: the other 3 have draft probability 0.
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 5},
@@ -452,7 +463,8 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
                  (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : "") +
                  (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : "") +
                  (c.packed_bits > 0 ? " packed, activations " + std::to_string(c.packed_bits) + " bits" : "") +
-                 (c.min_path_prob > 0 ? " min_path_prob " + std::to_string(c.min_path_prob) : ""));
+                 (c.min_path_prob > 0 ? " min_path_prob " + std::to_string(c.min_path_prob) : "") +
+                 (c.cut ? " adaptive, cut" : ""));
     sp::EagleHeadOptions ho;
     ho.quantize_weights = c.packed_bits > 0;
     ho.activation_bits = c.packed_bits > 0 ? c.packed_bits : 16;
@@ -463,15 +475,19 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     double drafts_per_forward = 0;
-    sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted, drafts_per_forward);
+    sample_first_tokens(target, proposer, prompt, params, 3, 2000, V, first, pairs, accepted, drafts_per_forward, c.cut);
     EXPECT_TRUE(specdec::test::matches_distribution(first, p1));
     EXPECT_TRUE(specdec::test::matches_distribution(pairs, p12));
     EXPECT_GT(accepted, 50) << "too few accepted drafts for the test to exercise speculation";
     std::printf("%s min_draft_prob %.2f min_path_prob %.2f: %.2f drafts per target forward\n", name(c.v), c.min_draft_prob,
                 c.min_path_prob, drafts_per_forward);
     if (c.min_draft_prob == 0 && c.min_path_prob == 0 && c.mode == sp::EagleDraftMode::kChain && c.draft_vocab == 0 &&
-        c.packed_bits == 0)
+        c.packed_bits == 0 && !c.cut && full_rate == 0)
       full_rate = drafts_per_forward;
+    if (c.sampling == sp::EagleChainSampling::kArgmax && !c.cut) argmax_rate = drafts_per_forward;
+    if (c.cut) {
+      EXPECT_LT(drafts_per_forward, 0.95 * argmax_rate) << "the cut shortened (almost) no chain";
+    }
     if (c.min_draft_prob > 0 || c.min_path_prob > 0) {
       EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
     }
@@ -629,4 +645,26 @@ TEST(EagleDecoder, ConfidenceCutKeepsGreedyOutput) {
     EXPECT_LE(c, 1.f);
   }
   dec.cancel(id);
+  // Argmax drafts of a sampled request: the same tokens, each with the head's top probability at the request's
+  // temperature (sharper than at 1, so larger).
+  sp::EagleProposer argmax = make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax);
+  sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec2(argmax, target, opts);
+  const auto id2 = dec2.add_request(greedy_requests(std::span(prompts).first(1))[0]);
+  const auto greedy_drafts = [&](const specdec::SamplingParams* params) {
+    sp::ProposeRequest r = q;
+    r.id = id2;
+    r.params = params;
+    return argmax.propose(std::span<const sp::ProposeRequest>(&r, 1));
+  };
+  specdec::SamplingParams cool;
+  cool.temperature = 0.5f;
+  const sp::DraftBatch at1 = greedy_drafts(&greedy_params), at05 = greedy_drafts(&cool);
+  EXPECT_EQ(at05.token_ids, at1.token_ids);
+  EXPECT_FALSE(at05.probs.defined());
+  ASSERT_EQ(at05.confidence.size(), at1.confidence.size());
+  for (std::size_t j = 0; j < at1.confidence.size(); ++j) {
+    EXPECT_GT(at05.confidence[j], at1.confidence[j]) << j;
+    EXPECT_LE(at05.confidence[j], 1.f) << j;
+  }
+  dec2.cancel(id2);
 }

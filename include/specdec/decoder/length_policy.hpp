@@ -98,8 +98,11 @@ struct AdaptiveSpeculation {
   /// its min_draft_prob), and each deterministic chain is cut where its expected tokens per second peak, with
   /// E(g) = 1 + sum_{i<=g} c_1 ... c_i from the drafts' own confidences c_i instead of the request's history (EAGLE-2's
   /// observation: a head's probability is close to its acceptance rate; docs/adaptive-policy.md). Drafts without a
-  /// confidence (a lookup member's) are cut by the history estimate, as cut_lookups does. Sampled drafts are never cut
-  /// (a cut that looked at later drafts would change the law of the ones kept). Output stays lossless either way.
+  /// confidence (a lookup member's) are cut by the history estimate, as cut_lookups does. A sampled request choosing
+  /// alone (sampled_cost) whose chain is deterministic with confidences (EAGLE's argmax drafts, whose confidence is the
+  /// head's top probability at the request's temperature) is cut the same way, alone, against sampled_cost: a function
+  /// of its own drafts, so its tokens stay reproducible for a seed. Sampled drafts are never cut (a cut that looked at
+  /// later drafts would change the law of the ones kept). Output stays lossless either way.
   bool confidence_cut = true;
   /// A fixed cost model (e.g. profiled by an engine before serving). Empty: learned from the run's own timed steps.
   ForwardCostFn forward_seconds;

@@ -437,8 +437,9 @@ class SpeculativeDecoder {
   /// After a proposal at the bound (cut_after_proposing()): each joint-policy request's g, chosen by the policy over the
   /// depths it was proposed (expected tokens for g = 0 .. its proposal's depth: from the drafts' confidences when a
   /// deterministic chain has them, else the request's estimate; the verification cost of each; the drafting is paid
-  /// already, so it costs nothing more); other requests, and requests whose drafts were sampled, keep what they were
-  /// proposed.
+  /// already, so it costs nothing more); a sampled request choosing alone (Lengths::kAlone) whose chain is
+  /// deterministic with confidences, alone against the fixed sampled cost; other requests, and requests whose drafts
+  /// were sampled, keep what they were proposed.
   std::vector<std::int32_t> lengths_after_proposing(const std::vector<Request*>& reqs, const proposers::DraftBatch& d) {
     const std::size_t B = reqs.size();
     std::vector<std::vector<double>> tokens(B);
@@ -454,7 +455,29 @@ class SpeculativeDecoder {
       choices[b].rows_per_depth = depth > 0 ? static_cast<double>(depths.size()) / depth : 1.0;
       choices[b].tokens = tokens[b];
     }
-    return choose_lengths(choices, 0.0);
+    std::vector<std::int32_t> g = choose_lengths(choices, 0.0);
+    // A sampled request choosing alone whose chain is deterministic and carries confidences (the chance each draft is
+    // accepted, e.g. EAGLE's argmax drafts): cut where its expected tokens per plain-step cost peak under the fixed
+    // sampled cost. The cut is a function of its own drafts, so its tokens stay reproducible for a seed, and drafts that
+    // are not sampled can be cut without changing the law of the ones kept.
+    const AdaptiveSpeculation& a = options_.adaptive;
+    if (a.sampled_cost)
+      for (std::size_t b = 0; b < B; ++b) {
+        const Request& r = *reqs[b];
+        const auto bi = static_cast<std::int64_t>(b);
+        if (choices[b].max_g == 0 || lengths_of(r.req) != Lengths::kAlone || d.request_has_probs(bi) ||
+            !chain_confidence_tokens(d, bi, tokens[b]))
+          continue;
+        double best = 0.0;
+        for (std::int32_t k = 0; k <= choices[b].max_g; ++k) {
+          const double v = tokens[b][static_cast<std::size_t>(k)] / a.sampled_cost(k);
+          if (v > best) {
+            best = v;
+            g[b] = k;
+          }
+        }
+      }
+    return g;
   }
 
   /// out[g] = 1 + sum_{i<=g} c_1 ... c_i from request b's draft confidences, when it is a chain whose every draft has one

@@ -256,7 +256,10 @@ enum class EagleDraftMode : std::uint8_t {
 };
 
 /// How chain drafts are chosen. kSample: drawn from the head's distribution processed with the request's SamplingParams
-/// (probs passed; greedy requests still take the argmax, without probs). kArgmax: always the argmax (deterministic drafts).
+/// (probs passed; greedy requests still take the argmax, without probs). kArgmax: always the argmax (deterministic drafts);
+/// a sampled request's draft then reports as its confidence the head's top probability at the request's temperature
+/// (the target accepts it with its own probability of it there), and the decoder may cut such chains
+/// (AdaptiveSpeculation::confidence_cut).
 enum class EagleChainSampling : std::uint8_t { kSample, kArgmax };
 
 struct EagleProposerOptions {

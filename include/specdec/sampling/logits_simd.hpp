@@ -253,14 +253,16 @@ inline void tile_masses(LogitsPath path, const float* w, std::int64_t n, float* 
   tile_masses_one_lane(w, n, masses);
 }
 
-/// The largest probability of softmax(logits[0 .. n)) at temperature 1, whose largest logit is `max_logit`:
-/// 1 / sum_x exp(l_x - max), the sum with the weights and tile masses above (the same bits on every path). A proposer's
-/// confidence in its argmax draft (DraftBatch::confidence). `scratch` is resized to n + the tile count.
-inline double top_probability(const float* logits, std::int64_t n, float max_logit, std::vector<float>& scratch) {
+/// The largest probability of softmax(logits[0 .. n) / temperature), whose largest logit is `max_logit`:
+/// 1 / sum_x exp((l_x - max) / temperature), the sum with the weights and tile masses above (the same bits on every
+/// path). A proposer's confidence in its argmax draft (DraftBatch::confidence). `scratch` is resized to n + the tile
+/// count.
+inline double top_probability(const float* logits, std::int64_t n, float max_logit, std::vector<float>& scratch,
+                              float temperature = 1.0f) {
   const std::int64_t tiles = num_tiles(n);
   scratch.resize(static_cast<std::size_t>(n + tiles));
   const LogitsPath path = best_logits_path();
-  logit_weights(path, logits, n, max_logit, 1.0f, scratch.data());
+  logit_weights(path, logits, n, max_logit, temperature, scratch.data());
   float* masses = scratch.data() + n;
   tile_masses(path, scratch.data(), n, masses);
   const float total = combine_tiles(masses, tiles, 1);
