@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures the bundled drafts (models/smollm2-135m-eagle, models/smollm2-135m-draft) on a prompt file (default: the built-in
-# demo prompts; bench/prompts/chat.jsonl holds open-ended chat prompts no training set saw), one prompt at a time (batch 1), with specdec-generate --compare (baseline and speculative in one process, outputs checked equal at
+# demo prompts; bench/prompts/chat.jsonl holds open-ended chat prompts no training set saw, bench/prompts/chat-holdout.jsonl
+# ten more that no setting was tuned on, for checking), one prompt at a time (batch 1), with specdec-generate --compare (baseline and speculative in one process, outputs checked equal at
 # temperature 0). Writes out/drafts/<proposer>-T<t>-<prompt>.json and prints a Markdown table: mean accepted length (tau,
 # tokens per target forward), acceptance by draft position, c, r and the end-to-end speedup.
 #
