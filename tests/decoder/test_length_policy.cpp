@@ -555,21 +555,28 @@ TEST(DecoderAdaptive, CutLookupsProposeAtTheBoundOnceAStepAndLearnFromEveryEmitt
   EXPECT_EQ(res3[0].metrics.shadow_accepted, 0);
 }
 
+// Not a lookup: drafts each fixture request's reference continuation, right except every 4th position; with
+// `reports`, sure (0.95) of the right drafts and unsure (0.05) of the wrong ones.
+RecordingLookup unsure_every_fourth(const Fixture& f, bool reports) {
+  RecordingLookup p;
+  p.lookups = false;
+  p.wrong_every = 4;
+  p.confident = reports;
+  for (std::size_t b = 0; b < f.requests.size(); ++b) {
+    std::vector<std::int64_t> r = f.requests[b].prompt;
+    r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
+    p.references[f.requests[b].prompt] = r;
+  }
+  return p;
+}
+
 // With confidences, every step proposes at the bound and the policy cuts each chain where its expected tokens per second
 // peak: here just before the first wrong draft, so every verified draft is accepted. Without them (or with
 // confidence_cut off) g is chosen before proposing from the history, and wrong drafts get verified.
 TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
   Fixture f(2, 60);
   auto run = [&](bool reports, bool cut) {
-    RecordingLookup p;  // not a lookup: sure of right drafts, unsure of the wrong one every 4th position
-    p.lookups = false;
-    p.wrong_every = 4;
-    p.confident = reports;
-    for (std::size_t b = 0; b < f.requests.size(); ++b) {
-      std::vector<std::int64_t> r = f.requests[b].prompt;
-      r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
-      p.references[f.requests[b].prompt] = r;
-    }
+    RecordingLookup p = unsure_every_fourth(f, reports);
     auto o = Fixture::options(6, 0.2);
     o.adaptive.confidence_cut = cut;
     sd::SpeculativeDecoder dec(p, f.target, o);
@@ -607,15 +614,7 @@ TEST(DecoderAdaptive, SampledRequestsCutTheirConfidentChainsAlone) {
     sampled[b].params.seed = 200 + b;
   }
   auto run = [&](const std::vector<sd::GenerationRequest>& rs, bool cut) {
-    RecordingLookup p;  // not a lookup: sure of the reference's tokens, unsure every 4th position
-    p.lookups = false;
-    p.wrong_every = 4;
-    p.confident = true;
-    for (std::size_t b = 0; b < f.requests.size(); ++b) {
-      std::vector<std::int64_t> r = f.requests[b].prompt;
-      r.insert(r.end(), f.reference[b].begin(), f.reference[b].end());
-      p.references[f.requests[b].prompt] = r;
-    }
+    RecordingLookup p = unsure_every_fourth(f, true);
     auto o = Fixture::options(6, 0.2);
     o.adaptive.sampled_cost = [](std::int64_t rows) { return 1.0 + 0.2 * static_cast<double>(rows); };
     o.adaptive.confidence_cut = cut;
