@@ -129,7 +129,7 @@ struct Options {
   double sampled_cost_slope = 0.15;
   double sampled_draft_cost = -1.0;
   bool tree = false;
-  std::string eagle_sampled_drafts = "argmax";  // EAGLE chains of sampled requests: argmax (cut by confidence) or sample
+  std::string eagle_sampled_drafts = "sample";  // EAGLE chains of sampled requests: sample (q's draws) or argmax (cut)
   std::int32_t tree_top_k = 8;   // the EAGLE-2 defaults (DynamicTreeParams)
   std::int32_t tree_nodes = 24;
   double draft_min_prob = 0.0;
@@ -1280,9 +1280,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--eagle-sampled-drafts", o.eagle_sampled_drafts,
-                 "EAGLE chains of sampled requests: argmax (the head's most likely token, a deterministic draft accepted "
-                 "with the target's probability, cut by the head's confidence) or sample (drafts drawn from the head's "
-                 "distribution, verified against it)")
+                 "EAGLE chains of sampled requests: sample (drafts drawn from the head's distribution, verified against "
+                 "it) or argmax (the head's most likely token, a deterministic draft accepted with the target's "
+                 "probability, cut by the head's confidence)")
       ->check(CLI::IsMember({"sample", "argmax"}))
       ->capture_default_str();
   app.add_option("--draft-min-path-prob", o.draft_min_path_prob,
