@@ -105,6 +105,7 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
     probs_all = probs_all * d.ge(0).to(torch::kFloat);
     ids_all = d.clamp_min(0);
   }
+  if (m.eagle3()) ce_weight = 1.0;  // EAGLE-3 trains on the cross-entropy alone
   double weight = 1.0;
   for (int k = 1; k <= static_cast<int>(preds.size()); ++k, weight *= step_weight) {
     const std::int64_t first = std::max<std::int64_t>(k - 1, loss_begin);  // rows before k - 1 have no real context at step k
@@ -118,7 +119,6 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
     auto ids = ids_all.index_select(0, idx);
     auto ce = soft_ce(logits, ids, probs_all.index_select(0, idx));
     auto reg = m.eagle3() ? torch::zeros({}) : torch::smooth_l1_loss(pred.narrow(0, first, n - first), target_f.narrow(0, first, n - first));
-    if (m.eagle3()) ce_weight = 1.0;
     if (k == 1) {
       L.reg = reg;
       L.ce = ce;

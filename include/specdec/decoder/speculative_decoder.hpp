@@ -444,12 +444,14 @@ class SpeculativeDecoder {
     const std::size_t B = reqs.size();
     std::vector<std::vector<double>> tokens(B);
     std::vector<LengthChoice> choices(B);
+    std::vector<bool> from_confidences(B);  // tokens[b] from the chain's own confidences, not the request's history
     for (std::size_t b = 0; b < B; ++b) {
       const Request& r = *reqs[b];
       const auto depths = detail::draft_depths(d, static_cast<std::int64_t>(b));
       const std::int32_t depth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
       tokens[b].resize(static_cast<std::size_t>(depth) + 1);
-      if (!chain_confidence_tokens(d, static_cast<std::int64_t>(b), tokens[b])) r.acceptance.expected_tokens(tokens[b]);
+      from_confidences[b] = chain_confidence_tokens(d, static_cast<std::int64_t>(b), tokens[b]);
+      if (!from_confidences[b]) r.acceptance.expected_tokens(tokens[b]);
       choices[b].max_g = depth;
       choices[b].fixed = depth == 0 || lengths_of(r.req) != Lengths::kJoint || d.request_has_probs(static_cast<std::int64_t>(b));
       choices[b].rows_per_depth = depth > 0 ? static_cast<double>(depths.size()) / depth : 1.0;
@@ -461,22 +463,16 @@ class SpeculativeDecoder {
     // sampled cost. The cut is a function of its own drafts, so its tokens stay reproducible for a seed, and drafts that
     // are not sampled can be cut without changing the law of the ones kept.
     const AdaptiveSpeculation& a = options_.adaptive;
-    if (a.sampled_cost)
-      for (std::size_t b = 0; b < B; ++b) {
-        const Request& r = *reqs[b];
-        const auto bi = static_cast<std::int64_t>(b);
-        if (choices[b].max_g == 0 || lengths_of(r.req) != Lengths::kAlone || d.request_has_probs(bi) ||
-            !chain_confidence_tokens(d, bi, tokens[b]))
-          continue;
-        double best = 0.0;
-        for (std::int32_t k = 0; k <= choices[b].max_g; ++k) {
-          const double v = tokens[b][static_cast<std::size_t>(k)] / a.sampled_cost(k);
-          if (v > best) {
-            best = v;
-            g[b] = k;
-          }
-        }
-      }
+    if (!a.sampled_cost) return g;
+    const ForwardCostFn alone_cost = [&a](std::int64_t, std::int64_t rows) { return a.sampled_cost(rows - 1); };
+    for (std::size_t b = 0; b < B; ++b) {
+      if (choices[b].max_g == 0 || !from_confidences[b] || lengths_of(reqs[b]->req) != Lengths::kAlone ||
+          d.request_has_probs(static_cast<std::int64_t>(b)))
+        continue;
+      LengthChoice alone = choices[b];
+      alone.fixed = false;
+      g[b] = choose_draft_lengths(std::span<const LengthChoice>(&alone, 1), alone_cost, 0.0)[0];
+    }
     return g;
   }
 
