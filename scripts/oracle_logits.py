@@ -15,6 +15,8 @@ seeded random token-id prompts of T tokens (for the synthetic models, whose voca
 --reference (llama files): also a float32 NumPy forward of the same dequantised weights (scripts/validate_model.py's)
 and specdec with one activation plane (SPECDEC_ACTIVATION_BITS=8) beside the default: the mean KL divergence of
 llama.cpp, specdec-1p and specdec-2p from the float forward (the activation-precision decision).
+Every model also gets llama.cpp's logits of the same ids evaluated one token at a time: how far llama.cpp's batched
+logits are from its own decode's (its kernels differ by batch size), the floor of any agreement with llama.cpp.
 """
 import argparse
 import ctypes
@@ -85,10 +87,12 @@ def architecture(path):
     return None if f is None else f.contents()
 
 
-def llama_cpp_logits(model, prompts, n_ctx):
+def llama_cpp_logits(model, prompts, n_ctx, n_batch=None):
+    """llama.cpp's logits of every position; the prompt in one batch, or in batches of n_batch tokens."""
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(model), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, verbose=False)
+    n_batch = n_batch or n_ctx
+    llm = Llama(model_path=str(model), logits_all=True, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, verbose=False)
     out = []
     for ids in prompts:
         llm.reset()
@@ -106,6 +110,12 @@ def specdec_logits(tool, model, prompts, vocab, activation_bits=None):
         subprocess.run([str(tool), str(model), tmp], input=ids_text, text=True, check=True, env=env)
         return [np.fromfile(Path(tmp) / f"logits_{i}.f32", dtype=np.float32).reshape(len(ids), vocab)
                 for i, ids in enumerate(prompts)]
+
+
+def top1_agreement(a, b):
+    """Positions whose top-1 token is the same in a and b (lists of [T, V]), and their count."""
+    return (int(sum(int((x.argmax(-1) == y.argmax(-1)).sum()) for x, y in zip(a, b))),
+            sum(len(x) for x in a))
 
 
 def mean_kl(ref, got):
@@ -213,6 +223,19 @@ def main():
                 if spec_bits not in ("16", "8"):  # a mixed setting (per kind): the run above
                     k[f"specdec_{spec_bits}"] = mean_kl(fref, ours)
                     line += f", SPECDEC_ACTIVATION_BITS={spec_bits} {k[f'specdec_{spec_bits}']:.3g}"
+        # llama.cpp against itself: the same ids one token at a time (as a decode runs) instead of in one batch. Its
+        # products and attention take other kernels by batch size, so this is the agreement llama.cpp's own logits
+        # keep with themselves, the floor for any other implementation's agreement with them.
+        llm1, ref1 = llama_cpp_logits(model, prompts, n_ctx, n_batch=1)
+        del llm1
+        self_agree, _ = top1_agreement(ref1, ref)
+        summary["llama_cpp_1_token_vs_batch"] = {
+            "top1_agree": self_agree, "mean_abs_diff": float(np.mean(np.abs(np.concatenate(ref1) - np.concatenate(ref)))),
+            "kl_mean": mean_kl(ref, ref1)}
+        summary["top1_agree_vs_llama_cpp_1_token"] = top1_agreement(ours, ref1)[0]
+        line += (f"; llama.cpp one token at a time against its batch: top-1 {self_agree}/{positions}, |diff| mean "
+                 f"{summary['llama_cpp_1_token_vs_batch']['mean_abs_diff']:.4g}; specdec against it: top-1 "
+                 f"{summary['top1_agree_vs_llama_cpp_1_token']}/{positions}")
         results.append(summary)
         print(f"{line} [{summary['matrix_types']}]", flush=True)
         for j, p in enumerate(per_prompt):
