@@ -92,6 +92,51 @@ EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Recor
   return st;
 }
 
+EagleSampledOverlap eagle_sampled_overlap(const EagleTrainable& m, const std::vector<Record>& data, std::int64_t max_len,
+                                          bool answers_only, double temperature, const std::vector<double>& scales) {
+  torch::NoGradGuard ng;
+  EagleSampledOverlap out;
+  out.mean_top.assign(scales.size(), 0.0);
+  double rows = 0;
+  for (const auto& r : data) {
+    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
+    const std::int64_t n = T - 1;
+    if (n < 1) continue;
+    auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
+    auto feats = r.features.narrow(0, 0, n).to(torch::kFloat);
+    auto outs = m.forward_steps(tokens.narrow(0, 1, n), feats, 1);
+    const std::int64_t b = answers_only ? std::max<std::int64_t>(0, r.prompt_length - 2) : 0;
+    if (b >= n) continue;
+    auto z = m.logits(outs[0].narrow(0, b, n - b));  // [R, Vd]
+    // The target's next-token law at the temperature from its stored top-k (probabilities at 1): p^(1/T), renormalised
+    // over the top-k (the tail beyond k carries little mass at T < 1).
+    auto pk = r.topk_probs.narrow(0, 1 + b, n - b).to(torch::kFloat).clamp_min(1e-30);
+    auto ids = r.topk_ids.narrow(0, 1 + b, n - b).to(torch::kLong);
+    auto pt = torch::pow(pk, 1.0 / temperature);
+    pt = pt / pt.sum(-1, true);
+    auto q = torch::softmax(z / temperature, -1);  // the head's draft law at the temperature, over its vocabulary
+    // q at the target's top-k ids (0 where the draft vocabulary lacks the id).
+    torch::Tensor qk;
+    if (m.draft_ids.defined()) {
+      auto local = m.t2d_index.index({ids});  // -1 where not in the draft vocabulary
+      auto in = local.ge(0);
+      qk = torch::where(in, q.gather(1, local.clamp_min(0)), torch::zeros_like(pt));
+    } else {
+      qk = q.gather(1, ids);
+    }
+    out.mean_overlap += torch::minimum(pt, qk).sum().item<double>();
+    for (std::size_t i = 0; i < scales.size(); ++i)
+      out.mean_top[i] += torch::softmax(z / (temperature * scales[i]), -1).amax(-1).sum().item<double>();
+    rows += static_cast<double>(n - b);
+  }
+  out.rows = rows;
+  if (rows > 0) {
+    out.mean_overlap /= rows;
+    for (auto& t : out.mean_top) t /= rows;
+  }
+  return out;
+}
+
 std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
                                         bool answers_only) {
   return eagle_step_stats(m, data, steps, max_len, answers_only, 0).accuracy;

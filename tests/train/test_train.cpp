@@ -359,6 +359,33 @@ void check_training_time_test(specdec::proposers::EagleVersion version, std::int
     ASSERT_EQ(acc.size(), 3u);
     EXPECT_NEAR(acc[0], want, 1e-9);
   }
+  {  // eagle_sampled_overlap against a row-by-row fp64 reference: sum_v min(p_T(v), q_T(v)) from the stored top-k
+    torch::NoGradGuard ng;
+    const double T = 0.7;
+    const at::Tensor z = m.logits(outs[0]).to(torch::kDouble);  // [n, Vd]
+    const auto draft = m.draft_ids.to(torch::kLong);
+    double overlap = 0, top = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const at::Tensor q = torch::softmax(z[i] / T, -1);
+      const at::Tensor pk = r.topk_probs[i + 1].to(torch::kDouble).clamp_min(1e-30);
+      const at::Tensor pt = torch::pow(pk, 1.0 / T) / torch::pow(pk, 1.0 / T).sum();
+      for (std::int64_t j = 0; j < pk.size(0); ++j) {
+        const std::int64_t id = r.topk_ids[i + 1][j].item<std::int64_t>();
+        double qv = 0;
+        for (std::int64_t d = 0; d < draft.size(0); ++d)
+          if (draft[d].item<std::int64_t>() == id) qv = q[d].item<double>();
+        overlap += std::min(pt[j].item<double>(), qv);
+      }
+      top += torch::softmax(z[i] / (T * 0.8), -1).max().item<double>();
+    }
+    const auto ov = st::eagle_sampled_overlap(m, {r}, 640, false, T, {1.0, 0.8});
+    EXPECT_EQ(ov.rows, static_cast<double>(n));
+    EXPECT_NEAR(ov.mean_overlap, overlap / static_cast<double>(n), 2e-6);
+    ASSERT_EQ(ov.mean_top.size(), 2u);
+    EXPECT_NEAR(ov.mean_top[1], top / static_cast<double>(n), 2e-6);
+    EXPECT_GT(ov.mean_overlap, 0.0);
+    EXPECT_LE(ov.mean_overlap, 1.0 + 1e-6);
+  }
   // The multi-step loss trains (it falls) with the draft vocabulary.
   st::TrainOptions o = quick_options(30);
   o.ce_fraction = 1.0;
