@@ -474,7 +474,8 @@ void LlamaModel::Impl::attention_part(std::int64_t layer, const FewTokenAttentio
     });
   };
   // A sliding layer runs each part as scores (from the first key block any row sees), the keys outside each row's
-  // window masked (mask_outside_window), then the softmax and the values; a plain layer runs the part as it is.
+  // window masked (mask_outside_window), then the softmax and the values from that block on (the keys before it weigh
+  // exactly 0, so skipping them changes no bit); a plain layer runs the part as it is.
   if (window == 0) {
     run_rows(begin, end, part);
     return;
@@ -490,7 +491,7 @@ void LlamaModel::Impl::attention_part(std::int64_t layer, const FewTokenAttentio
     mask_outside_window(sc + r * ld, s.cached, j.pos[i], window, j.pos, s.visible.data() + i * s.n,
                         s.visible_count[static_cast<std::size_t>(i)]);
   }
-  run_rows(begin, end, {detail::AttentionPart::kFinish, 0, 0});
+  run_rows(begin, end, {detail::AttentionPart::kFinish, j.k_lo, 0});
 }
 
 void LlamaModel::Impl::attention(std::int64_t layer, const std::vector<SequencePlan>& seqs,

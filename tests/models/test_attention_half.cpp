@@ -119,6 +119,69 @@ TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
       }
 }
 
+// A kFinish part from key_begin on (a sliding window's first visible block): when every key before it is masked to -inf
+// in every row, the softmax and the weighted sum that skip those keys give the bits of the ones that read them as 0,
+// and the scores before key_begin are never read (NaN there changes nothing). Both kernels (hd 64 on AVX-512 where the
+// CPU has it, 40 and 256 on the 8-lane one, 10 on its scalar tail), float16 and float32 caches.
+TEST(AttentionRows, AFinishPartFromAMaskedPrefixGivesTheBitsOfTheWholeRow) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const std::int64_t hd : {64, 40, 256, 10})
+    for (const std::int64_t n : {1, 3})
+      for (const std::int64_t cached : {40, 300})
+        for (const std::int64_t key_begin : {std::int64_t{16}, std::int64_t{32}}) {
+          SCOPED_TRACE(testing::Message() << "hd " << hd << ", n " << n << ", cached " << cached << ", key_begin " << key_begin);
+          const std::int64_t group = 2, rows = n * group, total = cached + n, ld = (total + 15) / 16 * 16;
+          std::vector<float> q(static_cast<std::size_t>(rows * hd));
+          for (auto& e : q) e = normal(rng) * 0.3f;
+          std::vector<std::uint16_t> kh = random_halves(static_cast<std::size_t>(total * hd), rng, 16);
+          std::vector<std::uint16_t> vh = random_halves(static_cast<std::size_t>(total * hd), rng, 20);
+          std::vector<float> kf(kh.size()), vf(vh.size());
+          for (std::size_t i = 0; i < kh.size(); ++i) kf[i] = sm::half_to_float(kh[i]);
+          for (std::size_t i = 0; i < vh.size(); ++i) vf[i] = sm::half_to_float(vh[i]);
+          std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
+          for (std::int64_t i = 0; i < n; ++i) {
+            count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+            for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
+          }
+          // Row r masks keys [0, mask_end(r)), key_begin <= mask_end(r) < cached (rows may mask more, as a window does,
+          // and each still sees a cached key and its own).
+          auto mask_end = [&](std::int64_t r) { return std::min(key_begin + (r % 3) * 5, cached - 1); };
+          auto run = [&](auto k, auto v, std::int64_t begin) {
+            std::vector<float> scores(static_cast<std::size_t>(rows * ld), std::numeric_limits<float>::quiet_NaN());
+            std::vector<float> out(static_cast<std::size_t>(n * group * hd));
+            d::attention_rows(q.data(), 0, rows, n, group, hd, k, v, total, cached, visible.data(), count.data(),
+                              scores.data(), ld, out.data(), group * hd, hd, {d::AttentionPart::kScores, begin, ld});
+            for (std::int64_t r = 0; r < rows; ++r)
+              std::fill(scores.begin() + r * ld + begin, scores.begin() + r * ld + mask_end(r),
+                        -std::numeric_limits<float>::infinity());
+            d::attention_rows(q.data(), 0, rows, n, group, hd, k, v, total, cached, visible.data(), count.data(),
+                              scores.data(), ld, out.data(), group * hd, hd, {d::AttentionPart::kFinish, begin, 0});
+            return out;
+          };
+          auto masked_all = [&](auto k, auto v) {  // the whole row: scores from key 0, keys before key_begin at -inf too
+            std::vector<float> scores(static_cast<std::size_t>(rows * ld));
+            std::vector<float> out(static_cast<std::size_t>(n * group * hd));
+            d::attention_rows(q.data(), 0, rows, n, group, hd, k, v, total, cached, visible.data(), count.data(),
+                              scores.data(), ld, out.data(), group * hd, hd, {d::AttentionPart::kScores, 0, ld});
+            for (std::int64_t r = 0; r < rows; ++r)
+              std::fill(scores.begin() + r * ld, scores.begin() + r * ld + mask_end(r),
+                        -std::numeric_limits<float>::infinity());
+            d::attention_rows(q.data(), 0, rows, n, group, hd, k, v, total, cached, visible.data(), count.data(),
+                              scores.data(), ld, out.data(), group * hd, hd, {d::AttentionPart::kFinish, 0, 0});
+            return out;
+          };
+          for (const bool half : {true, false}) {
+            const std::vector<float> whole = half ? masked_all(kh.data(), vh.data()) : masked_all(kf.data(), vf.data());
+            const std::vector<float> part = half ? run(kh.data(), vh.data(), key_begin) : run(kf.data(), vf.data(), key_begin);
+            for (std::size_t i = 0; i < whole.size(); ++i) {
+              ASSERT_FALSE(std::isnan(whole[i]));
+              ASSERT_EQ(bits_of(part[i]), bits_of(whole[i])) << "output " << i << (half ? " (half cache)" : "");
+            }
+          }
+        }
+}
+
 // Batch invariance at the kernel: a query row's output is the same bits whether the call computes it alone or beside
 // every other row of the call (whose count decides how the kernel groups rows, and whether a float16 cache's values are
 // converted once per chunk for all of them), for float16 and float32 caches.

@@ -97,10 +97,11 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void score_rows(const float
                      _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
 }
 
-// out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows (their outputs start at 0 when c0 == 0): over the cached
+// out[r] (+)= sum_{j in [c0, c1)} p[r, j] * v[key j] for R rows (their outputs start at 0 when c0 == k0, the first key
+// summed): over the cached
 // context (c1 <= cached) any rows of the call, over the new keys rows of one token (i = their token).
 template <int NV, int R, class KV>
-SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::int64_t* rows, std::int64_t c0, std::int64_t c1,
+SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::int64_t* rows, std::int64_t k0, std::int64_t c0, std::int64_t c1,
                                                                      std::int64_t i, std::int64_t n, std::int64_t group,
                                                                      std::int64_t cached, const std::int32_t* visible,
                                                                      const KV* v, const float* scores,
@@ -115,7 +116,7 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void value_rows(const std::
     p[m] = scores + rows[m] * ld_scores;
     o[m] = out + (rows[m] / group) * ld_out_token + (rows[m] % group) * ld_out_member;
 #pragma GCC unroll 8
-    for (int e = 0; e < NV; ++e) acc[m][e] = c0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o[m] + 16 * e);
+    for (int e = 0; e < NV; ++e) acc[m][e] = c0 == k0 ? _mm512_setzero_ps() : _mm512_loadu_ps(o[m] + 16 * e);
   }
   for (std::int64_t j = c0; j < c1; ++j) {
     const KV* vj = v + (j < cached ? j : cached + visible[i * n + (j - cached)]) * hd;
@@ -188,22 +189,24 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
     }
   }
   if (part.kind == AttentionPart::kScores) return;
+  // The first key the softmax and the weighted sum read: 0, or a kFinish part's key_begin (every key before it masked).
+  const std::int64_t k0 = part.kind == AttentionPart::kFinish ? part.key_begin : 0;
   // 2. softmax per row over the keys it sees, in place.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
     const std::int64_t i = r / group;
     const std::int64_t count16 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 16);
-    __m512 mx = _mm512_loadu_ps(row);
-    for (std::int64_t j = 16; j < count16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+    __m512 mx = _mm512_loadu_ps(row + k0);
+    for (std::int64_t j = k0 + 16; j < count16; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
     __m512 sum = _mm512_setzero_ps();
-    for (std::int64_t j = 0; j < count16; j += 16) {
+    for (std::int64_t j = k0; j < count16; j += 16) {
       const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), m));
       _mm512_storeu_ps(row + j, e);
       sum = _mm512_add_ps(sum, e);
     }
     const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
-    for (std::int64_t j = 0; j < count16; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
+    for (std::int64_t j = k0; j < count16; j += 16) _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
   }
   // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2, in chunks of keys whose values stay
   //    in L1: over the cached context every row sees the same keys, so up to 4 rows share each value load; over the new
@@ -212,15 +215,15 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   int count = 0;
   auto flush = [&](std::int64_t c0, std::int64_t c1, std::int64_t i) SPECDEC_TARGET_AVX512F {
     switch (count) {
-      case 1: value_rows<NV, 1, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 2: value_rows<NV, 2, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 3: value_rows<NV, 3, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 4: value_rows<NV, 4, KV>(members, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 1: value_rows<NV, 1, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 2: value_rows<NV, 2, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 3: value_rows<NV, 3, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 4: value_rows<NV, 4, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
       default: break;
     }
     count = 0;
   };
-  for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
+  for (std::int64_t c0 = k0; c0 < cached + n; c0 += kValueChunk) {
     const std::int64_t context_end = std::min(cached, c0 + kValueChunk);
     if (c0 < context_end) {  // cached keys [c0, context_end): every row
       for (std::int64_t r = row_begin; r < row_end; ++r) {

@@ -293,27 +293,29 @@ template <class KV, bool kF16C = false>
     score_rows(kp);
   }
   if (part.kind == AttentionPart::kScores) return;
+  // The first key the softmax and the weighted sum read: 0, or a kFinish part's key_begin (every key before it masked).
+  const std::int64_t k0 = part.kind == AttentionPart::kFinish ? part.key_begin : 0;
   // 2. softmax per row over the keys it sees, in place: the context, then its visible new keys moved down to follow it
   //    (so a tree node's keys sit where its path's keys sit in a chain), then -inf up to a multiple of 8.
   for (std::int64_t r = row_begin; r < row_end; ++r) {
     float* row = scores + r * ld_scores;
     const std::int64_t i = r / group;
     const std::int64_t count8 = pack_visible_scores(row, cached, visible + i * n, visible_count[i], 8);
-    v8 mx = load8(row);
-    for (std::int64_t j = 8; j < count8; j += 8) {
+    v8 mx = load8(row + k0);
+    for (std::int64_t j = k0 + 8; j < count8; j += 8) {
       const v8 x = load8(row + j);
       mx = x > mx ? x : mx;
     }
     float m = mx[0];
     for (int l = 1; l < 8; ++l) m = mx[l] > m ? mx[l] : m;
     v8 sum{};
-    for (std::int64_t j = 0; j < count8; j += 8) {
+    for (std::int64_t j = k0; j < count8; j += 8) {
       const v8 e = exp8(load8(row + j) - m);
       std::memcpy(row + j, &e, sizeof e);
       sum += e;
     }
     const float inv = 1.f / hsum(sum);
-    for (std::int64_t j = 0; j < count8; j += 8) {
+    for (std::int64_t j = k0; j < count8; j += 8) {
       const v8 p = load8(row + j) * inv;
       std::memcpy(row + j, &p, sizeof p);
     }
@@ -336,7 +338,7 @@ template <class KV, bool kF16C = false>
           for (std::size_t off = 0; off < NV * 8 * sizeof(KV); off += 64)
             __builtin_prefetch(reinterpret_cast<const char*>(v + (j + kPrefetchValues) * hd) + off);
       };
-      for (std::int64_t c0 = 0; c0 < cached + n; c0 += kValueChunk) {
+      for (std::int64_t c0 = k0; c0 < cached + n; c0 += kValueChunk) {
         const std::int64_t context_end = std::min(cached, c0 + kValueChunk);
         if constexpr (kHalf)
           if (convert)
@@ -354,7 +356,7 @@ template <class KV, bool kF16C = false>
           const float* p = scores + r * ld_scores;
           float* o = out_row(r);
           v8 acc[NV];
-          for (int e = 0; e < NV; ++e) acc[e] = c0 == 0 ? v8{} : load8(o + 8 * e);
+          for (int e = 0; e < NV; ++e) acc[e] = c0 == k0 ? v8{} : load8(o + 8 * e);
           std::int64_t j = c0;
           if (convert)
             for (; j < std::min(c1, context_end); ++j) {
@@ -396,7 +398,7 @@ template <class KV, bool kF16C = false>
     const float* p = scores + r * ld_scores;
     float* o = out_row(r);
     for (std::int64_t d = 0; d < hd; ++d) o[d] = 0.f;
-    for (std::int64_t j = 0; j < count_of(r); ++j) {
+    for (std::int64_t j = k0; j < count_of(r); ++j) {
       const KV* vj = value(r, j);
       for (std::int64_t d = 0; d < hd; d += 8) {  // a last partial block converts only the values that exist
         const v8 vv = load_partial(vj + d, std::min<std::int64_t>(8, hd - d));

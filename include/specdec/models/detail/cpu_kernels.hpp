@@ -14,7 +14,9 @@ void linear_rows(const float* x, std::int64_t n, std::int64_t in, const float* w
 
 /// Which part of attention_rows a call runs: all of it (kAll); only the scores of key columns [key_begin, key_end) (kScores:
 /// key_begin a multiple of 16, the range clipped to the keys' padded count), so several threads can share one kv head's
-/// keys; or only the softmax and the weighted values over the scores earlier kScores calls wrote for every key (kFinish).
+/// keys; or only the softmax and the weighted values over the scores earlier kScores calls wrote for every key (kFinish),
+/// from key key_begin on (a multiple of 16 no larger than `cached`; every key before it must be masked to -inf in every
+/// row, as a sliding window's are: the softmax gives such keys exactly 0, so skipping them changes no bit).
 /// Each score and each row's result are computed by the same steps in every case, so splitting a call changes no bit.
 struct AttentionPart {
   enum Kind { kAll, kScores, kFinish } kind = kAll;
