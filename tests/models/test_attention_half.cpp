@@ -70,9 +70,36 @@ TEST(FloatsToHalves, MatchesFloatToHalfBitForBit) {
   }
 }
 
+// Query rows (scaled as the model scales them), float16 keys of moderate size (scores stay finite) and values over
+// `value_exponents` half exponents, their exact float copies, and a chain's visibility (token i sees new tokens 0..i).
+struct ChainInputs {
+  std::vector<float> q, kf, vf;
+  std::vector<std::uint16_t> kh, vh;
+  std::vector<std::int32_t> visible, count;
+};
+ChainInputs chain_inputs(std::mt19937& rng, std::int64_t hd, std::int64_t n, std::int64_t rows, std::int64_t total,
+                         int value_exponents) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  ChainInputs c;
+  c.q.resize(static_cast<std::size_t>(rows * hd));
+  for (auto& e : c.q) e = normal(rng) * 0.3f;
+  c.kh = random_halves(static_cast<std::size_t>(total * hd), rng, 16);
+  c.vh = random_halves(static_cast<std::size_t>(total * hd), rng, value_exponents);
+  c.kf.resize(c.kh.size());
+  c.vf.resize(c.vh.size());
+  for (std::size_t i = 0; i < c.kh.size(); ++i) c.kf[i] = sm::half_to_float(c.kh[i]);
+  for (std::size_t i = 0; i < c.vh.size(); ++i) c.vf[i] = sm::half_to_float(c.vh[i]);
+  c.visible.assign(static_cast<std::size_t>(n * n), 0);
+  c.count.assign(static_cast<std::size_t>(n), 0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    c.count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
+    for (std::int64_t a = 0; a <= i; ++a) c.visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
+  }
+  return c;
+}
+
 TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
   std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.f, 1.f);
   // hd 64 (the AVX-512 kernel where the CPU has it), 40 (the 8-lane one: not a multiple of 16), 10 (a partial
   // 8-lane block) and 256 (Gemma's, on the 8-lane kernel); chains of 1 to 6 new tokens over 0 to 300 cached positions;
   // all three parts of a split call.
@@ -81,19 +108,11 @@ TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
       for (const std::int64_t cached : {0, 17, 300}) {
         SCOPED_TRACE(testing::Message() << "hd " << hd << ", n " << n << ", cached " << cached);
         const std::int64_t group = 3, rows = n * group, total = cached + n, ld = (total + 15) / 16 * 16;
-        std::vector<float> q(static_cast<std::size_t>(rows * hd));
-        for (auto& e : q) e = normal(rng) * 0.3f;
-        // Keys of moderate size (scores stay finite); values over every half exponent, subnormals included.
-        std::vector<std::uint16_t> kh = random_halves(static_cast<std::size_t>(total * hd), rng, 16);
-        std::vector<std::uint16_t> vh = random_halves(static_cast<std::size_t>(total * hd), rng, 30);
-        std::vector<float> kf(kh.size()), vf(vh.size());
-        for (std::size_t i = 0; i < kh.size(); ++i) kf[i] = sm::half_to_float(kh[i]);
-        for (std::size_t i = 0; i < vh.size(); ++i) vf[i] = sm::half_to_float(vh[i]);
-        std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
-        for (std::int64_t i = 0; i < n; ++i) {  // a chain: token i sees new tokens 0..i
-          count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
-          for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
-        }
+        // Values over every half exponent, subnormals included.
+        const ChainInputs in = chain_inputs(rng, hd, n, rows, total, 30);
+        const auto &q = in.q, &kf = in.kf, &vf = in.vf;
+        const auto &kh = in.kh, &vh = in.vh;
+        const auto &visible = in.visible, &count = in.count;
         auto run = [&](auto k, auto v, bool split) {
           std::vector<float> scores(static_cast<std::size_t>(rows * ld)), out(static_cast<std::size_t>(n * group * hd));
           if (!split) {
@@ -125,25 +144,16 @@ TEST(AttentionRows, HalfKeysAndValuesGiveTheBitsOfTheirFloatValues) {
 // CPU has it, 40 and 256 on the 8-lane one, 10 on its scalar tail), float16 and float32 caches.
 TEST(AttentionRows, AFinishPartFromAMaskedPrefixGivesTheBitsOfTheWholeRow) {
   std::mt19937 rng(23);
-  std::normal_distribution<float> normal(0.f, 1.f);
   for (const std::int64_t hd : {64, 40, 256, 10})
     for (const std::int64_t n : {1, 3})
       for (const std::int64_t cached : {40, 300})
         for (const std::int64_t key_begin : {std::int64_t{16}, std::int64_t{32}}) {
           SCOPED_TRACE(testing::Message() << "hd " << hd << ", n " << n << ", cached " << cached << ", key_begin " << key_begin);
           const std::int64_t group = 2, rows = n * group, total = cached + n, ld = (total + 15) / 16 * 16;
-          std::vector<float> q(static_cast<std::size_t>(rows * hd));
-          for (auto& e : q) e = normal(rng) * 0.3f;
-          std::vector<std::uint16_t> kh = random_halves(static_cast<std::size_t>(total * hd), rng, 16);
-          std::vector<std::uint16_t> vh = random_halves(static_cast<std::size_t>(total * hd), rng, 20);
-          std::vector<float> kf(kh.size()), vf(vh.size());
-          for (std::size_t i = 0; i < kh.size(); ++i) kf[i] = sm::half_to_float(kh[i]);
-          for (std::size_t i = 0; i < vh.size(); ++i) vf[i] = sm::half_to_float(vh[i]);
-          std::vector<std::int32_t> visible(static_cast<std::size_t>(n * n)), count(static_cast<std::size_t>(n));
-          for (std::int64_t i = 0; i < n; ++i) {
-            count[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i + 1);
-            for (std::int64_t a = 0; a <= i; ++a) visible[static_cast<std::size_t>(i * n + a)] = static_cast<std::int32_t>(a);
-          }
+          const ChainInputs in = chain_inputs(rng, hd, n, rows, total, 20);
+          const auto &q = in.q, &kf = in.kf, &vf = in.vf;
+          const auto &kh = in.kh, &vh = in.vh;
+          const auto &visible = in.visible, &count = in.count;
           // Row r masks keys [0, mask_end(r)), key_begin <= mask_end(r) < cached (rows may mask more, as a window does,
           // and each still sees a cached key and its own).
           auto mask_end = [&](std::int64_t r) { return std::min(key_begin + (r % 3) * 5, cached - 1); };
