@@ -384,12 +384,15 @@ BENCHMARK(BM_DecodeAfter)
     ->UseRealTime()
     ->MinTime(1.0);
 
-// The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64) over `context`
-// cached keys, one thread, one layer per iteration (random data resident in cache, or copies:128 from memory): detail::attention_rows as the
-// forward calls it (with the key blocks where the kernel reads them), over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
+// The attention of `new_tokens` query tokens (SmolLM2's shape: 9 heads in 3 kv groups of head size 64; head_size:256,
+// Gemma 3 270M's: 4 heads in 1 kv group) over `context` cached keys, one thread, one layer per iteration (random data
+// resident in cache, or copies:128 from memory): detail::attention_rows as the forward calls it (with the key blocks where
+// the kernel reads them), over float16 keys and values (half 1, the forward's default KV cache) or float32 (half 0).
 // SPECDEC_CPU_ISA=avx2 measures the 8-lane kernel instead of AVX-512.
 void BM_Attention(benchmark::State& state) {
-  const std::int64_t n = state.range(0), context = state.range(1), hd = 64, group = 3, kv = 3, rows = group * n;
+  const bool gemma = state.range(4) == 256;
+  const std::int64_t n = state.range(0), context = state.range(1), hd = gemma ? 256 : 64, group = gemma ? 4 : 3,
+                     kv = gemma ? 1 : 3, rows = group * n;
   const std::int64_t total = context + n, ld = (total + 15) / 16 * 16;
   std::vector<float> q(static_cast<std::size_t>(kv * rows * hd)), k(static_cast<std::size_t>(kv * total * hd)),
       v(k.size()), scores(static_cast<std::size_t>(rows * ld)), out(static_cast<std::size_t>(n * kv * group * hd));
@@ -455,15 +458,22 @@ void BM_Attention(benchmark::State& state) {
                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_Attention)
-    ->ArgNames({"new_tokens", "context", "half", "copies"})
-    ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}, {1}})
+    ->ArgNames({"new_tokens", "context", "half", "copies", "head_size"})
+    ->ArgsProduct({{1, 6}, {128, 1024}, {1, 0}, {1}, {64}})
     ->Unit(benchmark::kMicrosecond);
 // The same from memory: 128 copies of a layer's cache at context 1024 (100 MB in float16), 32 at context 4096 (150 MB),
 // float16 only.
 BENCHMARK(BM_Attention)
-    ->ArgNames({"new_tokens", "context", "half", "copies"})
-    ->ArgsProduct({{1, 6}, {1024}, {1}, {128}})
-    ->ArgsProduct({{1, 6}, {4096}, {1}, {32}})
+    ->ArgNames({"new_tokens", "context", "half", "copies", "head_size"})
+    ->ArgsProduct({{1, 6}, {1024}, {1}, {128}, {64}})
+    ->ArgsProduct({{1, 6}, {4096}, {1}, {32}, {64}})
+    ->Unit(benchmark::kMicrosecond);
+// Gemma 3 270M's shape (head size 256, one kv group of 4 heads), float16 cache: in cache at 128 and 512 keys (a sliding
+// layer's window), from memory at 4096 (32 copies, 128 MB; a global layer).
+BENCHMARK(BM_Attention)
+    ->ArgNames({"new_tokens", "context", "half", "copies", "head_size"})
+    ->ArgsProduct({{1, 6}, {128, 512}, {1}, {1}, {256}})
+    ->ArgsProduct({{1, 6}, {4096}, {1}, {32}, {256}})
     ->Unit(benchmark::kMicrosecond);
 
 // One packed product on one thread, the weights in cache (a [3072, 576] Q4_1 matrix, SmolLM2's gate and up projections,

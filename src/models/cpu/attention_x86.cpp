@@ -1,5 +1,5 @@
 // detail::attention_rows with AVX-512 (16 lanes): the algorithm of linear_kernel.cpp's attention_rows_impl at twice the
-// width, for head dimensions that are multiples of 16 up to 128. Chosen at run time by attention_rows where the CPU has
+// width, for head dimensions that are multiples of 16 up to 128, and 256 (Gemma 3). Chosen at run time by attention_rows where the CPU has
 // AVX-512F. Every value a query row gets is computed by the same steps whatever the other rows of the call:
 //   1. a score is a fixed-order dot product over a transposed block of 16 keys (the last block repeats key total - 1):
 //      four partial sums by dimension mod 4, ascending, then (p0 + p1) + (p2 + p3);
@@ -38,6 +38,9 @@ SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline __m512 load16(const std::ui
 // context 1024 measure what the prefetch gains; the figures are in docs/cpu-forward.md).
 constexpr std::int64_t kPrefetchKeys = 4, kPrefetchValues = 16;
 constexpr std::int64_t kValueChunk = 64;  // keys per pass of the weighted sum (their values stay in L1 across the rows)
+// Rows sharing a pass of the weighted sum at head size 256 (Gemma 3), whose 16 accumulators a row leave room for two:
+// bench_model BM_Attention head_size:256 measured 1 row 15-20% slower than 2, and 4 (spilling) within 3% of 2.
+constexpr int kWideHeadRows = 2;
 
 // Transposes the 16 x 16 block held in r (row i in r[i]) in place (column j ends in r[j]).
 SPECDEC_TARGET_AVX512F [[gnu::always_inline]] inline void transpose16(__m512* r) {
@@ -211,14 +214,26 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
   // 3. out[r] = sum_j p[r, j] * v[key j], over the row's keys in the order of step 2, in chunks of keys whose values stay
   //    in L1: over the cached context every row sees the same keys, so up to 4 rows share each value load; over the new
   //    keys, the rows of one token (its group members). Each row still sums its own products in ascending key order.
+  //    Up to 4 rows share a pass up to head size 128, kWideHeadRows at 256 (their NV accumulators each must fit the 32
+  //    zmm registers).
+  constexpr int kMaxRows = NV <= 8 ? 4 : kWideHeadRows;
   std::int64_t members[4];
   int count = 0;
   auto flush = [&](std::int64_t c0, std::int64_t c1, std::int64_t i) SPECDEC_TARGET_AVX512F {
     switch (count) {
       case 1: value_rows<NV, 1, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 2: value_rows<NV, 2, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 3: value_rows<NV, 3, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
-      case 4: value_rows<NV, 4, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member); break;
+      case 2:
+        if constexpr (kMaxRows >= 2)
+          value_rows<NV, 2, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member);
+        break;
+      case 3:
+        if constexpr (kMaxRows >= 3)
+          value_rows<NV, 3, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member);
+        break;
+      case 4:
+        if constexpr (kMaxRows >= 4)
+          value_rows<NV, 4, KV>(members, k0, c0, c1, i, n, group, cached, visible, v, scores, ld_scores, out, ld_out_token, ld_out_member);
+        break;
       default: break;
     }
     count = 0;
@@ -228,7 +243,7 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
     if (c0 < context_end) {  // cached keys [c0, context_end): every row
       for (std::int64_t r = row_begin; r < row_end; ++r) {
         members[count++] = r;
-        if (count == 4) flush(c0, context_end, 0);
+        if (count == kMaxRows) flush(c0, context_end, 0);
       }
       flush(c0, context_end, 0);
     }
@@ -238,7 +253,7 @@ SPECDEC_TARGET_AVX512F void attention_rows_w16(const float* q, std::int64_t row_
       if (new_begin >= c1) continue;
       for (std::int64_t r = std::max(row_begin, i * group); r < std::min(row_end, (i + 1) * group); ++r) {
         members[count++] = r;
-        if (count == 4) flush(new_begin, c1, i);
+        if (count == kMaxRows) flush(new_begin, c1, i);
       }
       flush(new_begin, c1, i);
     }
@@ -278,6 +293,7 @@ bool attention_rows_avx512([[maybe_unused]] const float* q, [[maybe_unused]] std
     SPECDEC_CASE(6)
     SPECDEC_CASE(7)
     SPECDEC_CASE(8)
+    SPECDEC_CASE(16)
 #undef SPECDEC_CASE
 #endif
     default: return false;  // another head size, or not x86: the 8-lane kernel

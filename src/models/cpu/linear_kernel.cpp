@@ -623,7 +623,9 @@ void floats_to_halves(const float* x, std::uint16_t* out, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = float_to_half(x[i]);
 }
 
-bool attention_reads_key_blocks(std::int64_t hd) { return attention_avx512() && hd % 16 == 0 && hd >= 16 && hd <= 128; }
+bool attention_reads_key_blocks(std::int64_t hd) {
+  return attention_avx512() && ((hd % 16 == 0 && hd >= 16 && hd <= 128) || hd == 256);
+}
 
 void silu_mul(const float* gu, float* out, std::int64_t rows, std::int64_t f) {
   static const SiluMulFn fn = select_silu_mul();

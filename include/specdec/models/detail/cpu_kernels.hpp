@@ -61,7 +61,7 @@ inline std::int64_t pack_visible_scores(float* row, std::int64_t cached, const s
 }
 
 /// attention_rows on AVX-512F (16 lanes; src/models/cpu/attention_x86.cpp, which instantiates float and std::uint16_t),
-/// for hd a multiple of 16 up to 128; returns false (computing nothing) for other head sizes. Only where the CPU has
+/// for hd a multiple of 16 up to 128, or 256; returns false (computing nothing) for other head sizes. Only where the CPU has
 /// AVX-512F; attention_rows chooses it.
 template <class KV>
 bool attention_rows_avx512(const float* q, std::int64_t row_begin, std::int64_t row_end, std::int64_t n,
