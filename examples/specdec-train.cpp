@@ -629,12 +629,12 @@ int main(int argc, char** argv) {
                                   st.bin_hits[k][b] / st.bin_rows[k][b]);
           fmt::print("eagle: held-out calibration, step {}:{}\n", k + 1, line);
         }
-        for (const double t : {0.7, 1.0}) {
-          const std::vector<double> scales{1.0, 0.8, 0.65, 0.5};
-          const auto ov = specdec::train::eagle_sampled_overlap(m, held, eopt.max_len, true, t, scales);
+        const std::vector<double> temperatures{0.7, 1.0}, scales{1.0, 0.8, 0.65, 0.5};
+        const auto overlaps = specdec::train::eagle_sampled_overlap(m, held, eopt.max_len, true, temperatures, scales);
+        for (std::size_t t = 0; t < temperatures.size(); ++t)
           fmt::print("eagle: held-out sampled first drafts at temperature {}: {:.0f} rows, acceptance {:.3f}; head top probability "
-                     "at {} x T: {:.3f}\n", t, ov.rows, ov.mean_overlap, fmt::join(scales, " / "), fmt::join(ov.mean_top, " / "));
-        }
+                     "at {} x T: {:.3f}\n", temperatures[t], overlaps[t].rows, overlaps[t].mean_overlap, fmt::join(scales, " / "),
+                     fmt::join(overlaps[t].mean_top, " / "));
       }
       m.save(e_out, tw);
       auto loaded = specdec::proposers::load_eagle_head(e_out, tw);

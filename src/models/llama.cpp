@@ -161,13 +161,14 @@ void chain_visibility(std::int64_t n, std::vector<std::int32_t>& visible, std::v
 // context key at its position, new key a at column cached + a): the keys at positions below p - window + 1 get -inf, so
 // the softmax gives them exactly 0 and every key keeps its place. The row therefore gets the bits it gets in any other
 // batch (alone, in a chain, in a tree), as the keys of a plain layer do. new_pos: the positions of the call's new keys;
-// visible / count: the new keys the row sees.
+// visible / count: the new keys the row sees. key_begin: the first key column the softmax reads (first_window_block);
+// the columns before it are never read, so they are left as they are.
 void mask_outside_window(float* row, std::int64_t cached, std::int64_t p, std::int64_t window, const std::int64_t* new_pos,
-                         const std::int32_t* visible, std::int32_t count) {
+                         const std::int32_t* visible, std::int32_t count, std::int64_t key_begin) {
   const std::int64_t lo = p - window + 1;
   if (lo <= 0) return;
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  std::fill(row, row + std::min(lo, cached), kMasked);
+  std::fill(row + key_begin, row + std::max(key_begin, std::min(lo, cached)), kMasked);
   if (lo > cached)
     for (std::int32_t a = 0; a < count; ++a)
       if (new_pos[visible[a]] < lo) row[cached + visible[a]] = kMasked;
@@ -429,7 +430,7 @@ void LlamaModel::Impl::attention_blocks(std::int64_t layer, const SequencePlan& 
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r / group;
       mask_outside_window(scores + r * ld, cached, pos[t0 + i], window, pos + t0, vis.data() + i * nb,
-                          seen[static_cast<std::size_t>(i)]);
+                          seen[static_cast<std::size_t>(i)], part.key_begin);
     }
     part.kind = detail::AttentionPart::kFinish;
     rows_part(part);
@@ -489,7 +490,7 @@ void LlamaModel::Impl::attention_part(std::int64_t layer, const FewTokenAttentio
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t i = (r % rows) / group;
     mask_outside_window(sc + r * ld, s.cached, j.pos[i], window, j.pos, s.visible.data() + i * s.n,
-                        s.visible_count[static_cast<std::size_t>(i)]);
+                        s.visible_count[static_cast<std::size_t>(i)], j.k_lo);
   }
   run_rows(begin, end, {detail::AttentionPart::kFinish, j.k_lo, 0});
 }

@@ -44,6 +44,27 @@ TrainResult train_eagle(EagleTrainable& m, const std::vector<Record>& data, cons
   }, "eagle");
 }
 
+namespace {
+// The head's unrolled draft steps over record r, teacher-forced on its first max_len + 1 tokens: outs[k] ([n, H]) is
+// draft step k + 1, row i predicting token i + 2 (n = 0: the record is too short); rows from first_answer_row on
+// predict answer tokens.
+struct HeadSteps {
+  std::vector<torch::Tensor> outs;
+  std::int64_t n = 0, first_answer_row = 0;
+};
+HeadSteps head_steps(const EagleTrainable& m, const Record& r, std::int64_t max_len, int steps) {
+  HeadSteps h;
+  const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
+  h.n = T - 1;
+  if (h.n < steps) return {};
+  auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
+  auto feats = r.features.narrow(0, 0, h.n).to(torch::kFloat);
+  h.outs = m.forward_steps(tokens.narrow(0, 1, h.n), feats, steps);
+  h.first_answer_row = std::max<std::int64_t>(0, r.prompt_length - 2);
+  return h;
+}
+}  // namespace
+
 EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
                                 bool answers_only, int bins) {
   torch::NoGradGuard ng;
@@ -55,15 +76,11 @@ EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Recor
   st.bin_confidence = st.bin_rows;
   std::vector<double> hit(K, 0.0), rows(K, 0.0);
   for (const auto& r : data) {
-    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
-    const std::int64_t n = T - 1;
-    if (n < steps) continue;
-    auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
-    auto feats = r.features.narrow(0, 0, n).to(torch::kFloat);
-    auto outs = m.forward_steps(tokens.narrow(0, 1, n), feats, steps);
+    const HeadSteps h = head_steps(m, r, max_len, steps);
+    const std::int64_t n = h.n, first_answer_row = h.first_answer_row;
+    if (n == 0) continue;
+    const auto& outs = h.outs;
     auto want = r.topk_ids.narrow(0, 1, n).select(1, 0).to(torch::kLong);
-    // row i predicts token i+2; an answer token has index >= prompt_length
-    const std::int64_t first_answer_row = std::max<std::int64_t>(0, r.prompt_length - 2);
     for (int k = 1; k <= steps; ++k) {
       const auto kk = static_cast<std::size_t>(k - 1);
       const std::int64_t b = std::max<std::int64_t>(k - 1, answers_only ? first_answer_row : 0);
@@ -92,47 +109,43 @@ EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Recor
   return st;
 }
 
-EagleSampledOverlap eagle_sampled_overlap(const EagleTrainable& m, const std::vector<Record>& data, std::int64_t max_len,
-                                          bool answers_only, double temperature, const std::vector<double>& scales) {
+std::vector<EagleSampledOverlap> eagle_sampled_overlap(const EagleTrainable& m, const std::vector<Record>& data,
+                                                       std::int64_t max_len, bool answers_only,
+                                                       const std::vector<double>& temperatures,
+                                                       const std::vector<double>& scales) {
   torch::NoGradGuard ng;
-  EagleSampledOverlap out;
-  out.mean_top.assign(scales.size(), 0.0);
+  std::vector<EagleSampledOverlap> out(temperatures.size());
+  for (auto& o : out) o.mean_top.assign(scales.size(), 0.0);
   double rows = 0;
   for (const auto& r : data) {
-    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len + 1);
-    const std::int64_t n = T - 1;
-    if (n < 1) continue;
-    auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
-    auto feats = r.features.narrow(0, 0, n).to(torch::kFloat);
-    auto outs = m.forward_steps(tokens.narrow(0, 1, n), feats, 1);
-    const std::int64_t b = answers_only ? std::max<std::int64_t>(0, r.prompt_length - 2) : 0;
-    if (b >= n) continue;
-    auto z = m.logits(outs[0].narrow(0, b, n - b));  // [R, Vd]
-    // The target's next-token law at the temperature from its stored top-k (probabilities at 1): p^(1/T), renormalised
-    // over the top-k (the tail beyond k carries little mass at T < 1).
+    const HeadSteps h = head_steps(m, r, max_len, 1);  // one head forward a record, for every temperature
+    const std::int64_t n = h.n, b = answers_only ? h.first_answer_row : 0;
+    if (n == 0 || b >= n) continue;
+    auto z = m.logits(h.outs[0].narrow(0, b, n - b));  // [R, Vd]
     auto pk = r.topk_probs.narrow(0, 1 + b, n - b).to(torch::kFloat).clamp_min(1e-30);
     auto ids = r.topk_ids.narrow(0, 1 + b, n - b).to(torch::kLong);
-    auto pt = torch::pow(pk, 1.0 / temperature);
-    pt = pt / pt.sum(-1, true);
-    auto q = torch::softmax(z / temperature, -1);  // the head's draft law at the temperature, over its vocabulary
-    // q at the target's top-k ids (0 where the draft vocabulary lacks the id).
-    torch::Tensor qk;
-    if (m.draft_ids.defined()) {
-      auto local = m.t2d_index.index({ids});  // -1 where not in the draft vocabulary
-      auto in = local.ge(0);
-      qk = torch::where(in, q.gather(1, local.clamp_min(0)), torch::zeros_like(pt));
-    } else {
-      qk = q.gather(1, ids);
+    // Where the target's top-k ids sit in the head's vocabulary (-1: not in its draft vocabulary).
+    auto local = m.draft_ids.defined() ? m.t2d_index.index({ids}) : ids;
+    for (std::size_t t = 0; t < temperatures.size(); ++t) {
+      const double T = temperatures[t];
+      // The target's next-token law at T from its stored top-k (probabilities at 1): p^(1/T), renormalised over the
+      // top-k (the tail beyond k carries little mass at T < 1).
+      auto pt = torch::pow(pk, 1.0 / T);
+      pt = pt / pt.sum(-1, true);
+      auto q = torch::softmax(z / T, -1);  // the head's draft law at T, over its vocabulary
+      auto qk = torch::where(local.ge(0), q.gather(1, local.clamp_min(0)), torch::zeros_like(pt));  // q at those ids
+      out[t].mean_overlap += torch::minimum(pt, qk).sum().item<double>();
+      for (std::size_t i = 0; i < scales.size(); ++i)
+        out[t].mean_top[i] += torch::softmax(z / (T * scales[i]), -1).amax(-1).sum().item<double>();
     }
-    out.mean_overlap += torch::minimum(pt, qk).sum().item<double>();
-    for (std::size_t i = 0; i < scales.size(); ++i)
-      out.mean_top[i] += torch::softmax(z / (temperature * scales[i]), -1).amax(-1).sum().item<double>();
     rows += static_cast<double>(n - b);
   }
-  out.rows = rows;
-  if (rows > 0) {
-    out.mean_overlap /= rows;
-    for (auto& t : out.mean_top) t /= rows;
+  for (auto& o : out) {
+    o.rows = rows;
+    if (rows > 0) {
+      o.mean_overlap /= rows;
+      for (auto& v : o.mean_top) v /= rows;
+    }
   }
   return out;
 }

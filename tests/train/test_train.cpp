@@ -378,7 +378,9 @@ void check_training_time_test(specdec::proposers::EagleVersion version, std::int
       }
       top += torch::softmax(z[i] / (T * 0.8), -1).max().item<double>();
     }
-    const auto ov = st::eagle_sampled_overlap(m, {r}, 640, false, T, {1.0, 0.8});
+    const auto overlaps = st::eagle_sampled_overlap(m, {r}, 640, false, {T, 1.0}, {1.0, 0.8});
+    ASSERT_EQ(overlaps.size(), 2u);
+    const auto& ov = overlaps[0];
     EXPECT_EQ(ov.rows, static_cast<double>(n));
     EXPECT_NEAR(ov.mean_overlap, overlap / static_cast<double>(n), 2e-6);
     ASSERT_EQ(ov.mean_top.size(), 2u);

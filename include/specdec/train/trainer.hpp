@@ -208,16 +208,19 @@ struct EagleStepStats {
 EagleStepStats eagle_step_stats(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
                                 bool answers_only, int bins);
 
-/// The first draft's acceptance when the head's drafts are sampled at `temperature` (held-out rows, teacher-forced):
-/// the mean over rows of sum_v min(p_T(v), q_T(v)), the chance a draft drawn from the head's law q_T is accepted against
-/// the target's p_T (from its stored top-k, renormalised at T), beside the mean of the head's largest probability at
-/// temperature * scales[i], the confidence a decoder could report for such a draft.
+/// The first draft's acceptance when the head's drafts are sampled at each of `temperatures` (held-out rows,
+/// teacher-forced; one head forward a record for all of them): the mean over rows of sum_v min(p_T(v), q_T(v)), the
+/// chance a draft drawn from the head's law q_T is accepted against the target's p_T (from its stored top-k,
+/// renormalised at T), beside the mean of the head's largest probability at T * scales[i], the confidence a decoder
+/// could report for such a draft. One result per temperature.
 struct EagleSampledOverlap {
   double rows = 0, mean_overlap = 0;
   std::vector<double> mean_top;  // per scale
 };
-EagleSampledOverlap eagle_sampled_overlap(const EagleTrainable& m, const std::vector<Record>& data, std::int64_t max_len,
-                                          bool answers_only, double temperature, const std::vector<double>& scales);
+std::vector<EagleSampledOverlap> eagle_sampled_overlap(const EagleTrainable& m, const std::vector<Record>& data,
+                                                       std::int64_t max_len, bool answers_only,
+                                                       const std::vector<double>& temperatures,
+                                                       const std::vector<double>& scales);
 
 std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vector<Record>& data, int steps, std::int64_t max_len,
                                                bool answers_only);
