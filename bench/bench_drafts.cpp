@@ -20,7 +20,8 @@
 // Counters: us_per_step (median), c_step = us_per_step / the target's 1-token median, c_per_row = c_step / (rows * batch)
 // (a draft token's cost: what the decoder's c measures for chains), weight_mb (bytes a step reads, as held).
 //
-//   bench_drafts [--benchmark_filter=...]      environment: SPECDEC_BENCH_THREADS (default: cores)
+//   bench_drafts [--benchmark_filter=...]      environment: SPECDEC_BENCH_THREADS (default: cores),
+//                                              SPECDEC_BENCH_DRAFT_MODEL (a draft model directory; default the bundled one)
 #include <ATen/ATen.h>
 #include <benchmark/benchmark.h>
 
@@ -52,6 +53,11 @@ int g_threads = 1;
 double g_target_seconds = 0;  // median 1-token target forward (BM_Target, or measured on first use)
 
 fs::path models_dir() { return fs::path(SPECDEC_MODELS_DIR); }
+// The draft model measured: SPECDEC_BENCH_DRAFT_MODEL, or the bundled one.
+fs::path draft_model_dir() {
+  const char* e = std::getenv("SPECDEC_BENCH_DRAFT_MODEL");
+  return e && *e ? fs::path(e) : models_dir() / "smollm2-135m-draft";
+}
 fs::path target_path() { return models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
 sm::LlamaModel& target() {
@@ -237,7 +243,8 @@ sm::LlamaModel& draft_model(int weights, int bits) {
     o.quantize_float_weights = weights != 0;
     o.quantized_float_type = weight_type(weights);
     o.activation_bits = bits;
-    m = std::make_unique<sm::LlamaModel>(sm::load_llama_safetensors(models_dir() / "smollm2-135m-draft", o));
+    o.output_ids = sm::read_output_ids(draft_model_dir());  // its output vocabulary, as specdec-generate loads it
+    m = std::make_unique<sm::LlamaModel>(sm::load_llama_safetensors(draft_model_dir(), o));
   }
   return *m;
 }
@@ -347,7 +354,10 @@ void BM_Decode(benchmark::State& state) {
     sp::EagleProposer eagle(sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", weights, ho), eo);
     decode_with(state, eagle, g);
   } else {
-    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model(2, 16));
+    sm::LlamaModel& dm = draft_model(2, 16);
+    sp::DraftModelOptions dopt;
+    dopt.output_ids = dm.output_ids();
+    sp::DraftModelProposer<sm::LlamaModel> draft(dm, dopt);
     decode_with(state, draft, g);
   }
 }

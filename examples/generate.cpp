@@ -179,7 +179,7 @@ specdec::models::GgmlType draft_weights_type(const Options& o) {
 /// GGUF file already parsed (for its tokenizer), or null.
 LlamaModel load_model(const std::string& path, const char* flag, const Options& o, bool quantize = false,
                       specdec::models::GgmlType quantized_type = specdec::models::GgmlType::kQ8_0,
-                      const specdec::models::GgufFile* open = nullptr) {
+                      const specdec::models::GgufFile* open = nullptr, std::vector<std::int64_t> output_ids = {}) {
   if (!fs::exists(path))
     fail(fmt::format("{}: '{}' does not exist{}", flag, path,
                      path == kDefaultModel.string() ? " (run ./scripts/setup.sh to download the bundled model)" : ""));
@@ -189,6 +189,7 @@ LlamaModel load_model(const std::string& path, const char* flag, const Options& 
   options.kv_cache_half = specdec::models::parse_kv_cache_type(o.kv_cache);
   options.quantize_float_weights = quantize;
   options.quantized_float_type = quantized_type;
+  options.output_ids = std::move(output_ids);
   try {
     if (fs::is_directory(path)) return specdec::models::load_llama_safetensors(path, options);
     if (open != nullptr) return specdec::models::load_llama_gguf(*open, options);
@@ -495,16 +496,28 @@ double default_draft_cost(const std::string& proposer) {
   return c;
 }
 
-/// The draft model proposer's options the flags describe (--draft-min-path-prob).
-specdec::proposers::DraftModelOptions draft_options(const Options& o) {
+/// The draft model proposer's options the flags describe (--draft-min-path-prob), with the draft's reduced output
+/// vocabulary when it has one.
+specdec::proposers::DraftModelOptions draft_options(const Options& o, const LlamaModel& draft) {
   specdec::proposers::DraftModelOptions d;
   d.min_path_prob = o.draft_min_path_prob;
+  d.output_ids = draft.output_ids();
   return d;
 }
 
+/// The draft model, scoring only its checkpoint's output vocabulary when it has one (tensor d2t: read_output_ids).
 LlamaModel load_draft_model(const Options& o) {
   const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
-  return load_model(path, "--draft-model", o, o.draft_weights != "float", draft_weights_type(o));
+  std::vector<std::int64_t> output_ids;
+  if (fs::is_directory(path)) {
+    try {
+      output_ids = specdec::models::read_output_ids(path);
+    } catch (const std::exception& e) {
+      fail(fmt::format("--draft-model: '{}': {}", path, e.what()));
+    }
+  }
+  return load_model(path, "--draft-model", o, o.draft_weights != "float", draft_weights_type(o), nullptr,
+                    std::move(output_ids));
 }
 
 /// What check_options found and run_on uses: the proposer, the prompts (with their names and the chain members each
@@ -995,7 +1008,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
         chain.add(suffix.emplace(suffix_options(o)), name);
       } else if (name == "draft" && !dp) {
         draft_model.emplace(load_draft_model(o));
-        chain.add(dp.emplace(*draft_model, target.vocab_size(), draft_options(o)), name);
+        chain.add(dp.emplace(*draft_model, target.vocab_size(), draft_options(o, *draft_model)), name);
 #if defined(SPECDEC_HAVE_EAGLE)
       } else if (name == "eagle" && !eagle) {
         if constexpr (std::is_same_v<Target, LlamaModel>)
@@ -1022,7 +1035,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
     if (static_cast<std::int64_t>(draft_model->vocab_size()) == static_cast<std::int64_t>(target.vocab_size())) {
-      specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o));
+      specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o, *draft_model));
       spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
     } else {
       // Another tokenizer: token-level intersection over the two GGUF vocabularies, the context re-tokenized each step.
@@ -1062,7 +1075,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
       specdec::proposers::ToTarget to_target = [&](std::span<const std::int64_t> ids) {
         return reencode(draft_tokenizer, tokenizer, ids, {.add_special = false, .continuation = true}, true);
       };
-      specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o),
+      specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, draft_options(o, *draft_model),
                                                                  o.cross_vocab_greedy == "slem" ? to_target : specdec::proposers::ToTarget{});
       spec = run(cp, target, requests, spec_options, tokenizer, "speculative (draft model, another vocabulary)", how);
     }

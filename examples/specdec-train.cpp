@@ -16,7 +16,9 @@
 //                        Both can unroll EAGLE-3's training-time test (--ttt-steps). Saves the checkpoint load_eagle_head
 //                        reads (float16 safetensors + config.json).
 //   specdec-train draft  distils a small Llama (the target's vocabulary, tied embeddings) with cross-entropy to the target's
-//                        top-k distributions; saves a Hugging Face directory load_llama_safetensors reads (float16).
+//                        top-k distributions, optionally scoring only the tokens the target emits most (--draft-vocab);
+//                        saves a Hugging Face directory load_llama_safetensors reads (float16; the output vocabulary as
+//                        its d2t tensor, models::read_output_ids).
 //
 // Both trainers show progress (loss, tokens/s, ETA), write a resumable checkpoint every --checkpoint-every steps and stop at
 // --minutes or --epochs. This file is the CLI only: the library (records, corpus prompts, data generation, the trainable
@@ -321,6 +323,11 @@ int main(int argc, char** argv) {
   draft_cmd->add_option("--heads", heads, "attention heads")->capture_default_str()->check(int_range(1, 1024));
   draft_cmd->add_option("--kv-heads", kv_heads, "key/value heads")->capture_default_str()->check(int_range(1, 1024));
   draft_cmd->add_option("--intermediate", intermediate, "MLP width")->capture_default_str()->check(int_range(1, 1 << 20));
+  std::int64_t t_draft_vocab = 0;
+  draft_cmd->add_option("--draft-vocab", t_draft_vocab,
+                        "score only the N tokens the target emits most often as its argmax in the data (0 = all); the "
+                        "checkpoint keeps them as its d2t")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -346,8 +353,9 @@ int main(int argc, char** argv) {
     if (eagle_cmd->parsed() && !snapshots.empty() && eopt.eval_every == 0) fail("--snapshots: needs --eval-every");
     if (eagle_cmd->parsed() && e_version == 3 && e_layers != 1)
       fail(fmt::format("--layers: EAGLE-3 heads have 1 layer, got {}", e_layers));
-    if (eagle_cmd->parsed() && draft_vocab < 0)
-      fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}", draft_vocab));
+    if ((eagle_cmd->parsed() && draft_vocab < 0) || (draft_cmd->parsed() && t_draft_vocab < 0))
+      fail(fmt::format("--draft-vocab: expected an integer >= 0 (0 = all), got {}",
+                       eagle_cmd->parsed() ? draft_vocab : t_draft_vocab));
     at::set_num_threads(threads);
     if (!fs::exists(model)) fail(fmt::format("--model: '{}' does not exist", model));
     if (data_cmd->parsed() && scan_only) {
@@ -652,10 +660,20 @@ int main(int argc, char** argv) {
       fmt::print("draft: {} records, {} tokens; hidden {}, {} layers, {} heads ({} kv), MLP {}\n", data.size(), rows, hidden, layers,
                  heads, kv_heads, intermediate);
       topt.checkpoint = t_ckpt;
+      if (t_draft_vocab > target_cfg.vocab_size)
+        fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, t_draft_vocab));
       DraftTrainable m(target_cfg, specdec::train::tensor_of_values(tw.embed_tokens), hidden, layers, heads, kv_heads, intermediate, topt.seed);
+      if (t_draft_vocab > 0 && t_draft_vocab < target_cfg.vocab_size) {
+        auto [ids, coverage] = frequent_argmax_tokens(data, target_cfg.vocab_size, t_draft_vocab);
+        m.set_output_vocabulary(ids);
+        fmt::print("draft: output vocabulary of {} tokens covers {:.2f}% of the target's argmax tokens in the data\n",
+                   t_draft_vocab, 100 * coverage);
+      }
       const auto res = train_draft(m, data, topt);
       m.save(t_out);
-      auto loaded = specdec::models::load_llama_safetensors(t_out);
+      specdec::models::LlamaOptions check;  // the saved model loads, with its output vocabulary
+      check.output_ids = specdec::models::read_output_ids(t_out);
+      auto loaded = specdec::models::load_llama_safetensors(t_out, check);
       fmt::print("draft: done: {} steps, {} rows in {}; loss {:.4f} -> {:.4f}, top1 {:.3f}; saved {} ({} bytes)\n", res.steps, res.rows,
                  hms(res.seconds), res.first_loss, res.last_loss, res.last_top1, t_out,
                  fs::file_size(fs::path(t_out) / "model.safetensors"));

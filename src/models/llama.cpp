@@ -213,7 +213,8 @@ struct LlamaModel::Impl {
   std::int64_t H = 0, nh = 0, nkv = 0, hd = 0, F = 0, V = 0, q_dim = 0, kv_dim = 0, qkv_dim = 0, group = 0;
   float eps = 1e-5f;
   Linear embed;           // [V, H] (rows looked up)
-  Linear lm_head_own;     // [V, H] when not tied
+  Linear lm_head_own;     // [V_out, H] when not tied or scoring a subset (LlamaOptions::output_ids)
+  std::int64_t V_out = 0;  // columns of the logits
   bool tied = false;
   FloatTensor final_norm;  // [H]
   const Linear& lm_head() const { return tied ? embed : lm_head_own; }
@@ -741,13 +742,13 @@ ForwardOutput LlamaModel::Impl::forward(const ForwardBatch& b) {
     const float* fn = final_norm.data();
     final_rows = [&, fn](std::int64_t r0, std::int64_t r1) { rms_norm(xp + r0 * H, fn, np + r0 * H, r1 - r0, H, eps); };
   }
-  const Rows logits = Rows::host_float32_for_overwrite(R, V);
+  const Rows logits = Rows::host_float32_for_overwrite(R, V_out);
   float* lp = logits.mutable_host_float32_data();
   mark(ForwardPhaseTimes::kOther);
   linear(rows, R, lm_head(), lp, opts.activation_bits.lm_head, final_rows);
   if (softcap > 0.f) {  // logits = cap * tanh(logits / cap), element by element
     const float inv_cap = 1.f / softcap;
-    for (float* e = lp, *end = e + R * V; e != end; ++e) *e = softcap * std::tanh(*e * inv_cap);
+    for (float* e = lp, *end = e + R * V_out; e != end; ++e) *e = softcap * std::tanh(*e * inv_cap);
   }
   out.logits = logits;
   mark(ForwardPhaseTimes::kLmHead);
@@ -837,7 +838,20 @@ LlamaModel::LlamaModel(StoredTag, const LlamaConfig& config, const StoredWeightG
   detail::WeightArena arena;
   m.embed = detail::fetch_linear(get, {{"model.embed_tokens.weight", m.V}}, m.H, q8, arena);
   m.tied = c.tie_word_embeddings || !get("lm_head.weight").present();
-  if (!m.tied) m.lm_head_own = detail::fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8, arena);
+  m.V_out = m.V;
+  if (!options.output_ids.empty()) {
+    // The output projection from the chosen rows of the embedding (tied) or of lm_head.weight, gathered as stored.
+    const std::string source = m.tied ? "model.embed_tokens.weight" : "lm_head.weight";
+    std::vector<std::byte> gathered;  // the rows' raw blocks, alive until packed
+    const StoredWeightGetter subset = [&](const std::string& name) {
+      return name == "output rows" ? detail::gather_rows(get, source, m.V, m.H, options.output_ids, gathered) : get(name);
+    };
+    m.V_out = static_cast<std::int64_t>(options.output_ids.size());
+    m.lm_head_own = detail::fetch_linear(subset, {{"output rows", m.V_out}}, m.H, q8, arena);
+    m.tied = false;
+  } else if (!m.tied) {
+    m.lm_head_own = detail::fetch_linear(get, {{"lm_head.weight", m.V}}, m.H, q8, arena);
+  }
   m.final_norm = detail::fetch_vector(get, "model.norm.weight", m.H);
   m.layers.reserve(static_cast<std::size_t>(c.num_layers));
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -946,6 +960,8 @@ LlamaModel::~LlamaModel() = default;
 
 const LlamaConfig& LlamaModel::config() const noexcept { return impl_->cfg; }
 std::int64_t LlamaModel::vocab_size() const noexcept { return impl_->V; }
+std::int64_t LlamaModel::output_size() const noexcept { return impl_->V_out; }
+const std::vector<std::int64_t>& LlamaModel::output_ids() const noexcept { return impl_->opts.output_ids; }
 std::int64_t LlamaModel::hidden_size() const noexcept { return impl_->H; }
 std::int64_t LlamaModel::max_sequence_length() const noexcept { return impl_->max_len; }
 ForwardOutput LlamaModel::forward(const ForwardBatch& batch) { return impl_->forward(batch); }

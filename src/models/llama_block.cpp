@@ -197,6 +197,45 @@ FloatTensor fetch_vector(const StoredWeightGetter& get, const std::string& name,
   return to_dense(name, w);
 }
 
+StoredWeight gather_rows(const StoredWeightGetter& get, const std::string& name, std::int64_t rows, std::int64_t cols,
+                         std::span<const std::int64_t> ids, std::vector<std::byte>& storage) {
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(rows), 0);
+  for (std::size_t j = 0; j < ids.size(); ++j) {
+    const std::int64_t r = ids[j];
+    if (r < 0 || r >= rows)
+      fail(fmt::format("LlamaModel: options.output_ids[{}]: expected a token id in [0, {}), got {}", j, rows, r));
+    if (seen[static_cast<std::size_t>(r)]++)
+      fail(fmt::format("LlamaModel: options.output_ids[{}]: token {} appears twice; expected distinct ids", j, r));
+  }
+  StoredWeight w = fetch_stored(get, name, {rows, cols});
+  const auto n = static_cast<std::int64_t>(ids.size());
+  StoredWeight out;
+  out.file_name = w.file_name;
+  if (w.dense.defined() || w.unpermute_heads > 0) {
+    const FloatTensor t = to_dense(name, w);
+    FloatTensor g({n, cols});
+    for (std::int64_t j = 0; j < n; ++j) std::copy_n(t.data() + ids[static_cast<std::size_t>(j)] * cols, cols, g.mutable_data() + j * cols);
+    out.dense = std::move(g);
+  } else {
+    // Whole rows of blocks, copied as stored (a row's blocks never straddle rows).
+    const auto traits = ggml_type_traits(static_cast<std::uint32_t>(w.type));
+    if (!traits || cols % traits->block_elements != 0)
+      fail(fmt::format("LlamaModel: weight {}: type {} with {} columns cannot be split into rows", described(name, w),
+                       to_string(w.type), cols));
+    const std::int64_t row_bytes = cols / traits->block_elements * traits->block_bytes;
+    if (static_cast<std::int64_t>(w.data.size()) != rows * row_bytes)
+      fail(fmt::format("LlamaModel: weight {}: expected {} bytes, got {}", described(name, w), rows * row_bytes, w.data.size()));
+    storage.resize(static_cast<std::size_t>(n * row_bytes));
+    for (std::int64_t j = 0; j < n; ++j)
+      std::copy_n(w.data.data() + ids[static_cast<std::size_t>(j)] * row_bytes, row_bytes,
+                  storage.data() + j * row_bytes);
+    out.type = w.type;
+    out.data = storage;
+    out.shape = {n, cols};
+  }
+  return out;
+}
+
 BlockLinear fetch_linear(const StoredWeightGetter& get, const std::vector<std::pair<std::string, std::int64_t>>& names,
                          std::int64_t cols, GgmlType quantize_float, WeightArena& arena) {
   if (quantize_float != GgmlType::kF32 && quantize_float != GgmlType::kQ8_0 && quantize_float != GgmlType::kQ4_0)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -139,6 +140,30 @@ struct Checkpoint {
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options) {
   const FloatCheckpoint ck = read_float_safetensors(dir, "load_llama_safetensors");
   return LlamaModel(ck.config, ck.get, options);
+}
+
+std::vector<std::int64_t> read_output_ids(const std::filesystem::path& dir) {
+  const Checkpoint ck(dir, "read_output_ids");
+  auto it = ck.index.find("d2t");
+  if (it == ck.index.end()) return {};
+  const auto& [f, t] = it->second;
+  if (t->dtype != SafetensorsDtype::kI64 || t->shape.size() != 1 || t->num_elements < 1)
+    fail(fmt::format("read_output_ids: '{}': tensor d2t: expected int64 [draft_vocab_size], got {} {}", dir.string(),
+                     to_string(t->dtype), detail::shape_str(t->shape)));
+  const std::span<const std::byte> bytes = ck.files[f].tensor_data(*t);
+  const std::int64_t n = t->num_elements, V = ck.config.vocab_size;
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(V), 0);
+  for (std::int64_t d = 0; d < n; ++d) {
+    std::int64_t offset = 0;
+    std::memcpy(&offset, bytes.data() + d * 8, 8);  // little-endian int64, as safetensors stores it
+    const std::int64_t id = d + offset;
+    if (id < 0 || id >= V || seen[static_cast<std::size_t>(id)]++)
+      fail(fmt::format("read_output_ids: '{}': tensor d2t: draft id {} maps to token {}; expected distinct ids in [0, {})",
+                       dir.string(), d, id, V));
+    ids[static_cast<std::size_t>(d)] = id;
+  }
+  return ids;
 }
 
 FloatCheckpoint read_float_safetensors(const std::filesystem::path& dir, const char* who) {

@@ -138,14 +138,23 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
 DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len);
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
-  auto logits = torch::linear(m.hidden(tokens), m.embed);
-  auto ids = r.topk_ids.narrow(0, 0, T);
+  auto logits = torch::linear(m.hidden(tokens), m.output_rows());
+  auto ids = r.topk_ids.narrow(0, 0, T).to(torch::kLong);
+  auto probs = r.topk_probs.narrow(0, 0, T).to(torch::kFloat);
+  auto cols = ids;
+  if (m.draft_ids.defined()) {  // to output columns; entries outside the output vocabulary get probability 0
+    auto d = m.t2d_index.index({ids});
+    probs = probs * d.ge(0).to(torch::kFloat);
+    cols = d.clamp_min(0);
+  }
   DraftLosses L;
   L.rows = T;
-  L.total = soft_ce(logits, ids, r.topk_probs.narrow(0, 0, T));
+  L.total = soft_ce(logits, cols, probs);
   {
     torch::NoGradGuard ng;
-    L.top1 = logits.argmax(-1).eq(ids.select(1, 0).to(torch::kLong)).to(torch::kFloat).mean().item<double>();
+    auto am = logits.argmax(-1);
+    if (m.draft_ids.defined()) am = m.draft_ids.index({am});  // top-1 in target ids
+    L.top1 = am.eq(ids.select(1, 0)).to(torch::kFloat).mean().item<double>();
   }
   return L;
 }

@@ -146,6 +146,29 @@ TEST(DecoderDistribution, PackedDraftModelFirstTwoTokensMatchTarget) {
   }
 }
 
+// A reduced output vocabulary (DraftModelOptions::output_ids, the model built with the same LlamaOptions::output_ids, on
+// the packed kernels as the CLI holds a draft): drafts come from 7 of the 12 tokens and q is 0 on the rest, which the
+// target still emits. The law stays the target's, plain and truncated.
+TEST(DecoderDistribution, ReducedVocabularyDraftModelFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(21, kVocab);
+  const std::vector<std::int64_t> ids = {9, 2, 5, 0, 11, 7, 3};
+  sm::LlamaOptions o;
+  o.initial_cache_capacity = 64;
+  o.initial_cache_slots = 4;
+  o.quantize_float_weights = true;
+  o.output_ids = ids;
+  auto draft_model = sm::LlamaModel::random(tiny_config(kVocab, 2), 22, o);
+  ASSERT_EQ(draft_model.output_size(), 7);
+  sp::DraftModelOptions d;
+  d.output_ids = ids;
+  for (const auto& p : {params(1.0f), params(0.8f, 8)}) {
+    sp::DraftModelProposer<sm::LlamaModel> draft(draft_model, d);
+    SCOPED_TRACE("temperature " + std::to_string(p.temperature));
+    const auto m = check_joint(draft, target, p, 3, kDraws);
+    EXPECT_GT(m.total.accepted, 0);
+  }
+}
+
 TEST(DecoderDistribution, DraftModelTruncatedParams) {
   auto target = tiny_model(23, kVocab);
   auto draft_model = tiny_model(24, kVocab);

@@ -89,10 +89,12 @@ Checkpoint make_checkpoint(const sm::LlamaConfig& c, std::uint32_t seed) {
   return ck;
 }
 
-sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::ActivationBits bits = 16) {
+sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::ActivationBits bits = 16,
+                            std::vector<std::int64_t> output_ids = {}) {
   sm::LlamaOptions o;
   o.num_threads = 2;
   o.activation_bits = bits;
+  o.output_ids = std::move(output_ids);
   return sm::LlamaModel::from_stored(c, [&](const std::string& name) {
     sm::StoredWeight w;
     if (auto it = ck.norms.find(name); it != ck.norms.end()) {
@@ -234,6 +236,72 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   EXPECT_GT((a - d4).abs().mean().item<double>(), (a - b).abs().mean().item<double>());
   o.quantized_float_type = sm::GgmlType::kQ6_K;
   EXPECT_THROW(sm::LlamaModel(c, floats, o), specdec::error);
+}
+
+// Two sequences' chains in one forward, every row's logits.
+at::Tensor batch_logits(sm::LlamaModel& m) {
+  const std::int64_t a = m.allocate_sequence(), b = m.allocate_sequence();
+  sm::ForwardBatch fb;
+  fb.slots = {a, b};
+  fb.token_ids = {3, 17, 42, 5, 88, 11, 60, 29, 95, 0, 7};
+  fb.cu_num_tokens = {0, 6, 11};
+  at::Tensor l = specdec::torch::tensor_of(m.forward(fb).logits);
+  m.free_sequence(a);
+  m.free_sequence(b);
+  return l;
+}
+
+TEST(LlamaPacked, OutputIdsScoreTheirColumnsBitForBit) {
+  // LlamaOptions::output_ids (a draft's reduced output vocabulary): the logits hold just those tokens' columns, each
+  // bit-identical to the whole vocabulary's, from block-format rows (tied Q8_0 embedding; an untied Q4_1 lm_head) and
+  // from float rows quantised at load; inputs still take every token.
+  const std::vector<std::int64_t> ids = {90, 3, 0, 41, 17, 95, 64, 2, 33, 58, 71, 12, 88, 5, 27, 49, 80};
+  const at::Tensor cols = at::tensor(ids, at::kLong);
+  sm::LlamaConfig c = packed_config();
+  Checkpoint ck = make_checkpoint(c, 21);
+  for (const bool tied : {true, false}) {
+    c.tie_word_embeddings = tied;
+    std::mt19937 rng(5);
+    if (!tied) ck.raw["lm_head.weight"] = random_tensor(sm::GgmlType::kQ4_1, c.vocab_size, c.hidden_size, rng);
+    for (const int bits : {16, 8}) {
+      SCOPED_TRACE(::testing::Message() << "tied " << tied << ", activation bits " << bits);
+      sm::LlamaModel whole = packed_model(c, ck, bits), part = packed_model(c, ck, bits, ids);
+      EXPECT_EQ(part.vocab_size(), c.vocab_size);
+      EXPECT_EQ(part.output_size(), static_cast<std::int64_t>(ids.size()));
+      EXPECT_EQ(whole.output_size(), c.vocab_size);
+      const at::Tensor w = batch_logits(whole), p = batch_logits(part);
+      ASSERT_EQ(p.size(1), static_cast<std::int64_t>(ids.size()));
+      EXPECT_TRUE(at::equal(p, w.index_select(1, cols)));
+    }
+  }
+  // Float weights quantised to Q4_0 at load (how the CLI holds a draft model).
+  c.tie_word_embeddings = true;
+  const sm::WeightGetter floats = [&](const std::string& name) -> sm::FloatTensor {
+    if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
+    auto r = ck.raw.find(name);
+    if (r == ck.raw.end()) return {};
+    sm::FloatTensor t(r->second.shape);
+    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
+    return t;
+  };
+  sm::LlamaOptions o;
+  o.quantize_float_weights = true;
+  o.quantized_float_type = sm::GgmlType::kQ4_0;
+  sm::LlamaModel whole(c, floats, o);
+  o.output_ids = ids;
+  sm::LlamaModel part(c, floats, o);
+  EXPECT_TRUE(at::equal(batch_logits(part), batch_logits(whole).index_select(1, cols)));
+  EXPECT_LT(part.weight_bytes_per_forward(), whole.weight_bytes_per_forward());
+  // Bad ids: errors naming the option, before any forward.
+  for (const auto& bad : {std::vector<std::int64_t>{4, 96}, std::vector<std::int64_t>{4, -1}, std::vector<std::int64_t>{4, 9, 4}}) {
+    o.output_ids = bad;
+    try {
+      sm::LlamaModel m(c, floats, o);
+      ADD_FAILURE() << "no error for bad output_ids";
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("output_ids"), std::string::npos) << e.what();
+    }
+  }
 }
 
 std::string load_error(const sm::LlamaConfig& c, const Checkpoint& ck) {

@@ -87,6 +87,87 @@ TEST(DraftModel, ErrorsAreClear) {
   EXPECT_EQ(m.sequence_length(p.slot(3)), 0);
 }
 
+// DraftModelOptions::output_ids: the draft's logits score a subset of the vocabulary (LlamaOptions::output_ids); greedy
+// drafts are the subset's argmax, sampled ones come with q's rows over the whole vocabulary, 0 off the subset.
+TEST(DraftModel, OutputIdsMapTheDraftsColumnsToTokens) {
+  const std::vector<std::int64_t> ids = {40, 7, 63, 12, 0, 25, 33, 51, 19, 2};
+  sm::LlamaOptions o;
+  o.initial_cache_capacity = 64;
+  o.initial_cache_slots = 4;
+  auto whole = sm::LlamaModel::random(tiny_config(64, 2), 35, o);
+  o.output_ids = ids;
+  auto part = sm::LlamaModel::random(tiny_config(64, 2), 35, o);
+  sp::DraftModelOptions d;
+  d.output_ids = ids;
+  sp::DraftModelProposer<sm::LlamaModel> p(part, 64, d);
+  const std::vector<std::int64_t> ctx{3, 4, 5, 6, 44};  // 44, 3, ...: inputs outside the subset
+  const at::Tensor cols = at::tensor(ids, at::kLong);
+  // The whole model's logits with every token off the subset at -inf: what the subset's drafts are drawn from.
+  auto restricted = [&](const std::vector<std::int64_t>& c) {
+    const at::Tensor l = fresh_next_logits(whole, c);
+    at::Tensor r = at::full_like(l, -std::numeric_limits<float>::infinity());
+    r.index_put_({cols}, l.index_select(0, cols));
+    return r;
+  };
+  specdec::SamplingParams greedy;
+  greedy.temperature = 0;
+  sp::RequestContext c0{1, ctx, &greedy, nullptr};
+  p.begin_request(c0);
+  sp::ProposeRequest r0{1, ctx, &greedy, 3, 5, {}};
+  const auto g = p.propose(std::span(&r0, 1));
+  ASSERT_EQ(g.token_ids.size(), 3u);
+  std::vector<std::int64_t> c = ctx;
+  for (const auto t : g.token_ids) {
+    EXPECT_EQ(t, restricted(c).argmax().item<std::int64_t>());
+    c.push_back(t);
+  }
+  p.end_request(1);
+
+  specdec::SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.seed = 8;
+  sp::RequestContext c1{2, ctx, &sampled, nullptr};
+  p.begin_request(c1);
+  sp::ProposeRequest r1{2, ctx, &sampled, 2, 5, {}};
+  const auto s = p.propose(std::span(&r1, 1));
+  ASSERT_EQ(s.token_ids.size(), 2u);
+  const at::Tensor probs = specdec::torch::tensor_of(s.probs);
+  ASSERT_EQ(probs.sizes(), (std::vector<std::int64_t>{2, 64}));
+  const specdec::SamplingParams* pp[] = {&sampled};
+  const at::Tensor ref =
+      specdec::torch::tensor_of(sp::process_logits(specdec::torch::rows_of(restricted(ctx).unsqueeze(0).contiguous()), pp))[0];
+  EXPECT_TRUE(at::allclose(probs[0], ref, 1e-5, 1e-6));
+  EXPECT_EQ((probs > 0).sum().item<std::int64_t>() , (probs.index_select(1, cols) > 0).sum().item<std::int64_t>());
+  for (int i = 0; i < 2; ++i) {
+    const std::int64_t t = s.token_ids[static_cast<std::size_t>(i)];
+    EXPECT_NE(std::find(ids.begin(), ids.end(), t), ids.end());
+    EXPECT_GT(probs[i][t].item<float>(), 0.0f);
+  }
+  p.end_request(2);
+
+  // Bad maps: errors naming the option, at construction (bad ids) or at the first forward (a map the logits do not fit).
+  for (const auto& bad : {std::vector<std::int64_t>{1, 64}, std::vector<std::int64_t>{5, 5}}) {
+    sp::DraftModelOptions b;
+    b.output_ids = bad;
+    try {
+      sp::DraftModelProposer<sm::LlamaModel> q(part, b);
+      ADD_FAILURE() << "no error";
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("output_ids"), std::string::npos) << e.what();
+    }
+  }
+  sp::DraftModelProposer<sm::LlamaModel> unmapped(part);  // 10 columns, no map
+  sp::RequestContext c2{3, ctx, &greedy, nullptr};
+  unmapped.begin_request(c2);
+  sp::ProposeRequest r2{3, ctx, &greedy, 1, 5, {}};
+  try {
+    (void)unmapped.propose(std::span(&r2, 1));
+    ADD_FAILURE() << "no error";
+  } catch (const specdec::error& e) {
+    EXPECT_NE(std::string(e.what()).find("10 columns, expected 64"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DraftModel, DraftSeedIsNotTheVerifierSeed) {
   EXPECT_NE(sp::draft_seed(0), 0u);
   EXPECT_NE(sp::draft_seed(1), sp::draft_seed(2));

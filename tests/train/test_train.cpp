@@ -501,6 +501,55 @@ TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
   fs::remove_all(dir);
 }
 
+// An output vocabulary (--draft-vocab): the loss over the chosen tokens falls, the checkpoint keeps them as its d2t, and
+// the loaded model scoring only them (LlamaOptions::output_ids) gives the trainable's logits over those rows.
+TEST(Train, DraftWithAnOutputVocabularyTrainsAndRoundTrips) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("draft-vocab");
+  const auto recs = make_records(t, dir);
+  st::DraftTrainable m(t.cfg, st::tensor_of_values(t.tw.embed_tokens), 16, 2, 2, 1, 32, 1);
+  const std::int64_t n = t.cfg.vocab_size / 2;
+  auto [ids, coverage] = st::frequent_argmax_tokens(recs, t.cfg.vocab_size, n);
+  EXPECT_GT(coverage, 0.5);
+  m.set_output_vocabulary(ids);
+  EXPECT_EQ(m.output_size(), n);
+  expect_loss_falls(st::train_draft(m, recs, quick_options(8)), 0.9);
+  m.save(dir / "draft");
+  std::vector<std::int64_t> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(specdec::models::read_output_ids(dir / "draft"), sorted);
+  specdec::models::LlamaOptions o;
+  o.output_ids = sorted;
+  auto loaded = specdec::models::load_llama_safetensors(dir / "draft", o);
+  EXPECT_EQ(loaded.output_size(), n);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : m.parameters()) p.copy_(p.to(at::kHalf).to(at::kFloat));
+  }
+  std::vector<std::int64_t> toks(recs[1].tokens.begin(), recs[1].tokens.end());
+  at::Tensor want;
+  {
+    torch::NoGradGuard ng;
+    want = torch::linear(m.hidden(torch::tensor(toks)), m.output_rows());
+  }
+  const at::Tensor got =
+      specdec::torch::tensor_of(loaded.forward(specdec::models::make_chain_batch(loaded.allocate_sequence(), toks)).logits);
+  EXPECT_TRUE(at::allclose(got, want, 1e-3, 1e-3)) << (got - want).abs().max().item<float>();
+  // A d2t that maps two draft ids to one token, or of another type: errors naming the tensor.
+  for (const auto& bad : {torch::zeros({n}, torch::kLong) - torch::arange(n, torch::kLong), torch::zeros({n})}) {
+    auto tensors = m.named();
+    tensors.emplace_back("d2t", bad);
+    st::write_safetensors_f16(dir / "draft" / "model.safetensors", tensors);
+    try {
+      (void)specdec::models::read_output_ids(dir / "draft");
+      ADD_FAILURE() << "no error";
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("d2t"), std::string::npos) << e.what();
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // --- the committed checkpoints on the bundled model ------------------------------------------------------------------------
 
 const fs::path kModels = SPECDEC_MODELS_DIR;

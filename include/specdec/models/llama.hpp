@@ -92,6 +92,12 @@ struct LlamaOptions {
   /// Time the steps of every forward of up to 16 new tokens (decode and verification; LlamaModel::phase_times). The clock
   /// is read once per step, about 300 reads per forward.
   bool time_phases = false;
+  /// Score only these vocabulary rows (distinct token ids in [0, vocab_size)): the logits then have
+  /// output_ids.size() columns, column j holding token output_ids[j]'s logit, bit-identical to that column of the whole
+  /// vocabulary's logits. The output projection reads only those rows (a draft model's reduced output vocabulary: the
+  /// proposer maps the columns back, DraftModelOptions::output_ids). Inputs still take any token of the vocabulary.
+  /// Empty: the whole vocabulary.
+  std::vector<std::int64_t> output_ids;
 };
 
 /// Wall time the timed forwards spent in each step (LlamaOptions::time_phases), summed: where a decode or verification
@@ -147,7 +153,12 @@ class LlamaModel {
   ~LlamaModel();
 
   const LlamaConfig& config() const noexcept;
+  /// Tokens the model reads (its embedding's rows).
   std::int64_t vocab_size() const noexcept;
+  /// Columns of its logits: vocab_size(), or the size of LlamaOptions::output_ids.
+  std::int64_t output_size() const noexcept;
+  /// The tokens of the logits' columns (LlamaOptions::output_ids); empty when they score the whole vocabulary.
+  const std::vector<std::int64_t>& output_ids() const noexcept;
   std::int64_t hidden_size() const noexcept;
   /// Most tokens a sequence may hold: LlamaOptions::context_length, or the config's max_position_embeddings.
   std::int64_t max_sequence_length() const noexcept;
@@ -199,6 +210,12 @@ LlamaModel load_llama_gguf(const GgufFile& file, const LlamaOptions& options = {
 
 /// Loads a Hugging Face checkpoint directory (config.json + *.safetensors, F32/F16/BF16, sharded or not) into a float32 model.
 LlamaModel load_llama_safetensors(const std::filesystem::path& dir, const LlamaOptions& options = {});
+
+/// A checkpoint directory's reduced output vocabulary (LlamaOptions::output_ids): its tensor "d2t", int64
+/// [draft_vocab_size] offsets (EAGLE-3's convention: draft id d is token d + d2t[d]), as token ids; empty when the
+/// checkpoint has none (it scores the whole vocabulary). Throws specdec::error naming the directory for a d2t of another
+/// type or shape, or one whose ids are not distinct tokens of the config's vocabulary.
+std::vector<std::int64_t> read_output_ids(const std::filesystem::path& dir);
 
 /// A checkpoint's config (validated) and its weights as float32 under Hugging Face names, each read (dequantised, GGUF
 /// q/k rows un-permuted) when asked for: what another implementation of the block builds from (the torch layer's

@@ -85,6 +85,11 @@ struct DraftModelOptions {
   /// float16): the torch layer's specdec::torch::rows_to_host_float32 for an AtenLlamaModel draft. Empty: such rows are
   /// refused with a specdec::error naming this option (LlamaModel's rows are host float32 already).
   std::function<Rows(const Rows&)> rows_to_host;
+  /// The draft's reduced output vocabulary: column j of its logits scores target token output_ids[j] (distinct ids in
+  /// [0, vocab); a LlamaModel built with the same LlamaOptions::output_ids). Drafts are drawn over those columns and
+  /// mapped back; q's rows returned to the verifier hold 0 for every other token, so rejection sampling keeps the
+  /// target's law. Empty: the logits score the whole vocabulary.
+  std::vector<std::int64_t> output_ids;
 };
 
 /// A draft's logits `r` as float32 host rows: as they are, or through `to_host` (DraftModelOptions::rows_to_host).
@@ -107,7 +112,17 @@ template <class Model>
   requires models::CausalLM<Model> && models::HasSequenceLength<Model>
 class DraftModelProposer {
  public:
-  explicit DraftModelProposer(Model& model, DraftModelOptions options = {}) : model_(&model), options_(options) {}
+  /// Throws specdec::error naming DraftModelOptions::output_ids when its ids are not distinct tokens of the vocabulary.
+  explicit DraftModelProposer(Model& model, DraftModelOptions options = {}) : model_(&model), options_(std::move(options)) {
+    std::vector<std::uint8_t> seen(static_cast<std::size_t>(vocab_size()), 0);
+    for (std::size_t j = 0; j < options_.output_ids.size(); ++j) {
+      const std::int64_t t = options_.output_ids[j];
+      if (t < 0 || t >= vocab_size() || seen[static_cast<std::size_t>(t)]++)
+        throw error(Status::kInvalidArgument, "DraftModelProposer: DraftModelOptions::output_ids[" + std::to_string(j) +
+                                                  "] = " + std::to_string(t) + ": expected distinct token ids in [0, " +
+                                                  std::to_string(vocab_size()) + ")");
+    }
+  }
   /// Refuses (specdec::error) a draft whose vocabulary differs from `target_vocab_size`.
   DraftModelProposer(Model& model, std::int64_t target_vocab_size, DraftModelOptions options = {})
       : DraftModelProposer(model, options) {
@@ -220,10 +235,11 @@ class DraftModelProposer {
       // The argmax and the processing run on the host: a draft model on a device sends its float32 logits down once
       // per draft (options_.rows_to_host).
       const Rows l = host_rows(out.logits);
+      const std::int64_t Vd = output_columns(l);
       if (all_greedy) {
         for (std::size_t i = 0; i < members.size(); ++i) {
-          const GreedyDraft x = greedy_draft(l.host_row(static_cast<std::int64_t>(i)), V, scratch, "DraftModelProposer");
-          (void)keep(members[i], x.token, x.confidence);
+          const GreedyDraft x = greedy_draft(l.host_row(static_cast<std::int64_t>(i)), Vd, scratch, "DraftModelProposer");
+          (void)keep(members[i], token_of(x.token), x.confidence);
         }
         continue;
       }
@@ -238,9 +254,9 @@ class DraftModelProposer {
         const auto b = members[i];
         const auto& r = requests[static_cast<std::size_t>(b)];
         const State& s = state(r.id);
-        const float* qrow = qp + static_cast<std::int64_t>(i) * V;
-        const std::int64_t x = sample_row(qrow, V, s.seed, r.position + d, r.params->greedy(), scratch);
-        if (!keep(b, x, *std::max_element(qrow, qrow + V))) continue;
+        const float* qrow = qp + static_cast<std::int64_t>(i) * Vd;
+        const std::int64_t x = token_of(sample_row(qrow, Vd, s.seed, r.position + d, r.params->greedy(), scratch));
+        if (!keep(b, x, *std::max_element(qrow, qrow + Vd))) continue;
         if (keep_rows) rows[static_cast<std::size_t>(b)].emplace_back(q, static_cast<std::int64_t>(i));
       }
     }
@@ -256,8 +272,18 @@ class DraftModelProposer {
     if (keep_rows && kept > 0) {  // the kept rows in draft order, one [drafts, V] block
       batch.probs = Rows::host_float32_for_overwrite(kept, V);
       float* dst = batch.probs.mutable_host_float32_data();
+      const std::vector<std::int64_t>& ids = options_.output_ids;
       for (const auto& request_rows : rows)
-        for (const auto& [step_rows, i] : request_rows) dst = std::copy_n(step_rows.host_row(i), V, dst);
+        for (const auto& [step_rows, i] : request_rows) {
+          if (ids.empty()) {
+            dst = std::copy_n(step_rows.host_row(i), V, dst);
+          } else {  // q's mass on the draft's columns, 0 on every other token
+            std::fill_n(dst, V, 0.f);
+            const float* src = step_rows.host_row(i);
+            for (std::size_t j = 0; j < ids.size(); ++j) dst[ids[j]] = src[j];
+            dst += V;
+          }
+        }
     }
     return batch;
   }
@@ -285,6 +311,19 @@ class DraftModelProposer {
   }
   const State& state(RequestId id) const { return const_cast<DraftModelProposer*>(this)->state(id); }
   Rows host_rows(const Rows& r) const { return draft_rows_on_host(r, options_.rows_to_host, "DraftModelProposer"); }
+  // Columns of the draft's logits, checked against the vocabulary or DraftModelOptions::output_ids.
+  std::int64_t output_columns(const Rows& l) const {
+    const std::int64_t want = options_.output_ids.empty() ? vocab_size() : static_cast<std::int64_t>(options_.output_ids.size());
+    if (l.cols() != want)
+      throw error(Status::kInvalidArgument,
+                  "DraftModelProposer: the draft's logits have " + std::to_string(l.cols()) + " columns, expected " +
+                      std::to_string(want) + (options_.output_ids.empty() ? " (its vocabulary)" : " (DraftModelOptions::output_ids)"));
+    return want;
+  }
+  // The target token of a column of the draft's logits.
+  std::int64_t token_of(std::int64_t column) const {
+    return options_.output_ids.empty() ? column : options_.output_ids[static_cast<std::size_t>(column)];
+  }
 
   Model* model_;
   DraftModelOptions options_;

@@ -313,6 +313,9 @@ struct DraftTrainable : Trainable<DraftTrainable> {
   BlockShape shape;
   torch::Tensor embed, final_norm;
   std::vector<BlockWeights> layers;
+  // The reduced output vocabulary (set_output_vocabulary): draft_ids [Vd] target ids, ascending; t2d_index [V] the
+  // column of a target id or -1. Undefined: the logits score the whole vocabulary.
+  torch::Tensor draft_ids, t2d_index;
 
   /// A small Llama with the target's vocabulary; the embedding starts as the target's embedding projected on its top
   /// `hidden` principal directions (so related tokens start close), rescaled to an element RMS of 1/sqrt(hidden) (tied
@@ -350,7 +353,21 @@ struct DraftTrainable : Trainable<DraftTrainable> {
     v.emplace_back("model.norm.weight", final_norm);
     return v;
   }
-  /// tokens [T] -> final normed hidden [T, H] (logits = hidden @ embed^T).
+  /// Scores only the target ids `ids` (distinct; kept ascending): the tied output rows of those tokens. The inputs still
+  /// take every token. Saved as the checkpoint's d2t (models::read_output_ids).
+  void set_output_vocabulary(std::vector<std::int64_t> ids) {
+    std::sort(ids.begin(), ids.end());
+    if (ids.empty() || std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 ||
+        ids.back() >= config.vocab_size)
+      fail("DraftTrainable::set_output_vocabulary: expected distinct target ids");
+    draft_ids = torch::tensor(ids, torch::kLong);
+    t2d_index = torch::full({config.vocab_size}, -1, torch::kLong);
+    t2d_index.index_put_({draft_ids}, torch::arange(static_cast<std::int64_t>(ids.size()), torch::kLong));
+  }
+  std::int64_t output_size() const { return draft_ids.defined() ? draft_ids.size(0) : config.vocab_size; }
+  /// The output projection's rows: the embedding, or its rows of the output vocabulary.
+  torch::Tensor output_rows() const { return draft_ids.defined() ? embed.index_select(0, draft_ids) : embed; }
+  /// tokens [T] -> final normed hidden [T, H] (logits = hidden @ output_rows()^T).
   torch::Tensor hidden(const torch::Tensor& tokens) const {
     const std::int64_t T = tokens.size(0);
     auto x = embed.index_select(0, tokens);
@@ -382,7 +399,9 @@ struct DraftTrainable : Trainable<DraftTrainable> {
     std::ofstream out(dir / "config.json", std::ios::trunc);
     out << j.dump(2) << "\n";
     if (!out) fail(fmt::format("DraftTrainable::save: writing '{}' failed", (dir / "config.json").string()));
-    write_safetensors_f16(dir / "model.safetensors", named());
+    auto tensors = named();
+    if (draft_ids.defined()) tensors.emplace_back("d2t", draft_ids - torch::arange(output_size(), torch::kLong));
+    write_safetensors_f16(dir / "model.safetensors", tensors);
   }
 };
 
@@ -392,7 +411,8 @@ struct DraftLosses {
   std::int64_t rows = 0;
 };
 
-/// Cross-entropy of the draft's next-token distribution against the target's top-k distribution at every position.
+/// Cross-entropy of the draft's next-token distribution against the target's top-k distribution at every position;
+/// with an output vocabulary, over its tokens (the target's top-k entries outside it dropped, the rest renormalised).
 DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len);
 
 }  // namespace specdec::train

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,12 @@ void rope_rotate(const float* in, float* out, const float* cos, const float* sin
 
 /// A float32 copy of a vector weight `[n]`, checking presence and shape (errors name the weight).
 FloatTensor fetch_vector(const StoredWeightGetter& get, const std::string& name, std::int64_t n);
+
+/// The rows `ids` (distinct, in [0, rows); errors name LlamaOptions::output_ids) of the matrix `name` ([rows, cols],
+/// checked), in that order and as stored: float rows as float32, block-format rows as their raw blocks, copied into
+/// `storage` (which the result's data points into).
+StoredWeight gather_rows(const StoredWeightGetter& get, const std::string& name, std::int64_t rows, std::int64_t cols,
+                         std::span<const std::int64_t> ids, std::vector<std::byte>& storage);
 
 /// Builds a product's weights from matrices stacked by output rows ([rows_i, cols] each, checked): runs of one packable
 /// block format become one packed part; float ones (F32/F16/BF16) become one float32 part, or with `quantize_float`
