@@ -130,15 +130,21 @@ TEST(DecoderDistribution, DraftModelMinPathProbFirstTwoTokensMatchTarget) {
 
 // The draft model on the target's packed kernels (its float weights quantised to Q8_0 at load, 16- and 8-bit activations,
 // as specdec-generate runs a distilled draft): its q is what it proposes with, so the law stays the target's.
+// A random draft model of kVocab tokens on the packed kernels (float weights quantised to Q8_0 at load).
+sm::LlamaModel packed_draft_model(int bits, std::vector<std::int64_t> output_ids = {}) {
+  sm::LlamaOptions o;
+  o.initial_cache_capacity = 64;
+  o.initial_cache_slots = 4;
+  o.quantize_float_weights = true;
+  o.activation_bits = bits;
+  o.output_ids = std::move(output_ids);
+  return sm::LlamaModel::random(tiny_config(kVocab, 2), 22, o);
+}
+
 TEST(DecoderDistribution, PackedDraftModelFirstTwoTokensMatchTarget) {
   auto target = tiny_model(21, kVocab);
   for (int bits : {16, 8}) {
-    sm::LlamaOptions o;
-    o.initial_cache_capacity = 64;
-    o.initial_cache_slots = 4;
-    o.quantize_float_weights = true;
-    o.activation_bits = bits;
-    auto draft_model = sm::LlamaModel::random(tiny_config(kVocab, 2), 22, o);
+    auto draft_model = packed_draft_model(bits);
     ASSERT_NE(draft_model.kernel_name(), "float32");
     sp::DraftModelProposer<sm::LlamaModel> draft(draft_model);
     SCOPED_TRACE("activations " + std::to_string(bits) + " bits");
@@ -152,12 +158,7 @@ TEST(DecoderDistribution, PackedDraftModelFirstTwoTokensMatchTarget) {
 TEST(DecoderDistribution, ReducedVocabularyDraftModelFirstTwoTokensMatchTarget) {
   auto target = tiny_model(21, kVocab);
   const std::vector<std::int64_t> ids = {9, 2, 5, 0, 11, 7, 3};
-  sm::LlamaOptions o;
-  o.initial_cache_capacity = 64;
-  o.initial_cache_slots = 4;
-  o.quantize_float_weights = true;
-  o.output_ids = ids;
-  auto draft_model = sm::LlamaModel::random(tiny_config(kVocab, 2), 22, o);
+  auto draft_model = packed_draft_model(16, ids);
   ASSERT_EQ(draft_model.output_size(), 7);
   sp::DraftModelOptions d;
   d.output_ids = ids;

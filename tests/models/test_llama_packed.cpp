@@ -110,18 +110,22 @@ sm::LlamaModel packed_model(const sm::LlamaConfig& c, const Checkpoint& ck, sm::
   }, o);
 }
 
-// The reference: the same weights dequantised to float32 (q/k un-permuted as whole tensors).
-sm::LlamaModel dense_model(const sm::LlamaConfig& c, const Checkpoint& ck) {
-  return sm::LlamaModel(c, [&](const std::string& name) -> sm::FloatTensor {
+// The checkpoint's matrices dequantised to float32 (the drafts' float16 weights stand-in), q/k rows as stored or
+// un-permuted as whole tensors; norms as they are.
+sm::WeightGetter float_weights(const Checkpoint& ck, bool unpermute = false) {
+  return [&ck, unpermute](const std::string& name) -> sm::FloatTensor {
     if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
     auto r = ck.raw.find(name);
     if (r == ck.raw.end()) return {};
     sm::FloatTensor t(r->second.shape);
     sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
-    if (auto u = ck.unpermute.find(name); u != ck.unpermute.end()) t = sm::unpermute_gguf_qk(t, u->second);
+    if (auto u = ck.unpermute.find(name); unpermute && u != ck.unpermute.end()) t = sm::unpermute_gguf_qk(t, u->second);
     return t;
-  });
+  };
 }
+
+// The reference: the same weights dequantised to float32 (q/k un-permuted as whole tensors).
+sm::LlamaModel dense_model(const sm::LlamaConfig& c, const Checkpoint& ck) { return sm::LlamaModel(c, float_weights(ck, true)); }
 
 TEST(LlamaPacked, LogitsMatchTheDequantisedFloatModel) {
   const sm::LlamaConfig c = packed_config();
@@ -203,15 +207,7 @@ TEST(LlamaPacked, FloatWeightsQuantisedToQ8_0ForDrafts) {
   const sm::LlamaConfig c = packed_config();
   const Checkpoint ck = make_checkpoint(c, 12);
   sm::LlamaModel dense = dense_model(c, ck);
-  // The checkpoint's matrices dequantised to float32 (the drafts' float16 weights stand-in), norms as they are.
-  const sm::WeightGetter floats = [&](const std::string& name) -> sm::FloatTensor {
-    if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
-    auto r = ck.raw.find(name);
-    if (r == ck.raw.end()) return {};
-    sm::FloatTensor t(r->second.shape);
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
-    return t;
-  };
+  const sm::WeightGetter floats = float_weights(ck);
   sm::LlamaOptions o;
   o.quantize_float_weights = true;
   o.quantized_float_type = sm::GgmlType::kQ8_0;
@@ -276,14 +272,7 @@ TEST(LlamaPacked, OutputIdsScoreTheirColumnsBitForBit) {
   }
   // Float weights quantised to Q4_0 at load (how the CLI holds a draft model).
   c.tie_word_embeddings = true;
-  const sm::WeightGetter floats = [&](const std::string& name) -> sm::FloatTensor {
-    if (auto it = ck.norms.find(name); it != ck.norms.end()) return specdec::torch::float_tensor_of(it->second);
-    auto r = ck.raw.find(name);
-    if (r == ck.raw.end()) return {};
-    sm::FloatTensor t(r->second.shape);
-    sm::dequantize(r->second.type, r->second.data, std::span<float>(t.mutable_data(), static_cast<std::size_t>(t.numel())));
-    return t;
-  };
+  const sm::WeightGetter floats = float_weights(ck);
   sm::LlamaOptions o;
   o.quantize_float_weights = true;
   o.quantized_float_type = sm::GgmlType::kQ4_0;
