@@ -29,11 +29,13 @@ rebuild_parse() {
   work="$(cd "$work" && pwd)"
 }
 
-# rebuild_training_set NAME: the collection (scripts/collect-data.sh, resumable) into $work/data, then its scan.
+# rebuild_training_set NAME [SEED [DIR]]: the collection (scripts/collect-data.sh, resumable; seed 11 unless given) into
+# DIR (default $work/data), then its scan.
 rebuild_training_set() {
-  SPECDEC_DATA_MINUTES="$data_minutes" "$root/scripts/collect-data.sh" "$work/data" "$build" || {
-    echo "$1: data generation failed; see $work/data/log.txt" >&2; exit 1; }
-  "$bin" data --out "$work/data/train.bin" --holdout-out "$work/data/heldout.bin" --scan
+  local dir="${3:-$work/data}"
+  SPECDEC_DATA_MINUTES="$data_minutes" SPECDEC_DATA_SEED="${2:-11}" "$root/scripts/collect-data.sh" "$dir" "$build" || {
+    echo "$1: data generation failed; see $dir/log.txt" >&2; exit 1; }
+  "$bin" data --out "$dir/train.bin" --holdout-out "$dir/heldout.bin" --scan
 }
 
 # rebuild_train NAME LOG COMMAND...: runs one resumable training call at nice 5, its output appended to LOG; exits 1

@@ -67,9 +67,11 @@ class DraftsSmolLM2 : public ::testing::Test {
     o.activation_bits = bits;
     return sp::load_eagle_head(models_dir() / "smollm2-135m-eagle", *weights_, o);
   }
+  // The draft model as specdec-generate loads it: scoring its checkpoint's output vocabulary (d2t).
   static sm::LlamaModel draft_model(bool packed) {
     sm::LlamaOptions o;
     o.quantize_float_weights = packed;
+    o.output_ids = sm::read_output_ids(models_dir() / "smollm2-135m-draft");
     return sm::load_llama_safetensors(models_dir() / "smollm2-135m-draft", o);
   }
   // The target's post-norm final hidden state of every token of `ids` ([n, H]: what the EAGLE-1 head reads).
@@ -240,7 +242,9 @@ TEST_F(DraftsSmolLM2, GreedySpeculationWithPackedDraftsEqualsAutoregressive) {
   {
     SCOPED_TRACE("draft model");
     sm::LlamaModel m = draft_model(true);
-    sp::DraftModelProposer<sm::LlamaModel> draft(m);
+    sp::DraftModelOptions d;
+    d.output_ids = m.output_ids();
+    sp::DraftModelProposer<sm::LlamaModel> draft(m, target_->vocab_size(), d);
     sd::SpeculativeDecoder dec(draft, *target_, o);
     const auto res = dec.generate(requests);
     for (std::size_t i = 0; i < res.size(); ++i) EXPECT_EQ(res[i].tokens, want[i]) << "request " << i;

@@ -601,8 +601,12 @@ TEST(Train, CommittedDraftsAreLosslessOnSmolLM2) {
   if (have_draft) {
     const auto draft_dir = kModels / "smollm2-135m-draft";
     EXPECT_LE(fs::file_size(draft_dir / "model.safetensors"), 20u * 1000 * 1000);
-    auto draft = specdec::models::load_llama_safetensors(draft_dir);
-    specdec::proposers::DraftModelProposer<LlamaModel> dp(draft, target.vocab_size());
+    specdec::models::LlamaOptions o;
+    o.output_ids = specdec::models::read_output_ids(draft_dir);
+    auto draft = specdec::models::load_llama_safetensors(draft_dir, o);
+    specdec::proposers::DraftModelOptions d;
+    d.output_ids = draft.output_ids();
+    specdec::proposers::DraftModelProposer<LlamaModel> dp(draft, target.vocab_size(), d);
     EXPECT_EQ(greedy(dp, target, prompt, 5), want);
   }
 }
