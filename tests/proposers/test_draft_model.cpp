@@ -9,6 +9,15 @@ namespace {
 
 using namespace specdec::test;
 
+// Begins request `id` on `ctx` and proposes up to g drafts for it (position = the context's length).
+sp::DraftBatch begin_and_propose(sp::DraftModelProposer<sm::LlamaModel>& p, sp::RequestId id, const std::vector<std::int64_t>& ctx,
+                                 const specdec::SamplingParams& params, std::int32_t g) {
+  sp::RequestContext c{id, ctx, &params, nullptr};
+  p.begin_request(c);
+  sp::ProposeRequest r{id, ctx, &params, g, static_cast<std::int64_t>(ctx.size()), {}};
+  return p.propose(std::span(&r, 1));
+}
+
 TEST(DraftModel, DraftsAreDeterministicAndProbsAreProcessedRows) {
   auto m = tiny_model(31);
   sp::DraftModelProposer<sm::LlamaModel> p(m);
@@ -61,10 +70,7 @@ TEST(DraftModel, GreedyDraftsAreArgmax) {
   const std::vector<std::int64_t> ctx{1, 2};
   specdec::SamplingParams params;
   params.temperature = 0;
-  sp::RequestContext c{1, ctx, &params, nullptr};
-  p.begin_request(c);
-  sp::ProposeRequest r{1, ctx, &params, 4, 2, {}};
-  const auto d = p.propose(std::span(&r, 1));
+  const auto d = begin_and_propose(p, 1, ctx, params, 4);
   EXPECT_EQ(d.token_ids, reference_greedy(m, ctx, 4));
 }
 
@@ -111,10 +117,7 @@ TEST(DraftModel, OutputIdsMapTheDraftsColumnsToTokens) {
   };
   specdec::SamplingParams greedy;
   greedy.temperature = 0;
-  sp::RequestContext c0{1, ctx, &greedy, nullptr};
-  p.begin_request(c0);
-  sp::ProposeRequest r0{1, ctx, &greedy, 3, 5, {}};
-  const auto g = p.propose(std::span(&r0, 1));
+  const auto g = begin_and_propose(p, 1, ctx, greedy, 3);
   ASSERT_EQ(g.token_ids.size(), 3u);
   std::vector<std::int64_t> c = ctx;
   for (const auto t : g.token_ids) {
@@ -126,10 +129,7 @@ TEST(DraftModel, OutputIdsMapTheDraftsColumnsToTokens) {
   specdec::SamplingParams sampled;
   sampled.temperature = 0.9f;
   sampled.seed = 8;
-  sp::RequestContext c1{2, ctx, &sampled, nullptr};
-  p.begin_request(c1);
-  sp::ProposeRequest r1{2, ctx, &sampled, 2, 5, {}};
-  const auto s = p.propose(std::span(&r1, 1));
+  const auto s = begin_and_propose(p, 2, ctx, sampled, 2);
   ASSERT_EQ(s.token_ids.size(), 2u);
   const at::Tensor probs = specdec::torch::tensor_of(s.probs);
   ASSERT_EQ(probs.sizes(), (std::vector<std::int64_t>{2, 64}));
@@ -157,11 +157,8 @@ TEST(DraftModel, OutputIdsMapTheDraftsColumnsToTokens) {
     }
   }
   sp::DraftModelProposer<sm::LlamaModel> unmapped(part);  // 10 columns, no map
-  sp::RequestContext c2{3, ctx, &greedy, nullptr};
-  unmapped.begin_request(c2);
-  sp::ProposeRequest r2{3, ctx, &greedy, 1, 5, {}};
   try {
-    (void)unmapped.propose(std::span(&r2, 1));
+    (void)begin_and_propose(unmapped, 3, ctx, greedy, 1);
     ADD_FAILURE() << "no error";
   } catch (const specdec::error& e) {
     EXPECT_NE(std::string(e.what()).find("10 columns, expected 64"), std::string::npos) << e.what();
