@@ -323,6 +323,10 @@ int main(int argc, char** argv) {
   draft_cmd->add_option("--heads", heads, "attention heads")->capture_default_str()->check(int_range(1, 1024));
   draft_cmd->add_option("--kv-heads", kv_heads, "key/value heads")->capture_default_str()->check(int_range(1, 1024));
   draft_cmd->add_option("--intermediate", intermediate, "MLP width")->capture_default_str()->check(int_range(1, 1 << 20));
+  std::string t_loss_rows = "all";
+  draft_cmd->add_option("--loss-rows", t_loss_rows,
+                        "rows the loss reads: all, or answers (the rows that predict the answer's tokens)")
+      ->capture_default_str()->check(CLI::IsMember({"answers", "all"}));
   std::int64_t t_draft_vocab = 0;
   draft_cmd->add_option("--draft-vocab", t_draft_vocab,
                         "score only the N tokens the target emits most often as its argmax in the data (0 = all); the "
@@ -669,6 +673,7 @@ int main(int argc, char** argv) {
         fmt::print("draft: output vocabulary of {} tokens covers {:.2f}% of the target's argmax tokens in the data\n",
                    t_draft_vocab, 100 * coverage);
       }
+      topt.answers_only = t_loss_rows == "answers";
       const auto res = train_draft(m, data, topt);
       m.save(t_out);
       specdec::models::LlamaOptions check;  // the saved model loads, with its output vocabulary

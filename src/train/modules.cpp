@@ -135,12 +135,15 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
   return L;
 }
 
-DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len) {
+DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len, bool answers_only) {
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(r.tokens.size()), max_len);
   auto tokens = torch::from_blob(const_cast<std::int32_t*>(r.tokens.data()), {T}, torch::kInt).to(torch::kLong);
-  auto logits = torch::linear(m.hidden(tokens), m.output_rows());
-  auto ids = r.topk_ids.narrow(0, 0, T).to(torch::kLong);
-  auto probs = r.topk_probs.narrow(0, 0, T).to(torch::kFloat);
+  // Row i predicts token i + 1; with answers_only the loss reads the rows that predict the answer's tokens (at least
+  // the last row).
+  const std::int64_t b = answers_only ? std::clamp<std::int64_t>(r.prompt_length - 1, 0, T - 1) : 0;
+  auto logits = torch::linear(m.hidden(tokens).narrow(0, b, T - b), m.output_rows());
+  auto ids = r.topk_ids.narrow(0, b, T - b).to(torch::kLong);
+  auto probs = r.topk_probs.narrow(0, b, T - b).to(torch::kFloat);
   auto cols = ids;
   if (m.draft_ids.defined()) {  // to output columns; entries outside the output vocabulary get probability 0
     auto d = m.t2d_index.index({ids});
@@ -148,7 +151,7 @@ DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t ma
     cols = d.clamp_min(0);
   }
   DraftLosses L;
-  L.rows = T;
+  L.rows = T - b;
   L.total = soft_ce(logits, cols, probs);
   {
     torch::NoGradGuard ng;

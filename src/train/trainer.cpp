@@ -158,7 +158,7 @@ std::vector<double> eagle_step_accuracy(const EagleTrainable& m, const std::vect
 TrainResult train_draft(DraftTrainable& m, const std::vector<Record>& data, const TrainOptions& o) {
   m.set_requires_grad();
   return train_loop(m.parameters(), data, o, [&](const Record& r, std::mt19937_64&) {
-    auto L = draft_loss(m, r, o.max_len);
+    auto L = draft_loss(m, r, o.max_len, o.answers_only);
     return std::tuple<torch::Tensor, std::int64_t, double>(L.total, L.rows, L.top1);
   }, "draft");
 }

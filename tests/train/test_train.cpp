@@ -473,6 +473,35 @@ TEST(Train, FusedRecordsHoldTheTargetsLayerOutputs) {
   fs::remove_all(dir);
 }
 
+// The draft model's answer-row loss (--loss-rows answers): row i predicts token i + 1, so rows 0 .. prompt_length - 2
+// predict prompt tokens and their targets do not move it; an answer row's target does.
+TEST(Train, DraftLossOnAnswerRowsOnlyIgnoresThePrompt) {
+  TinyTarget t = make_target();
+  const fs::path dir = temp_dir("draft-answers");
+  const auto recs = make_records(t, dir);
+  st::DraftTrainable m(t.cfg, st::tensor_of_values(t.tw.embed_tokens), 16, 2, 2, 1, 32, 1);
+  const st::Record& r = recs[0];
+  ASSERT_GE(r.prompt_length, 4);
+  const auto T = static_cast<std::int64_t>(r.tokens.size());
+  auto loss = [&](const st::Record& rec, bool answers_only) {
+    torch::NoGradGuard ng;
+    return st::draft_loss(m, rec, 640, answers_only);
+  };
+  const auto all = loss(r, false), ans = loss(r, true);
+  EXPECT_EQ(all.rows, T);
+  EXPECT_EQ(ans.rows, T - (r.prompt_length - 1));
+  st::Record changed = r;
+  changed.topk_ids = r.topk_ids.clone();
+  for (std::int64_t i = 0; i < r.prompt_length - 1; ++i) changed.topk_ids[i] = changed.topk_ids[i].flip(0);
+  EXPECT_EQ(loss(changed, true).total.item<double>(), ans.total.item<double>());
+  EXPECT_NE(loss(changed, false).total.item<double>(), all.total.item<double>());
+  st::Record answer_changed = r;
+  answer_changed.topk_ids = r.topk_ids.clone();
+  answer_changed.topk_ids[r.prompt_length - 1] = answer_changed.topk_ids[r.prompt_length - 1].flip(0);
+  EXPECT_NE(loss(answer_changed, true).total.item<double>(), ans.total.item<double>());
+  fs::remove_all(dir);
+}
+
 TEST(Train, DraftLossDecreasesAndTheCheckpointRoundTrips) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("draft");

@@ -413,6 +413,7 @@ struct DraftLosses {
 
 /// Cross-entropy of the draft's next-token distribution against the target's top-k distribution at every position;
 /// with an output vocabulary, over its tokens (the target's top-k entries outside it dropped, the rest renormalised).
-DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len);
+/// `answers_only`: only the rows that predict the answer's tokens (at least the last row).
+DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t max_len, bool answers_only = false);
 
 }  // namespace specdec::train

@@ -27,7 +27,7 @@ struct TrainOptions {
   double ce_weight = 0.1;       // EAGLE-1: the cross-entropy term's weight beside the feature regression (EAGLE-3: 1, alone)
   int ttt_steps = 1;            // EAGLE: unrolled draft steps per row (training-time test)
   double ttt_weight = 0.8;      // EAGLE: loss weight of step k is ttt_weight^(k-1)
-  bool answers_only = false;    // EAGLE: the loss on the rows that predict answer tokens only (EAGLE's loss mask)
+  bool answers_only = false;    // the loss on the rows that predict answer tokens only (EAGLE's loss mask)
   std::int64_t log_every = 10;
   std::int64_t checkpoint_every = 50;
   std::uint64_t seed = 1;
