@@ -13,6 +13,7 @@
 
 #include "specdec/models/detail/cpu_kernels.hpp"
 #include "specdec/models/detail/errors.hpp"
+#include "specdec/models/output_ids.hpp"
 
 namespace specdec::models::detail {
 
@@ -199,13 +200,11 @@ FloatTensor fetch_vector(const StoredWeightGetter& get, const std::string& name,
 
 StoredWeight gather_rows(const StoredWeightGetter& get, const std::string& name, std::int64_t rows, std::int64_t cols,
                          std::span<const std::int64_t> ids, std::vector<std::byte>& storage) {
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(rows), 0);
-  for (std::size_t j = 0; j < ids.size(); ++j) {
-    const std::int64_t r = ids[j];
+  if (const std::int64_t j = first_invalid_output_id(ids, rows); j >= 0) {
+    const std::int64_t r = ids[static_cast<std::size_t>(j)];
     if (r < 0 || r >= rows)
       fail(fmt::format("LlamaModel: options.output_ids[{}]: expected a token id in [0, {}), got {}", j, rows, r));
-    if (seen[static_cast<std::size_t>(r)]++)
-      fail(fmt::format("LlamaModel: options.output_ids[{}]: token {} appears twice; expected distinct ids", j, r));
+    fail(fmt::format("LlamaModel: options.output_ids[{}]: token {} appears twice; expected distinct ids", j, r));
   }
   StoredWeight w = fetch_stored(get, name, {rows, cols});
   const auto n = static_cast<std::int64_t>(ids.size());

@@ -10,6 +10,7 @@
 #include "specdec/models/detail/errors.hpp"
 #include "specdec/models/gguf.hpp"
 #include "specdec/models/llama.hpp"
+#include "specdec/models/output_ids.hpp"
 #include "specdec/models/safetensors.hpp"
 
 namespace specdec::models {
@@ -153,16 +154,14 @@ std::vector<std::int64_t> read_output_ids(const std::filesystem::path& dir) {
   const std::span<const std::byte> bytes = ck.files[f].tensor_data(*t);
   const std::int64_t n = t->num_elements, V = ck.config.vocab_size;
   std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(V), 0);
   for (std::int64_t d = 0; d < n; ++d) {
     std::int64_t offset = 0;
     std::memcpy(&offset, bytes.data() + d * 8, 8);  // little-endian int64, as safetensors stores it
-    const std::int64_t id = d + offset;
-    if (id < 0 || id >= V || seen[static_cast<std::size_t>(id)]++)
-      fail(fmt::format("read_output_ids: '{}': tensor d2t: draft id {} maps to token {}; expected distinct ids in [0, {})",
-                       dir.string(), d, id, V));
-    ids[static_cast<std::size_t>(d)] = id;
+    ids[static_cast<std::size_t>(d)] = d + offset;
   }
+  if (const std::int64_t d = first_invalid_output_id(ids, V); d >= 0)
+    fail(fmt::format("read_output_ids: '{}': tensor d2t: draft id {} maps to token {}; expected distinct ids in [0, {})",
+                     dir.string(), d, ids[static_cast<std::size_t>(d)], V));
   return ids;
 }
 

@@ -73,6 +73,23 @@ torch::Tensor soft_ce(const torch::Tensor& logits, const torch::Tensor& ids, con
   return -(p * logq).sum(-1).mean();
 }
 
+VocabularyIndex vocabulary_index(std::vector<std::int64_t> ids, std::int64_t vocab, const char* who) {
+  std::sort(ids.begin(), ids.end());
+  if (ids.empty() || std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 || ids.back() >= vocab)
+    fail(fmt::format("{}: expected distinct target ids", who));
+  VocabularyIndex v;
+  v.ids = torch::tensor(ids, torch::kLong);
+  v.t2d = torch::full({vocab}, -1, torch::kLong);
+  v.t2d.index_put_({v.ids}, torch::arange(static_cast<std::int64_t>(ids.size()), torch::kLong));
+  return v;
+}
+
+void to_vocabulary_columns(const torch::Tensor& t2d, torch::Tensor& ids, torch::Tensor& probs) {
+  auto d = t2d.index({ids});
+  probs = probs * d.ge(0).to(torch::kFloat);
+  ids = d.clamp_min(0);
+}
+
 void write_safetensors_f16(const fs::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   models::write_tensors_safetensors(path, tensors, at::kHalf);
 }
@@ -100,11 +117,7 @@ EagleLosses eagle_loss(const EagleTrainable& m, const Record& r, std::int64_t ma
   if (pick.empty()) pick.push_back(n - 1);
   auto ids_all = r.topk_ids.narrow(0, 1, n).to(torch::kLong);
   auto probs_all = r.topk_probs.narrow(0, 1, n).to(torch::kFloat);
-  if (m.t2d_index.defined()) {  // to draft indices; entries outside the draft vocabulary get probability 0
-    auto d = m.t2d_index.index({ids_all});
-    probs_all = probs_all * d.ge(0).to(torch::kFloat);
-    ids_all = d.clamp_min(0);
-  }
+  if (m.t2d_index.defined()) to_vocabulary_columns(m.t2d_index, ids_all, probs_all);
   if (m.eagle3()) ce_weight = 1.0;  // EAGLE-3 trains on the cross-entropy alone
   double weight = 1.0;
   for (int k = 1; k <= static_cast<int>(preds.size()); ++k, weight *= step_weight) {
@@ -145,11 +158,7 @@ DraftLosses draft_loss(const DraftTrainable& m, const Record& r, std::int64_t ma
   auto ids = r.topk_ids.narrow(0, b, T - b).to(torch::kLong);
   auto probs = r.topk_probs.narrow(0, b, T - b).to(torch::kFloat);
   auto cols = ids;
-  if (m.draft_ids.defined()) {  // to output columns; entries outside the output vocabulary get probability 0
-    auto d = m.t2d_index.index({ids});
-    probs = probs * d.ge(0).to(torch::kFloat);
-    cols = d.clamp_min(0);
-  }
+  if (m.draft_ids.defined()) to_vocabulary_columns(m.t2d_index, cols, probs);
   DraftLosses L;
   L.rows = T - b;
   L.total = soft_ce(logits, cols, probs);

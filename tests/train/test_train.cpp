@@ -140,6 +140,14 @@ TEST(Train, RecordsHoldTheTargetsPostNormFeaturesAndTopK) {
 
 // With answers_only the loss reads only the rows that predict answer tokens: it counts those rows, and the prompt rows'
 // top-k targets do not move it, while an answer row's do.
+// `r` with the top-k targets of rows [begin, end) reversed (other ids in the rows' cross-entropy).
+st::Record with_flipped_targets(const st::Record& r, std::int64_t begin, std::int64_t end) {
+  st::Record changed = r;
+  changed.topk_ids = r.topk_ids.clone();
+  for (std::int64_t i = begin; i < end; ++i) changed.topk_ids[i] = changed.topk_ids[i].flip(0);
+  return changed;
+}
+
 TEST(Train, EagleLossOnAnswerRowsOnlyIgnoresThePrompt) {
   TinyTarget t = make_target();
   const fs::path dir = temp_dir("answers");
@@ -158,15 +166,10 @@ TEST(Train, EagleLossOnAnswerRowsOnlyIgnoresThePrompt) {
   EXPECT_EQ(ans.rows, n - (r.prompt_length - 2));
   // Change the cross-entropy targets of the prompt rows (row i reads the top-k at i + 1; rows 0 .. prompt_length - 3
   // predict prompt tokens). Their features cannot change alone: a row's target feature is the next row's input.
-  st::Record changed = r;
-  changed.topk_ids = r.topk_ids.clone();
-  for (std::int64_t i = 1; i < r.prompt_length - 1; ++i) changed.topk_ids[i] = changed.topk_ids[i].flip(0);
+  const st::Record changed = with_flipped_targets(r, 1, r.prompt_length - 1);
   EXPECT_EQ(loss(changed, true).total.item<double>(), ans.total.item<double>());
   EXPECT_NE(loss(changed, false).total.item<double>(), all.total.item<double>());
-  st::Record answer_changed = r;
-  answer_changed.topk_ids = r.topk_ids.clone();
-  answer_changed.topk_ids[n] = answer_changed.topk_ids[n].flip(0);
-  EXPECT_NE(loss(answer_changed, true).total.item<double>(), ans.total.item<double>());
+  EXPECT_NE(loss(with_flipped_targets(r, n, n + 1), true).total.item<double>(), ans.total.item<double>());
   fs::remove_all(dir);
 }
 
@@ -490,15 +493,11 @@ TEST(Train, DraftLossOnAnswerRowsOnlyIgnoresThePrompt) {
   const auto all = loss(r, false), ans = loss(r, true);
   EXPECT_EQ(all.rows, T);
   EXPECT_EQ(ans.rows, T - (r.prompt_length - 1));
-  st::Record changed = r;
-  changed.topk_ids = r.topk_ids.clone();
-  for (std::int64_t i = 0; i < r.prompt_length - 1; ++i) changed.topk_ids[i] = changed.topk_ids[i].flip(0);
+  const st::Record changed = with_flipped_targets(r, 0, r.prompt_length - 1);
   EXPECT_EQ(loss(changed, true).total.item<double>(), ans.total.item<double>());
   EXPECT_NE(loss(changed, false).total.item<double>(), all.total.item<double>());
-  st::Record answer_changed = r;
-  answer_changed.topk_ids = r.topk_ids.clone();
-  answer_changed.topk_ids[r.prompt_length - 1] = answer_changed.topk_ids[r.prompt_length - 1].flip(0);
-  EXPECT_NE(loss(answer_changed, true).total.item<double>(), ans.total.item<double>());
+  EXPECT_NE(loss(with_flipped_targets(r, r.prompt_length - 1, r.prompt_length), true).total.item<double>(),
+            ans.total.item<double>());
   fs::remove_all(dir);
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "specdec/models/causal_lm.hpp"
+#include "specdec/models/output_ids.hpp"
 #include "specdec/proposers/process_logits.hpp"
 #include "specdec/proposers/proposer.hpp"
 #include "specdec/sampling/chain.hpp"
@@ -114,14 +115,10 @@ class DraftModelProposer {
  public:
   /// Throws specdec::error naming DraftModelOptions::output_ids when its ids are not distinct tokens of the vocabulary.
   explicit DraftModelProposer(Model& model, DraftModelOptions options = {}) : model_(&model), options_(std::move(options)) {
-    std::vector<std::uint8_t> seen(static_cast<std::size_t>(vocab_size()), 0);
-    for (std::size_t j = 0; j < options_.output_ids.size(); ++j) {
-      const std::int64_t t = options_.output_ids[j];
-      if (t < 0 || t >= vocab_size() || seen[static_cast<std::size_t>(t)]++)
-        throw error(Status::kInvalidArgument, "DraftModelProposer: DraftModelOptions::output_ids[" + std::to_string(j) +
-                                                  "] = " + std::to_string(t) + ": expected distinct token ids in [0, " +
-                                                  std::to_string(vocab_size()) + ")");
-    }
+    if (const std::int64_t j = models::first_invalid_output_id(options_.output_ids, vocab_size()); j >= 0)
+      throw error(Status::kInvalidArgument, "DraftModelProposer: DraftModelOptions::output_ids[" + std::to_string(j) +
+                                                "] = " + std::to_string(options_.output_ids[static_cast<std::size_t>(j)]) +
+                                                ": expected distinct token ids in [0, " + std::to_string(vocab_size()) + ")");
   }
   /// Refuses (specdec::error) a draft whose vocabulary differs from `target_vocab_size`.
   DraftModelProposer(Model& model, std::int64_t target_vocab_size, DraftModelOptions options = {})

@@ -52,6 +52,17 @@ torch::Tensor causal_mask(std::int64_t T);
 /// Soft cross-entropy of logits [T, V] against the top-k target distribution (ids [T, K], probs [T, K], renormalised).
 torch::Tensor soft_ce(const torch::Tensor& logits, const torch::Tensor& ids, const torch::Tensor& probs);
 
+/// A reduced vocabulary (an EAGLE head's draft vocabulary, a draft model's output vocabulary): ids [Vd] target ids,
+/// ascending; t2d [V] the column of a target id, or -1.
+struct VocabularyIndex {
+  torch::Tensor ids, t2d;
+};
+/// The index of `ids` (target ids of a `vocab`-token vocabulary, distinct; sorted here). Throws naming `who` otherwise.
+VocabularyIndex vocabulary_index(std::vector<std::int64_t> ids, std::int64_t vocab, const char* who);
+/// The target's top-k (ids, probs [T, K]) as columns of a reduced vocabulary (t2d of its VocabularyIndex): entries
+/// outside it get probability 0 (and column 0).
+void to_vocabulary_columns(const torch::Tensor& t2d, torch::Tensor& ids, torch::Tensor& probs);
+
 // --- safetensors (float16) writer ------------------------------------------------------------------------------------------
 
 void write_safetensors_f16(const fs::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
@@ -134,12 +145,9 @@ struct EagleTrainable : Trainable<EagleTrainable> {
   std::int64_t draft_vocab() const { return lm_head_d.size(0); }
   /// Restricts the scored vocabulary to `ids` (target ids, distinct), kept in ascending order.
   void set_draft_vocabulary(std::vector<std::int64_t> ids) {
-    std::sort(ids.begin(), ids.end());
-    if (ids.empty() || std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 || ids.back() >= vocab())
-      fail("EagleTrainable::set_draft_vocabulary: expected distinct target ids");
-    draft_ids = torch::tensor(ids, torch::kLong);
-    t2d_index = torch::full({vocab()}, -1, torch::kLong);
-    t2d_index.index_put_({draft_ids}, torch::arange(static_cast<std::int64_t>(ids.size()), torch::kLong));
+    auto index = vocabulary_index(std::move(ids), vocab(), "EagleTrainable::set_draft_vocabulary");
+    draft_ids = index.ids;
+    t2d_index = index.t2d;
     lm_head_d = lm_head.index_select(0, draft_ids).contiguous();
   }
   std::vector<std::pair<std::string, torch::Tensor>> named() const {
@@ -356,13 +364,9 @@ struct DraftTrainable : Trainable<DraftTrainable> {
   /// Scores only the target ids `ids` (distinct; kept ascending): the tied output rows of those tokens. The inputs still
   /// take every token. Saved as the checkpoint's d2t (models::read_output_ids).
   void set_output_vocabulary(std::vector<std::int64_t> ids) {
-    std::sort(ids.begin(), ids.end());
-    if (ids.empty() || std::adjacent_find(ids.begin(), ids.end()) != ids.end() || ids.front() < 0 ||
-        ids.back() >= config.vocab_size)
-      fail("DraftTrainable::set_output_vocabulary: expected distinct target ids");
-    draft_ids = torch::tensor(ids, torch::kLong);
-    t2d_index = torch::full({config.vocab_size}, -1, torch::kLong);
-    t2d_index.index_put_({draft_ids}, torch::arange(static_cast<std::int64_t>(ids.size()), torch::kLong));
+    auto index = vocabulary_index(std::move(ids), config.vocab_size, "DraftTrainable::set_output_vocabulary");
+    draft_ids = index.ids;
+    t2d_index = index.t2d;
   }
   std::int64_t output_size() const { return draft_ids.defined() ? draft_ids.size(0) : config.vocab_size; }
   /// The output projection's rows: the embedding, or its rows of the output vocabulary.
