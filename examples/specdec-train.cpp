@@ -658,14 +658,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (draft_cmd->parsed()) {
+      if (t_draft_vocab > target_cfg.vocab_size)  // before the records are read
+        fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, t_draft_vocab));
       const auto data = read_record_files(t_data, nullptr, t_records > 0 ? t_records : -1);
       std::int64_t rows = 0;
       for (auto& r : data) rows += static_cast<std::int64_t>(r.tokens.size());
       fmt::print("draft: {} records, {} tokens; hidden {}, {} layers, {} heads ({} kv), MLP {}\n", data.size(), rows, hidden, layers,
                  heads, kv_heads, intermediate);
       topt.checkpoint = t_ckpt;
-      if (t_draft_vocab > target_cfg.vocab_size)
-        fail(fmt::format("--draft-vocab: expected in [0, {}], got {}", target_cfg.vocab_size, t_draft_vocab));
       DraftTrainable m(target_cfg, specdec::train::tensor_of_values(tw.embed_tokens), hidden, layers, heads, kv_heads, intermediate, topt.seed);
       if (t_draft_vocab > 0 && t_draft_vocab < target_cfg.vocab_size) {
         auto [ids, coverage] = frequent_argmax_tokens(data, target_cfg.vocab_size, t_draft_vocab);
