@@ -146,6 +146,32 @@ TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
   EXPECT_THROW(m.dequantize_row(rows, row.data()), specdec::error);
 }
 
+// What a product reads: the layout's bits a weight (docs/models.md, "Quant types"): 4-bit values for Q2_K and Q3_K, and
+// the K-quants' scales as int8 sub-scales beside a half per super-block, not float d and m per block. 32 rows of 1024
+// columns (whole tiles, whole super-blocks), so the tiles hold no padding.
+TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
+  const Format f = GetParam();
+  double bits = 0;
+  switch (f.type) {
+    case GgmlType::kQ4_0: bits = 4.5; break;
+    case GgmlType::kQ4_1: bits = 5.0; break;
+    case GgmlType::kQ8_0: case GgmlType::kQ5_0: case GgmlType::kIQ4_NL: bits = 8.5; break;
+    case GgmlType::kQ5_1: bits = 9.0; break;
+    case GgmlType::kQ4_K: bits = 4.625; break;
+    case GgmlType::kQ5_K: bits = 8.625; break;
+    case GgmlType::kQ6_K: bits = 8.625; break;  // with 32 bytes of padding a super-block group
+    case GgmlType::kQ3_K: bits = 4.625; break;   // likewise
+    case GgmlType::kQ2_K: bits = 5.125; break;
+    case GgmlType::kIQ4_XS: bits = 8.375; break;  // likewise
+    default: FAIL() << "no figure for " << to_string(f.type);
+  }
+  const std::int64_t rows = 32, cols = 1024;
+  const auto data = random_blocks(f, rows, cols, 3);
+  const PackedMatrix::Source src{"w", f.type, data, rows, cols, {}};
+  const PackedMatrix m = PackedMatrix::pack(std::span(&src, 1));
+  EXPECT_EQ(m.bytes(), static_cast<std::int64_t>(bits * rows * cols / 8)) << to_string(f.type);
+}
+
 TEST_P(PackedProduct, MatchesTheFp64Reference) {
   const auto [f, planes] = GetParam();
   const std::int64_t rows = 53, cols = 768, n = 7;

@@ -37,7 +37,7 @@ def permute(w, n_head):
 
 
 def write(out, name, arch, *, layers, heads, kv_heads, head_dim, seed, biases=False, qk_norm=False, gemma=False,
-          window=0, softcap=0.0, permute_qk=False):
+          window=0, softcap=0.0, permute_qk=False, context=256, chat_template=None):
     import numpy as np
     import gguf
 
@@ -48,7 +48,7 @@ def write(out, name, arch, *, layers, heads, kv_heads, head_dim, seed, biases=Fa
         return (mean + std * rng.standard_normal(shape)).astype(np.float32)
 
     w = gguf.GGUFWriter(str(out / f"{name}-model.gguf"), arch)
-    w.add_context_length(256)
+    w.add_context_length(context)
     w.add_embedding_length(HIDDEN)
     w.add_block_count(layers)
     w.add_feed_forward_length(FF)
@@ -72,6 +72,8 @@ def write(out, name, arch, *, layers, heads, kv_heads, head_dim, seed, biases=Fa
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
+    if chat_template:
+        w.add_chat_template(chat_template)
 
     def matrix(tensor_name, rows, cols, std, n_head=0):
         m = normal((rows, cols), std)

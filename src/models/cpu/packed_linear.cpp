@@ -11,7 +11,7 @@ void packed_linear_portable(const PackedArgs& a) {
   const PackedMatrix& w = *a.w;
   const PackedMatrix::Layout& L = w.layout();
   const QuantizedRows& x = *a.x;
-  const std::int64_t blocks = w.cols() / w.block(), tbb = L.tile_block_bytes();
+  const std::int64_t blocks = w.cols() / w.block();
   for (std::int64_t t = a.tile_begin; t < a.tile_end; ++t) {
     const std::byte* tile = w.tile(t);
     for (std::int64_t lane = 0; lane < kTileRows && t * kTileRows + lane < w.rows(); ++lane) {
@@ -19,7 +19,7 @@ void packed_linear_portable(const PackedArgs& a) {
       for (std::int64_t i = 0; i < x.n; ++i) {
         float acc = 0.f;
         for (std::int64_t b = 0; b < blocks; ++b) {
-          const std::byte* tb = tile + b * tbb;
+          const std::byte* vb = L.values(tile, blocks, b);
           const std::byte* xb = x.block_ptr(i, b);
           const auto* q = reinterpret_cast<const std::int8_t*>(xb);
           const std::int64_t head = x.planes * L.block;
@@ -29,14 +29,14 @@ void packed_linear_portable(const PackedArgs& a) {
           std::memcpy(&sum_q, xb + head + 4, 4);
           std::int32_t s = 0, s2 = 0;
           for (std::int64_t e = 0; e < L.block; ++e) {
-            const int u = L.value(tb, lane, e);
+            const int u = L.value(vb, lane, e);
             s += u * q[e];
             if (x.planes == 2) s2 += u * q[L.block + e];
           }
           if (x.planes == 2) s = 256 * s + s2;
           const float f = static_cast<float>(s - L.zero * sum_q);
           float d, m;
-          L.scale_min(tb, lane, d, m);
+          L.scale_min(tile, blocks, b, lane, d, m);
           const float e = L.has_min ? std::fma(d, f, m * static_cast<float>(sum_q)) : d * f;
           acc = std::fma(e, dx, acc);
         }

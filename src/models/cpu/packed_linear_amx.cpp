@@ -52,14 +52,17 @@ struct alignas(64) TileConfig {
   std::uint8_t rows[16] = {};
 };
 
-// A 4-bit tile block (4 chunks of 64 bytes) as an 8-row B operand: low nibbles are rows 0-3, high nibbles rows 4-7.
+// A 4-bit tile block (blk / 8 chunks of 64 bytes) as a blk / 4-row B operand: low nibbles are the first half of the
+// rows, high nibbles the second.
+template <class F>
 SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std::byte* tb, std::uint8_t* unpacked) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
+  constexpr int kChunks = F::blk / 8;
   #pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
     const __m512i raw = _mm512_loadu_si512(tb + 64 * c);
     _mm512_store_si512(unpacked + 64 * c, _mm512_and_si512(raw, low4));
-    _mm512_store_si512(unpacked + 64 * (4 + c), _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+    _mm512_store_si512(unpacked + 64 * (kChunks + c), _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
   }
 }
 
@@ -71,7 +74,7 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t n = x.n, blocks = w.cols() / F::blk;
-  constexpr std::int64_t tbb = tile_block_bytes<F>(), xbb = P * F::blk + QuantizedRows::header;
+  constexpr std::int64_t xbb = P * F::blk + QuantizedRows::header;
   alignas(64) std::uint8_t unpacked[2][8 * 64];
   alignas(64) std::int32_t c[4][16][16];  // [weight tile * 2 + plane][token][lane]
   const std::byte* xd = x.data.data();
@@ -79,13 +82,13 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
   const std::byte* tp0 = w.tile(tile);
   const std::byte* tp1 = NTILES == 2 ? w.tile(tile + 1) : tp0;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::byte* tb0 = tp0 + b * tbb;
-    const std::byte* tb1 = tp1 + b * tbb;
+    const std::byte* tb0 = values_at<F>(tp0, b);
+    const std::byte* tb1 = values_at<F>(tp1, b);
     if constexpr (F::u4) {
-      load_weights_u4(tb0, unpacked[0]);
+      load_weights_u4<F>(tb0, unpacked[0]);
       _tile_loadd(2, unpacked[0], 64);
       if constexpr (NTILES == 2) {
-        load_weights_u4(tb1, unpacked[1]);
+        load_weights_u4<F>(tb1, unpacked[1]);
         _tile_loadd(3, unpacked[1], 64);
       }
     } else {
@@ -93,8 +96,8 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
       if constexpr (NTILES == 2) _tile_loadd(3, tb1, 64);
     }
     __m512 d[2], m[2];
-    avx512_scales<F>(tb0, d[0], m[0]);
-    if constexpr (NTILES == 2) avx512_scales<F>(tb1, d[1], m[1]);
+    avx512_scales<F>(tp0, blocks, b, d[0], m[0]);
+    if constexpr (NTILES == 2) avx512_scales<F>(tp1, blocks, b, d[1], m[1]);
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t t0 = std::min(g * M, n - M), first = g * M - t0;
       const std::byte* xa = xd + t0 * x.stride + b * xbb;

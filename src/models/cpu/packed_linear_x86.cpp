@@ -56,7 +56,6 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  constexpr std::int64_t tbb = tile_block_bytes<F>();
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   const std::byte* tp[TR];
   #pragma GCC unroll 16
@@ -75,30 +74,31 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   // The tile kPrefetchTiles ahead (in the same matrix) is prefetched block by block, so its lines are on their way while
   // this tile computes.
   const std::byte* ahead = tile + TR + kPrefetchTiles <= w.tiles() ? w.tile(tile + TR - 1 + kPrefetchTiles) : nullptr;
+  Avx512ScaleStream<F> scales[TR];
   for (std::int64_t b = 0; b < blocks; ++b) {
-    if (ahead != nullptr)
-      for (std::int64_t off = 0; off < tbb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b * tbb + off), _MM_HINT_T0);
+    if (ahead != nullptr) prefetch_block<F>(ahead, b);
     __m512i is[TR][NT], is2[TR][NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r)
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) is[r][t] = is2[r][t] = _mm512_setzero_si512();
     if constexpr (F::u4) {
+      constexpr int kHalf = F::blk / 2;  // the high nibbles' first element
       #pragma GCC unroll 16
-      for (int c = 0; c < 4; ++c) {
+      for (int c = 0; c < F::blk / 8; ++c) {
         #pragma GCC unroll 16
         for (int r = 0; r < TR; ++r) {
-          const __m512i raw = _mm512_loadu_si512(tp[r] + b * tbb + 64 * c);
+          const __m512i raw = _mm512_loadu_si512(values_at<F>(tp[r], b) + 64 * c);
           const __m512i lo = _mm512_and_si512(raw, low4);
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
           #pragma GCC unroll 16
           for (int t = 0; t < NT; ++t) {
             const std::byte* q = xr[t] + b * xbb;
             is[r][t] = _mm512_dpbusd_epi32(is[r][t], lo, _mm512_set1_epi32(load_i32(q + 4 * c)));
-            is[r][t] = _mm512_dpbusd_epi32(is[r][t], hi, _mm512_set1_epi32(load_i32(q + 16 + 4 * c)));
+            is[r][t] = _mm512_dpbusd_epi32(is[r][t], hi, _mm512_set1_epi32(load_i32(q + kHalf + 4 * c)));
             if constexpr (P == 2) {
               is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], lo, _mm512_set1_epi32(load_i32(q + F::blk + 4 * c)));
-              is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], hi, _mm512_set1_epi32(load_i32(q + F::blk + 16 + 4 * c)));
+              is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], hi, _mm512_set1_epi32(load_i32(q + F::blk + kHalf + 4 * c)));
             }
           }
         }
@@ -108,7 +108,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
       for (int c = 0; c < F::blk / 4; ++c) {
         #pragma GCC unroll 16
         for (int r = 0; r < TR; ++r) {
-          const __m512i raw = _mm512_loadu_si512(tp[r] + b * tbb + 64 * c);
+          const __m512i raw = _mm512_loadu_si512(values_at<F>(tp[r], b) + 64 * c);
           #pragma GCC unroll 16
           for (int t = 0; t < NT; ++t) {
             is[r][t] = _mm512_dpbusd_epi32(is[r][t], raw, _mm512_set1_epi32(load_i32(xr[t] + b * xbb + 4 * c)));
@@ -121,7 +121,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r) {
       __m512 d, m;
-      avx512_scales<F>(tp[r] + b * tbb, d, m);
+      scales[r].at(tp[r], blocks, b, d, m);
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) {
         __m512i s = is[r][t];
@@ -175,7 +175,6 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  constexpr std::int64_t tbb = tile_block_bytes<F>();
   constexpr std::int64_t xbb = P * F::blk + QuantizedRows::header;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -194,9 +193,8 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   const std::byte* ahead =
       h == 0 && t0 == 0 && tile + kPrefetchTiles < w.tiles() ? w.tile(tile + kPrefetchTiles) : nullptr;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    if (ahead != nullptr)
-      for (std::int64_t off = 0; off < tbb; off += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b * tbb + off), _MM_HINT_T0);
-    const std::byte* tb = tp + b * tbb;
+    if (ahead != nullptr) prefetch_block<F>(ahead, b);
+    const std::byte* tb = values_at<F>(tp, b);
     __m256i is[NT], is2[NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) is[t] = is2[t] = _mm256_setzero_si256();
@@ -209,8 +207,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) s16[t] = r16[t] = _mm256_setzero_si256();
       auto pairs = [&](__m256i u, std::int32_t q4) SPECDEC_TARGET_AVX2 { return _mm256_maddubs_epi16(u, _mm256_set1_epi32(q4)); };
+      constexpr int kHalf = F::blk / 2;  // the high nibbles' first element
       #pragma GCC unroll 16
-      for (int c = 0; c < 4; ++c) {
+      for (int c = 0; c < F::blk / 8; ++c) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
         const __m256i lo = _mm256_and_si256(raw, low4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
@@ -218,14 +217,14 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         for (int t = 0; t < NT; ++t) {
           const std::byte* q = xr[t] + b * xbb;
           if constexpr (kVnni) {
-            is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + 16 + 4 * c));
+            is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + kHalf + 4 * c));
             if constexpr (P == 2)
-              is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + 16 + 4 * c));
+              is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + kHalf + 4 * c));
           } else {
-            s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + 16 + 4 * c))));
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + kHalf + 4 * c))));
             if constexpr (P == 2)
               r16[t] = _mm256_add_epi16(
-                  r16[t], _mm256_add_epi16(pairs(lo, load_i32(q + F::blk + 4 * c)), pairs(hi, load_i32(q + F::blk + 16 + 4 * c))));
+                  r16[t], _mm256_add_epi16(pairs(lo, load_i32(q + F::blk + 4 * c)), pairs(hi, load_i32(q + F::blk + kHalf + 4 * c))));
           }
         }
       }
@@ -267,15 +266,20 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         }
       }
     }
-    // Scales of rows 8h.. sit 16h (half) or 32h (float) bytes into the tile's scale array; tp already moved 32h bytes.
-    const std::byte* sc = tb - 32 * h + value_bytes<F>();
+    // Scales of rows 8h.. sit 16h (half) or 8h (int8 sub-scale; its super-block's halves 16h) bytes into their arrays.
+    const std::byte* sc = scales_at<F>(tp - 32 * h, b);
     __m256 d, m = _mm256_setzero_ps();
     if constexpr (F::half) {
       d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * h)));
       if constexpr (F::min) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 32 + 16 * h)));
-    } else {
-      d = _mm256_loadu_ps(reinterpret_cast<const float*>(sc + 32 * h));
-      if constexpr (F::min) m = _mm256_loadu_ps(reinterpret_cast<const float*>(sc + 64 + 32 * h));
+    } else {  // float(D) * float(s): the exact products (Layout::scale_min)
+      const std::byte* sup = supers_at<F>(tp - 32 * h, b);
+      const auto s8 = [](const std::byte* p) SPECDEC_TARGET_AVX2 {
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+      };
+      d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 16 * h))), s8(sc + 8 * h));
+      if constexpr (F::min)
+        m = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 32 + 16 * h))), s8(sc + 16 + 8 * h));
     }
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) {

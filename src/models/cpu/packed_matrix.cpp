@@ -32,12 +32,22 @@ std::uint16_t u16(const std::byte* p) {
   return v;
 }
 
-// One canonical block of a source row: values u, scale d and minimum m (as stored: half bits or float).
+// One canonical block of a source row: values u, and its scale and minimum as the layout stores them: half bits d_half and
+// m_half, or sub-scales (the super-block's half D and -Dmin, the block's int8 s and s_min: d = D * s, m = -Dmin * s_min).
 struct BlockValues {
   std::uint8_t u[32];
   std::uint16_t d_half = 0, m_half = 0;
-  float d = 0.f, m = 0.f;
+  std::uint16_t super_d = 0, super_neg_min = 0;
+  std::int8_t s = 0, s_min = 0;
 };
+
+// Sub-scales of a block: the super-block's halves (dmin negated by its sign bit) and the block's small integers.
+void set_sub_scales(BlockValues& out, std::uint16_t d, int s, std::uint16_t dmin = 0, int s_min = 0) {
+  out.super_d = d;
+  out.super_neg_min = static_cast<std::uint16_t>(dmin ^ 0x8000u);
+  out.s = static_cast<std::int8_t>(s);
+  out.s_min = static_cast<std::int8_t>(s_min);
+}
 
 struct FormatInfo {
   PackedMatrix::Layout layout;
@@ -56,10 +66,10 @@ FormatInfo format_info(GgmlType type) {
     // The other formats take one of these layouts, or one of three more (the values re-based exactly, see read_block).
     case GgmlType::kQ5_0: return {L{false, true, false, 128, 32}, 32, 22};
     case GgmlType::kIQ4_NL: return {L{false, true, false, 128, 32}, 32, 18};
-    case GgmlType::kQ3_K: return {L{false, false, false, 32, 16}, 256, 110};
-    case GgmlType::kQ5_1: return {L{false, false, true, 0, 32}, 32, 24};
+    case GgmlType::kQ3_K: return {L{true, false, false, 4, 16}, 256, 110};
+    case GgmlType::kQ5_1: return {L{false, true, true, 0, 32}, 32, 24};
     case GgmlType::kQ5_K: return {L{false, false, true, 0, 32}, 256, 176};
-    case GgmlType::kQ2_K: return {L{false, false, true, 0, 16}, 256, 84};
+    case GgmlType::kQ2_K: return {L{true, false, true, 0, 16}, 256, 84};
     case GgmlType::kIQ4_XS: return {L{false, false, false, 128, 32}, 256, 136};
     default: return {};
   }
@@ -101,11 +111,9 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       const bool q5 = type == GgmlType::kQ5_K;
       const std::byte* blk = row + (b / 8) * (q5 ? 176 : 144);
       const int sub = static_cast<int>(b % 8);
-      const float d = half_to_float(u16(blk)), dmin = half_to_float(u16(blk + 2));
       std::uint8_t sc, m;
       detail::q4k_scale_min(sub, blk + 4, sc, m);
-      out.d = d * static_cast<float>(sc);
-      out.m = -(dmin * static_cast<float>(m));
+      set_sub_scales(out, u16(blk), sc, u16(blk + 2), m);
       const std::byte* qh = blk + 16;
       const std::byte* q = blk + (q5 ? 48 : 16) + 32 * (sub / 2);
       for (int l = 0; l < 32; ++l) {
@@ -120,8 +128,7 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       const int h = s / 8, k = (s % 8) / 2, l0 = (s % 2) * 16;
       const std::byte* ql = blk + 64 * h;
       const std::byte* qh = blk + 128 + 32 * h;
-      const float d = half_to_float(u16(blk + 208));
-      out.d = d * static_cast<float>(static_cast<std::int8_t>(u8(blk + 192, s)));
+      set_sub_scales(out, u16(blk + 208), static_cast<std::int8_t>(u8(blk + 192, s)));
       for (int i = 0; i < 16; ++i) {
         const int l = l0 + i;
         const int lo = k % 2 == 0 ? u8(ql, l) : u8(ql, l + 32);
@@ -141,11 +148,10 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
         out.u[j] = static_cast<std::uint8_t>((u8(qs, j) & 0xF) | high(j));
         out.u[j + 16] = static_cast<std::uint8_t>((u8(qs, j) >> 4) | high(j + 16));
       }
-      if (q51) {  // float scale and minimum (exact conversions of the halves)
-        out.d = half_to_float(u16(blk));
-        out.m = half_to_float(u16(blk + 2));
+      out.d_half = u16(blk);
+      if (q51) {
+        out.m_half = u16(blk + 2);
       } else {
-        out.d_half = u16(blk);
         for (int j = 0; j < 32; ++j) out.u[j] = static_cast<std::uint8_t>(out.u[j] + 112);
       }
       return;
@@ -159,26 +165,25 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
     case GgmlType::kIQ4_XS: {  // 32-value sub-blocks, d (scale - 32) exact in float, u = value + 128
       const std::byte* blk = row + (b / 8) * 136;
       const int ib = static_cast<int>(b % 8);
-      out.d = half_to_float(u16(blk)) * static_cast<float>(detail::iq4xs_scale(ib, blk) - 32);
+      set_sub_scales(out, u16(blk), detail::iq4xs_scale(ib, blk) - 32);
       iq4_values(blk + 8 + 16 * ib, out);
       return;
     }
     case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K: {  // 16-value sub-blocks s of 2-bit values (Q3_K: plus a high bit, u = value + 4 (hbit) + 28
-                             // around zero point 32, Q6_K's layout)
+    case GgmlType::kQ3_K: {  // 16-value sub-blocks s of 2-bit values, 4 bits a value in the tile (Q3_K: plus a high bit,
+                             // u = value + 4 hbit around zero point 4)
       const bool q3 = type == GgmlType::kQ3_K;
       const std::byte* blk = row + (b / 16) * (q3 ? 110 : 84);
       const int s = static_cast<int>(b % 16);
       const std::byte* q = blk + (q3 ? 32 : 16) + 32 * (s / 8) + 16 * (s % 2);
       const int shift = 2 * ((s % 8) / 2);
       if (q3) {
-        out.d = half_to_float(u16(blk + 108)) * static_cast<float>(detail::q3k_scale(s, blk + 96) - 32);
+        set_sub_scales(out, u16(blk + 108), detail::q3k_scale(s, blk + 96) - 32);
         const int hbit = 4 * (s / 8) + (s % 8) / 2;
         for (int l = 0; l < 16; ++l)
-          out.u[l] = static_cast<std::uint8_t>(((u8(q, l) >> shift) & 3) + 4 * ((u8(blk, 16 * (s % 2) + l) >> hbit) & 1) + 28);
+          out.u[l] = static_cast<std::uint8_t>(((u8(q, l) >> shift) & 3) + 4 * ((u8(blk, 16 * (s % 2) + l) >> hbit) & 1));
       } else {
-        out.d = half_to_float(u16(blk + 80)) * static_cast<float>(u8(blk, s) & 0xF);
-        out.m = -(half_to_float(u16(blk + 82)) * static_cast<float>(u8(blk, s) >> 4));
+        set_sub_scales(out, u16(blk + 80), u8(blk, s) & 0xF, u16(blk + 82), u8(blk, s) >> 4);
         for (int l = 0; l < 16; ++l) out.u[l] = static_cast<std::uint8_t>((u8(q, l) >> shift) & 3);
       }
       return;
@@ -307,7 +312,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
   m.layout_ = f.layout;
   m.block_ = f.layout.block;
   const std::int64_t blocks = m.cols_ / m.block_;
-  m.tile_bytes_ = blocks * m.layout_.tile_block_bytes();
+  m.tile_bytes_ = m.layout_.tile_bytes(blocks);
   const auto total = static_cast<std::size_t>((m.tiles() * m.tile_bytes_ + 63) / 64 * 64);
   const std::size_t bytes = std::max<std::size_t>(total, 64);
   if (arena != nullptr) {
@@ -337,8 +342,9 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
       }
   }
   // Byte of element e of a block in its tile block: 4 values of a lane side by side, then the next 4 of every lane;
-  // a 4-bit block puts elements e and e + 16 in one byte (low and high nibble).
-  const bool nibbles = L.u4 && L.block == 32;
+  // a 4-bit block puts elements e and e + block / 2 in one byte (low and high nibble).
+  const bool nibbles = L.u4;
+  const std::int64_t half = L.block / 2;
   // Q4_0 / Q4_1 / Q8_0 (the formats of most files) copy their bytes in groups of four: a Q4 block's 16 bytes are already
   // its tile bytes (element e low nibble, e + 16 high), a Q8_0 value is its byte with the sign bit flipped (u = q + 128).
   const bool q4_copy = m.type_ == GgmlType::kQ4_0 || m.type_ == GgmlType::kQ4_1;
@@ -358,7 +364,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         for (int g = 0; g < 4; ++g) std::memcpy(tb + g * 64 + lane * 4, qs + 4 * g, 4);
         std::byte* sc = tb + L.value_bytes();
         std::memcpy(sc + 2 * lane, blk, 2);
-        if (q41) std::memcpy(sc + L.scale_bytes() + 2 * lane, blk + 2, 2);
+        if (q41) std::memcpy(sc + 32 + 2 * lane, blk + 2, 2);
       }
       return true;
     }
@@ -383,18 +389,19 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     bool above = !L.u4 && L.zero == 128;
     std::int64_t at[32];
     for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
-      const std::int64_t g = L.u4 ? e % 16 : e;
+      const std::int64_t g = L.u4 ? e % half : e;
       at[e] = (g / 4) * 64 + lane * 4 + g % 4;
     }
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
-      std::byte* tb = tile + b * tbb;
-      auto* v = reinterpret_cast<std::uint8_t*>(tb);
+      auto* v = reinterpret_cast<std::uint8_t*>(const_cast<std::byte*>(L.values(tile, blocks, b)));
       if (nibbles) {
-        for (std::int64_t e = 0; e < 16; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + 16] << 4));
-      } else if (L.u4) {
-        for (std::int64_t e = 0; e < L.block; ++e)
-          v[at[e]] = static_cast<std::uint8_t>(v[at[e]] | (e < 16 ? bv.u[e] : bv.u[e] << 4));
+        // A constant trip count: through a captured reference, the bound would be reloaded after every byte stored.
+        const auto merge = [&]<int H>() {
+          for (int e = 0; e < H; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + H] << 4));
+        };
+        if (half == 16) merge.template operator()<16>();
+        else merge.template operator()<8>();
       } else {
         std::uint8_t any_zero = 0;
         for (std::int64_t e = 0; e < L.block; ++e) {
@@ -403,14 +410,18 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         }
         above = above && any_zero == 0;
       }
-      std::byte* sc = tb + L.value_bytes();
-      std::byte* mn = sc + L.scale_bytes();
+      auto* sc = const_cast<std::byte*>(L.scales(tile, blocks, b));
       if (L.half_scales) {
         std::memcpy(sc + 2 * lane, &bv.d_half, 2);
-        if (L.has_min) std::memcpy(mn + 2 * lane, &bv.m_half, 2);
+        if (L.has_min) std::memcpy(sc + 32 + 2 * lane, &bv.m_half, 2);
       } else {
-        std::memcpy(sc + 4 * lane, &bv.d, 4);
-        if (L.has_min) std::memcpy(mn + 4 * lane, &bv.m, 4);
+        sc[lane] = static_cast<std::byte>(bv.s);
+        if (L.has_min) sc[16 + lane] = static_cast<std::byte>(bv.s_min);
+        if ((b & (L.super_blocks() - 1)) == 0) {
+          auto* sup = const_cast<std::byte*>(L.supers(tile, blocks, b));
+          std::memcpy(sup + 2 * lane, &bv.super_d, 2);
+          if (L.has_min) std::memcpy(sup + 32 + 2 * lane, &bv.super_neg_min, 2);
+        }
       }
     }
     return above;
@@ -422,18 +433,18 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     for (std::int64_t t = t0; t < t1; ++t) {
       std::byte* tile = m.data_.get() + t * m.tile_bytes_;
       const std::int64_t r_end = std::min((t + 1) * kTileRows, m.rows_);
-      // Every byte of a full tile is written below, except by the nibble-merging path; a partial tile's padding rows
-      // stay u = 0, d = 0, m = 0.
-      if (r_end - t * kTileRows < kTileRows || (L.u4 && !nibbles)) std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
+      // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes; a partial tile's
+      // padding rows stay u = 0, d = 0, m = 0.
+      if (r_end - t * kTileRows < kTileRows || !L.half_scales) std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
       for (std::int64_t r = t * kTileRows; r < r_end; ++r) above = pack_row(r, tile) && above;
     }
     return above && !L.u4 && L.zero == 128;
   };
-  // A large matrix packs on several threads, each a contiguous range of tiles (every byte is written the same whatever
+  // A large matrix (1M values or more) packs on several threads, each a contiguous range of tiles (every byte is written the same whatever
   // the split; a model's load was mostly this loop on one core).
   const std::int64_t tiles = m.tiles();
   const auto cpus = static_cast<std::int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  const std::int64_t workers = total >= (std::size_t{4} << 20) ? std::min<std::int64_t>({cpus, 8, tiles}) : 1;
+  const std::int64_t workers = m.rows_ * m.cols_ >= (std::int64_t{1} << 20) ? std::min<std::int64_t>({cpus, 8, tiles}) : 1;
   bool above_min = true;
   if (workers <= 1) {
     above_min = pack_tiles(0, tiles);
@@ -457,16 +468,17 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
   return m;
 }
 
-void PackedMatrix::Layout::scale_min(const std::byte* tb, std::int64_t lane, float& d, float& m) const noexcept {
-  const std::byte* sc = tb + value_bytes();
-  const std::byte* mn = sc + scale_bytes();
+void PackedMatrix::Layout::scale_min(const std::byte* tile, std::int64_t blocks, std::int64_t b, std::int64_t lane, float& d,
+                                     float& m) const noexcept {
+  const std::byte* sc = scales(tile, blocks, b);
   m = 0.f;
   if (half_scales) {
     d = half_to_float(u16(sc + 2 * lane));
-    if (has_min) m = half_to_float(u16(mn + 2 * lane));
-  } else {
-    std::memcpy(&d, sc + 4 * lane, 4);
-    if (has_min) std::memcpy(&m, mn + 4 * lane, 4);
+    if (has_min) m = half_to_float(u16(sc + 32 + 2 * lane));
+  } else {  // the products the vector paths compute: float(D) * float(s), float(-Dmin) * float(s_min)
+    const std::byte* sup = supers(tile, blocks, b);
+    d = half_to_float(u16(sup + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[lane]));
+    if (has_min) m = half_to_float(u16(sup + 32 + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[16 + lane]));
   }
 }
 
@@ -475,12 +487,13 @@ void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
   const Layout& L = layout_;
   const std::int64_t lane = r % kTileRows;
   const std::byte* t = tile(r / kTileRows);
-  for (std::int64_t b = 0; b < cols_ / block_; ++b) {
-    const std::byte* tb = t + b * L.tile_block_bytes();
+  const std::int64_t blocks = cols_ / block_;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::byte* vb = L.values(t, blocks, b);
     float d, m;
-    L.scale_min(tb, lane, d, m);
+    L.scale_min(t, blocks, b, lane, d, m);
     for (std::int64_t e = 0; e < L.block; ++e) {
-      const float w = d * static_cast<float>(L.value(tb, lane, e) - L.zero);
+      const float w = d * static_cast<float>(L.value(vb, lane, e) - L.zero);
       out[b * L.block + e] = L.has_min ? w + m : w;
     }
   }

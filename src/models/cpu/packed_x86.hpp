@@ -20,16 +20,21 @@ namespace specdec::models::detail {
 #ifdef SPECDEC_PACKED_X86
 namespace {
 
-// u4: 4-bit values; half: d (and m) stored as half; min: has a minimum; z: zero point; blk: values per block; vmax: the
+// u4: 4-bit values; half: d (and m) stored as half per block, else sub-scales (an int8 per block times a half per
+// 256-value super-block, PackedMatrix::Layout); min: has a minimum; z: zero point; blk: values per block; vmax: the
 // largest value (AVX2 takes 8-bit values below 64 whole).
 struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32, vmax = 15; };
 struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
 struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
 struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
-// Q5_1 and Q5_K (5-bit values, float d and m), Q2_K (2-bit values in 16-value blocks), IQ4_XS (Q8_0's values, float d).
+// Q3_K: 3-bit values (value + 4 hbit) in 4 bits around zero point 4, 16-value blocks.
+struct FQ3_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 4, blk = 16, vmax = 7; };
+// Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales), Q2_K (2-bit values in 16-value blocks), IQ4_XS
+// (Q8_0's values, sub-scales).
+struct FQ5_1 { static constexpr bool u4 = false, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
 struct FQ5_K { static constexpr bool u4 = false, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
-struct FQ2_K { static constexpr bool u4 = false, half = false, min = true; static constexpr int z = 0, blk = 16, vmax = 3; };
+struct FQ2_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 16, vmax = 3; };
 struct FIQ4_XS { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 
 inline std::int32_t load_i32(const std::byte* p) {
@@ -47,13 +52,61 @@ template <class F>
 constexpr std::int64_t value_bytes() {
   return F::u4 ? 8 * F::blk : 16 * F::blk;
 }
+// A block's scales for the 16 rows (d, then m): halves, or int8 sub-scales.
 template <class F>
 constexpr std::int64_t scale_bytes() {
-  return F::half ? 32 : 64;
+  return (F::half ? 32 : 16) * (F::min ? 2 : 1);
 }
+// Half scales: a tile block (values, then scales).
 template <class F>
 constexpr std::int64_t tile_block_bytes() {
-  return value_bytes<F>() + scale_bytes<F>() * (F::min ? 2 : 1);
+  return value_bytes<F>() + scale_bytes<F>();
+}
+// Sub-scales (PackedMatrix::Layout): blocks per super-block, a super-block's halves (D, then -Dmin) for the 16 rows, and
+// its group in the tile (values, s, halves, padded to 64 bytes).
+template <class F>
+constexpr std::int64_t super_blocks() {
+  return F::half ? 1 : 256 / F::blk;
+}
+template <class F>
+constexpr std::int64_t super_bytes() {
+  return 32 * (F::min ? 2 : 1);
+}
+template <class F>
+constexpr std::int64_t group_bytes() {
+  return (super_blocks<F>() * (value_bytes<F>() + scale_bytes<F>()) + super_bytes<F>() + 63) / 64 * 64;
+}
+// Block b's values, scales and super-block halves in a tile (PackedMatrix::Layout::values, scales, supers).
+template <class F>
+inline const std::byte* values_at(const std::byte* tile, std::int64_t b) {
+  if constexpr (F::half) return tile + b * tile_block_bytes<F>();
+  else return tile + b / super_blocks<F>() * group_bytes<F>() + b % super_blocks<F>() * value_bytes<F>();
+}
+template <class F>
+inline const std::byte* scales_at(const std::byte* tile, std::int64_t b) {
+  if constexpr (F::half) return tile + b * tile_block_bytes<F>() + value_bytes<F>();
+  else return tile + b / super_blocks<F>() * group_bytes<F>() + super_blocks<F>() * value_bytes<F>() + b % super_blocks<F>() * scale_bytes<F>();
+}
+template <class F>
+inline const std::byte* supers_at(const std::byte* tile, std::int64_t b) {
+  return tile + b / super_blocks<F>() * group_bytes<F>() + super_blocks<F>() * (value_bytes<F>() + scale_bytes<F>());
+}
+// Prefetches block b's bytes of a tile: its tile block, or its values and, at a super-block's first block, the rest of
+// that group (its scales and halves).
+template <class F>
+inline void prefetch_block(const std::byte* tile, std::int64_t b) {
+  if constexpr (F::half) {
+    const std::byte* v = tile + b * tile_block_bytes<F>();
+    for (std::int64_t off = 0; off < tile_block_bytes<F>(); off += 64) _mm_prefetch(reinterpret_cast<const char*>(v + off), _MM_HINT_T0);
+  } else {
+    const std::byte* v = values_at<F>(tile, b);
+    for (std::int64_t off = 0; off < value_bytes<F>(); off += 64) _mm_prefetch(reinterpret_cast<const char*>(v + off), _MM_HINT_T0);
+    if (b % super_blocks<F>() == 0) {
+      const std::byte* g = scales_at<F>(tile, b);
+      constexpr std::int64_t rest = group_bytes<F>() - super_blocks<F>() * value_bytes<F>();
+      for (std::int64_t off = 0; off < rest; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
+    }
+  }
 }
 
 // Runs Run<F>::go(a) for the weight's layout (packed_matrix.hpp: formats share layouts).
@@ -66,9 +119,9 @@ void dispatch(const PackedArgs& a) {
     case GgmlType::kQ5_0:
     case GgmlType::kIQ4_NL: Run<FQ8_0>::go(a); return;
     case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
-    case GgmlType::kQ6_K:
-    case GgmlType::kQ3_K: Run<FQ6_K>::go(a); return;
-    case GgmlType::kQ5_1:
+    case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
+    case GgmlType::kQ3_K: Run<FQ3_K>::go(a); return;
+    case GgmlType::kQ5_1: Run<FQ5_1>::go(a); return;
     case GgmlType::kQ5_K: Run<FQ5_K>::go(a); return;
     case GgmlType::kQ2_K: Run<FQ2_K>::go(a); return;
     case GgmlType::kIQ4_XS: Run<FIQ4_XS>::go(a); return;
@@ -80,17 +133,47 @@ void dispatch(const PackedArgs& a) {
 
 // The 16 rows' scales d and minimums m (0 without one) of a tile block (tb: the block's first byte).
 template <class F>
-SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std::byte* tb, __m512& d, __m512& m) {
-  const std::byte* sc = tb + value_bytes<F>();
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std::byte* tile, std::int64_t blocks, std::int64_t b,
+                                                                       __m512& d, __m512& m) {
+  (void)blocks;
+  const std::byte* sc = scales_at<F>(tile, b);
   m = _mm512_setzero_ps();
   if constexpr (F::half) {
     d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
     if constexpr (F::min) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
-  } else {
-    d = _mm512_loadu_ps(sc);
-    if constexpr (F::min) m = _mm512_loadu_ps(sc + 64);
+  } else {  // float(D) * float(s): the exact products (Layout::scale_min)
+    const std::byte* sup = supers_at<F>(tile, b);
+    const auto s16 = [](const std::byte* p) SPECDEC_TARGET_AVX512 {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    };
+    d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup))), s16(sc));
+    if constexpr (F::min) m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32))), s16(sc + 16));
   }
 }
+
+// avx512_scales for blocks taken in ascending order from 0: a super-block's halves are converted once, at its first block.
+template <class F>
+struct Avx512ScaleStream {
+  __m512 D, M;
+  SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void at(const std::byte* tile, std::int64_t blocks, std::int64_t b,
+                                                              __m512& d, __m512& m) {
+    if constexpr (F::half) {
+      avx512_scales<F>(tile, blocks, b, d, m);
+    } else {
+      const std::byte* sc = scales_at<F>(tile, b);
+      if (b % super_blocks<F>() == 0) {
+        const std::byte* sup = supers_at<F>(tile, b);
+        D = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup)));
+        if constexpr (F::min) M = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32)));
+      }
+      const auto s16 = [](const std::byte* p) SPECDEC_TARGET_AVX512 {
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+      };
+      d = _mm512_mul_ps(D, s16(sc));
+      m = F::min ? _mm512_mul_ps(M, s16(sc + 16)) : _mm512_setzero_ps();
+    }
+  }
+};
 
 // One block of one token row for 16 weight rows: s = the exact integer sums (planes combined), q = the token block's
 // dx and S. Returns e * dx + acc with e = d * float(s - z * S) (+ m * float(S)).

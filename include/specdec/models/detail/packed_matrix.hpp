@@ -8,13 +8,15 @@
 //
 //   weight = d * (u - z) + m
 //
-// The conversion is exact (no value changes): Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128) keep their half-precision d and m;
-// Q4_K's 32-value sub-blocks become (u4, d * scale, -dmin * min) and Q6_K's 16-value sub-blocks (u6 in a byte, z 32, d * scale),
-// both exact in float32. The other formats take one byte per value: Q5_0 (q + 112, z 128) and IQ4_NL (its table value + 128,
-// z 128) Q8_0's layout; Q3_K's 16-value sub-blocks (value + 4 hbit + 28, z 32, d * (scale - 32)) Q6_K's; Q5_1 (q, float d
-// and m) and Q5_K's 32-value sub-blocks (q, d * scale, -dmin * min) share one; Q2_K's 16-value sub-blocks (q, d * scale,
-// -dmin * min) and IQ4_XS's 32-value sub-blocks (table value + 128, z 128, d * (scale - 32)) have their own. Every one of
-// these integers and float products is exact.
+// The conversion is exact (no value changes). Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128), Q5_0 (q + 112 in a byte,
+// z 128), Q5_1 (q in a byte, m) and IQ4_NL (its table value + 128, z 128) keep their half-precision d and m per block.
+// The K-quants and IQ4_XS keep their two-level scales as sub-scales (Layout): d = D * s with D the super-block's half and
+// s the sub-block's small integer, m = -Dmin * s_min, products exact in float32. Q4_K's 32-value sub-blocks are u4 with
+// (s, s_min); Q5_K's 32-value sub-blocks q in a byte with (s, s_min); Q6_K's 16-value sub-blocks u6 in a byte, z 32, s;
+// Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32; Q2_K's 16-value sub-blocks u4 = q with (s, s_min);
+// IQ4_XS's 32-value sub-blocks table value + 128 in a byte, z 128, s = scale - 32. A tile of a 4-bit layout reads 0.5
+// byte a weight plus its scales, an 8-bit one 1 byte: Q4_K 1.03 times the file's bits, Q3_K 1.35, Q2_K 1.95, Q6_K 1.31,
+// Q5_K 1.57, IQ4_XS 1.97 (with float d and m per block and Q2_K / Q3_K in bytes: 1.33, 2.91, 4.57, 1.52, 1.82, 2.12).
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -151,26 +153,69 @@ class PackedMatrix {
   }
 
   /// The layout of one format (see the file comment); public for the kernels.
+  ///
+  /// Block scales come in two forms. Half scales (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL): a tile block is its values, then
+  /// the 16 rows' d as IEEE half, then their m, so block b starts at b * tile_block_bytes(). Sub-scales (the K-quants
+  /// and IQ4_XS, whose files scale each sub-block by a small integer times a half per 256-value super-block): d is
+  /// float(D) * float(s), D the super-block's half and s the block's int8 (and m = float(-Dmin) * float(s_min), which is
+  /// -(Dmin * s_min) exactly), as the file has them, so d and m are the exact float products a reader computes. Such a
+  /// tile is one group per super-block, read in order: its blocks' values (value_bytes() each), their 16 int8 s (and
+  /// 16 s_min) each, the 16 halves D (and 16 halves -Dmin), padded to 64 bytes. That keeps each block's values 64-byte
+  /// aligned, the tile one stream, and reads 1 + 1/super bytes of scale per 16 weights instead of a float's 4.
   struct Layout {
     bool u4 = true;            // 4-bit values (two per byte) or one per byte
-    bool half_scales = true;   // d and m stored as IEEE half, or float
+    bool half_scales = true;   // d and m per block as IEEE half, or sub-scales (above)
     bool has_min = false;
     std::int32_t zero = 0;     // z
     std::int64_t block = 32;   // values per block
-    // Bytes of one tile block: values (16 rows), then 16 scales, then 16 minimums (if any).
     std::int64_t value_bytes() const noexcept { return u4 ? 8 * block : 16 * block; }
-    std::int64_t scale_bytes() const noexcept { return half_scales ? 32 : 64; }
-    std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes() * (has_min ? 2 : 1); }
-    /// Value e of row `lane` in a tile block (tb: the block's first byte).
-    int value(const std::byte* tb, std::int64_t lane, std::int64_t e) const noexcept {
-      const auto* v = reinterpret_cast<const std::uint8_t*>(tb);
-      if (!u4) return v[(e / 4) * 64 + lane * 4 + e % 4];
-      const std::int64_t g = e % 16;
-      const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
-      return e < 16 ? (byte & 0xF) : (byte >> 4);
+    /// Bytes of one block's scales (d, or d and m) for the 16 rows.
+    std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
+    /// Half scales: bytes of one tile block (values, then scales).
+    std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes(); }
+    /// Sub-scales: blocks per super-block (256 values: 16 or 8, so a shift), and bytes of a super-block's halves for the
+    /// 16 rows.
+    int super_shift() const noexcept { return half_scales ? 0 : block == 16 ? 4 : 3; }
+    std::int64_t super_blocks() const noexcept { return std::int64_t{1} << super_shift(); }
+    std::int64_t super_bytes() const noexcept { return half_scales ? 0 : 32 * (has_min ? 2 : 1); }
+    /// Sub-scales: bytes of one super-block's group in a tile (a multiple of 64).
+    std::int64_t group_bytes() const noexcept {
+      return (super_blocks() * (value_bytes() + scale_bytes()) + super_bytes() + 63) / 64 * 64;
     }
-    /// Scale d and minimum m (0 without one) of row `lane` in a tile block.
-    void scale_min(const std::byte* tb, std::int64_t lane, float& d, float& m) const noexcept;
+    /// Bytes of one tile of `blocks` blocks (a multiple of 64; sub-scales: blocks a multiple of super_blocks()).
+    std::int64_t tile_bytes(std::int64_t blocks) const noexcept {
+      return half_scales ? (blocks * tile_block_bytes() + 63) / 64 * 64 : (blocks >> super_shift()) * group_bytes();
+    }
+    /// Block b's values in a tile (of `blocks` blocks).
+    const std::byte* values(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
+      (void)blocks;
+      if (half_scales) return tile + b * tile_block_bytes();
+      return tile + (b >> super_shift()) * group_bytes() + (b & (super_blocks() - 1)) * value_bytes();
+    }
+    /// Block b's scales: half d (and m) of the 16 rows, or int8 s (and s_min).
+    const std::byte* scales(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
+      (void)blocks;
+      if (half_scales) return tile + b * tile_block_bytes() + value_bytes();
+      return tile + (b >> super_shift()) * group_bytes() + super_blocks() * value_bytes() +
+             (b & (super_blocks() - 1)) * scale_bytes();
+    }
+    /// Sub-scales: the halves D (and -Dmin) of block b's super-block.
+    const std::byte* supers(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
+      (void)blocks;
+      return tile + (b >> super_shift()) * group_bytes() + super_blocks() * (value_bytes() + scale_bytes());
+    }
+    /// Value e of row `lane` in a block (vb: the block's values). 4-bit values: element e of the block's first half in
+    /// the low nibble, e + block / 2 in the high nibble of the same byte.
+    int value(const std::byte* vb, std::int64_t lane, std::int64_t e) const noexcept {
+      const auto* v = reinterpret_cast<const std::uint8_t*>(vb);
+      if (!u4) return v[(e / 4) * 64 + lane * 4 + e % 4];
+      const std::int64_t half = block / 2, g = e & (half - 1);  // block: 16 or 32
+      const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
+      return e < half ? (byte & 0xF) : (byte >> 4);
+    }
+    /// Scale d and minimum m (0 without one) of row `lane` in block b of a tile of `blocks` blocks.
+    void scale_min(const std::byte* tile, std::int64_t blocks, std::int64_t b, std::int64_t lane, float& d,
+                   float& m) const noexcept;
   };
   const Layout& layout() const noexcept { return layout_; }
   const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
