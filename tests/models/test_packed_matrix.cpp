@@ -146,8 +146,9 @@ TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
   EXPECT_THROW(m.dequantize_row(rows, row.data()), specdec::error);
 }
 
-// What a product reads: the layout's bits a weight (docs/models.md, "Quant types"): 4-bit values for Q2_K and Q3_K, and
-// the K-quants' scales as int8 sub-scales beside a half per super-block, not float d and m per block. 32 rows of 1024
+// What a product reads: the layout's bits a weight (docs/models.md, "Quant types"): 4-bit values for Q2_K and Q3_K, 4
+// bits and a plane of fifth bits for the 5-bit formats, and the K-quants' scales as int8 sub-scales beside a half per
+// super-block, not float d and m per block. 32 rows of 1024
 // columns (whole tiles, whole super-blocks), so the tiles hold no padding.
 TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
   const Format f = GetParam();
@@ -155,10 +156,11 @@ TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
   switch (f.type) {
     case GgmlType::kQ4_0: bits = 4.5; break;
     case GgmlType::kQ4_1: bits = 5.0; break;
-    case GgmlType::kQ8_0: case GgmlType::kQ5_0: case GgmlType::kIQ4_NL: bits = 8.5; break;
-    case GgmlType::kQ5_1: bits = 9.0; break;
+    case GgmlType::kQ8_0: case GgmlType::kIQ4_NL: bits = 8.5; break;
+    case GgmlType::kQ5_0: bits = 5.5; break;  // 4 bits and a bit plane
+    case GgmlType::kQ5_1: bits = 6.0; break;
     case GgmlType::kQ4_K: bits = 4.625; break;
-    case GgmlType::kQ5_K: bits = 8.625; break;
+    case GgmlType::kQ5_K: bits = 5.625; break;
     case GgmlType::kQ6_K: bits = 8.625; break;  // with 32 bytes of padding a super-block group
     case GgmlType::kQ3_K: bits = 4.625; break;   // likewise
     case GgmlType::kQ2_K: bits = 5.125; break;

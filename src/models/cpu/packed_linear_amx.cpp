@@ -61,8 +61,15 @@ SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std:
   #pragma GCC unroll 4
   for (int c = 0; c < kChunks; ++c) {
     const __m512i raw = _mm512_loadu_si512(tb + 64 * c);
-    _mm512_store_si512(unpacked + 64 * c, _mm512_and_si512(raw, low4));
-    _mm512_store_si512(unpacked + 64 * (kChunks + c), _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4));
+    __m512i lo = _mm512_and_si512(raw, low4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    if constexpr (bit_plane<F>()) {  // + 16 where the byte's fifth bit is set
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      const std::byte* plane = tb + 8 * F::blk + 16 * c;
+      lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(load_u64(plane)), lo, sixteen);
+      hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(load_u64(plane + 8)), hi, sixteen);
+    }
+    _mm512_store_si512(unpacked + 64 * c, lo);
+    _mm512_store_si512(unpacked + 64 * (kChunks + c), hi);
   }
 }
 

@@ -56,7 +56,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
   const std::byte* tp[TR];
   #pragma GCC unroll 16
   for (int r = 0; r < TR; ++r) tp[r] = w.tile(tile + r);
@@ -88,9 +88,15 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
       for (int c = 0; c < F::blk / 8; ++c) {
         #pragma GCC unroll 16
         for (int r = 0; r < TR; ++r) {
-          const __m512i raw = _mm512_loadu_si512(values_at<F>(tp[r], b) + 64 * c);
-          const __m512i lo = _mm512_and_si512(raw, low4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          const std::byte* vb = values_at<F>(tp[r], b);
+          const __m512i raw = _mm512_loadu_si512(vb + 64 * c);
+          __m512i lo = _mm512_and_si512(raw, low4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+          if constexpr (bit_plane<F>()) {  // + 16 where the byte's fifth bit is set
+            const std::byte* plane = vb + 8 * F::blk + 16 * c;
+            lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(load_u64(plane)), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(load_u64(plane + 8)), hi, sixteen);
+          }
           #pragma GCC unroll 16
           for (int t = 0; t < NT; ++t) {
             const std::byte* q = xr[t] + b * xbb;
@@ -202,7 +208,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       // AVX2: the block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation
       // byte (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
       // columns) at most 30480, so the 16-bit sums are exact and the 32-bit sums those of widening every pair, with a
-      // quarter fewer instructions per weight. AVX-VNNI: vpdpbusd straight into the 32-bit sums.
+      // quarter fewer instructions per weight. 5-bit values (a bit plane) give pairs of at most 7874, so their 16-bit sums
+      // widen every chunk (its low and high nibbles' pairs: at most 15748). AVX-VNNI: vpdpbusd straight into the 32-bit
+      // sums.
       __m256i s16[NT], r16[NT];
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) s16[t] = r16[t] = _mm256_setzero_si256();
@@ -211,8 +219,21 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       #pragma GCC unroll 16
       for (int c = 0; c < F::blk / 8; ++c) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
-        const __m256i lo = _mm256_and_si256(raw, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        __m256i lo = _mm256_and_si256(raw, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        if constexpr (bit_plane<F>()) {  // rows 8h..: bits 32h.. of the chunk's masks; + 16 where the fifth bit is set
+          const std::byte* plane = tb - 32 * h + 8 * F::blk + 16 * c + 4 * h;
+          const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                                  2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+          const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+          const __m256i sixteen = _mm256_set1_epi8(16);
+          auto fifth = [&](std::int32_t m) SPECDEC_TARGET_AVX2 {
+            const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(m), spread), bit);
+            return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), sixteen);
+          };
+          lo = _mm256_or_si256(lo, fifth(load_i32(plane)));
+          hi = _mm256_or_si256(hi, fifth(load_i32(plane + 8)));
+        }
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           const std::byte* q = xr[t] + b * xbb;
@@ -220,6 +241,13 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
             is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + kHalf + 4 * c));
             if constexpr (P == 2)
               is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + kHalf + 4 * c));
+          } else if constexpr (bit_plane<F>()) {
+            is[t] = _mm256_add_epi32(
+                is[t], _mm256_madd_epi16(_mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + kHalf + 4 * c))), ones));
+            if constexpr (P == 2)
+              is2[t] = _mm256_add_epi32(is2[t], _mm256_madd_epi16(_mm256_add_epi16(pairs(lo, load_i32(q + F::blk + 4 * c)),
+                                                                                   pairs(hi, load_i32(q + F::blk + kHalf + 4 * c))),
+                                                                  ones));
           } else {
             s16[t] = _mm256_add_epi16(s16[t], _mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + kHalf + 4 * c))));
             if constexpr (P == 2)
@@ -228,7 +256,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
           }
         }
       }
-      if constexpr (!kVnni) {
+      if constexpr (!kVnni && !bit_plane<F>()) {
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           is[t] = _mm256_madd_epi16(s16[t], ones);

@@ -64,11 +64,11 @@ FormatInfo format_info(GgmlType type) {
     case GgmlType::kQ4_K: return {L{true, false, true, 0, 32}, 256, 144};
     case GgmlType::kQ6_K: return {L{false, false, false, 32, 16}, 256, 210};
     // The other formats take one of these layouts, or one of three more (the values re-based exactly, see read_block).
-    case GgmlType::kQ5_0: return {L{false, true, false, 128, 32}, 32, 22};
+    case GgmlType::kQ5_0: return {L{true, true, false, 16, 32, true}, 32, 22};
     case GgmlType::kIQ4_NL: return {L{false, true, false, 128, 32}, 32, 18};
     case GgmlType::kQ3_K: return {L{true, false, false, 4, 16}, 256, 110};
-    case GgmlType::kQ5_1: return {L{false, true, true, 0, 32}, 32, 24};
-    case GgmlType::kQ5_K: return {L{false, false, true, 0, 32}, 256, 176};
+    case GgmlType::kQ5_1: return {L{true, true, true, 0, 32, true}, 32, 24};
+    case GgmlType::kQ5_K: return {L{true, false, true, 0, 32, true}, 256, 176};
     case GgmlType::kQ2_K: return {L{true, false, true, 0, 16}, 256, 84};
     case GgmlType::kIQ4_XS: return {L{false, false, false, 128, 32}, 256, 136};
     default: return {};
@@ -138,7 +138,7 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       return;
     }
     case GgmlType::kQ5_0:
-    case GgmlType::kQ5_1: {  // 5-bit q; Q5_0's x = d (q - 16) as u = q + 112 around zero point 128 (Q8_0's layout)
+    case GgmlType::kQ5_1: {  // 5-bit q (Q5_0: around zero point 16), 4 bits and a bit plane in the tile
       const bool q51 = type == GgmlType::kQ5_1;
       const std::byte* blk = row + b * (q51 ? 24 : 22);
       const std::byte* qh = blk + (q51 ? 4 : 2);
@@ -149,11 +149,7 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
         out.u[j + 16] = static_cast<std::uint8_t>((u8(qs, j) >> 4) | high(j + 16));
       }
       out.d_half = u16(blk);
-      if (q51) {
-        out.m_half = u16(blk + 2);
-      } else {
-        for (int j = 0; j < 32; ++j) out.u[j] = static_cast<std::uint8_t>(out.u[j] + 112);
-      }
+      if (q51) out.m_half = u16(blk + 2);
       return;
     }
     case GgmlType::kIQ4_NL: {  // u = value + 128, zero point 128
@@ -398,10 +394,18 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
       if (nibbles) {
         // A constant trip count: through a captured reference, the bound would be reloaded after every byte stored.
         const auto merge = [&]<int H>() {
-          for (int e = 0; e < H; ++e) v[at[e]] = static_cast<std::uint8_t>(bv.u[e] | (bv.u[e + H] << 4));
+          for (int e = 0; e < H; ++e) v[at[e]] = static_cast<std::uint8_t>((bv.u[e] & 0xF) | (bv.u[e + H] << 4));
         };
         if (half == 16) merge.template operator()<16>();
         else merge.template operator()<8>();
+        if (L.bit_plane) {  // the fifth bits: byte i of chunk c is bit i of the chunk's low (then high) nibbles' 8 bytes
+          std::uint8_t* plane = v + 8 * L.block;
+          for (std::int64_t e = 0; e < L.block; ++e) {
+            const std::int64_t g = e % half, i = lane * 4 + g % 4;
+            std::uint8_t& bits = plane[16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
+            bits = static_cast<std::uint8_t>(bits | (((bv.u[e] >> 4) & 1) << (i % 8)));
+          }
+        }
       } else {
         std::uint8_t any_zero = 0;
         for (std::int64_t e = 0; e < L.block; ++e) {
@@ -433,9 +437,10 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     for (std::int64_t t = t0; t < t1; ++t) {
       std::byte* tile = m.data_.get() + t * m.tile_bytes_;
       const std::int64_t r_end = std::min((t + 1) * kTileRows, m.rows_);
-      // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes; a partial tile's
-      // padding rows stay u = 0, d = 0, m = 0.
-      if (r_end - t * kTileRows < kTileRows || !L.half_scales) std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
+      // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes and a bit plane's
+      // (whose bytes the rows set bit by bit); a partial tile's padding rows stay u = 0, d = 0, m = 0.
+      if (r_end - t * kTileRows < kTileRows || !L.half_scales || L.bit_plane)
+        std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
       for (std::int64_t r = t * kTileRows; r < r_end; ++r) above = pack_row(r, tile) && above;
     }
     return above && !L.u4 && L.zero == 128;

@@ -30,10 +30,11 @@ struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static
 struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
 // Q3_K: 3-bit values (value + 4 hbit) in 4 bits around zero point 4, 16-value blocks.
 struct FQ3_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 4, blk = 16, vmax = 7; };
-// Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales), Q2_K (2-bit values in 16-value blocks), IQ4_XS
-// (Q8_0's values, sub-scales).
-struct FQ5_1 { static constexpr bool u4 = false, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
-struct FQ5_K { static constexpr bool u4 = false, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
+// Q5_0, Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales): 4-bit values and a plane of fifth bits
+// (bit_plane below); Q2_K (2-bit values in 16-value blocks), IQ4_XS (Q8_0's values, sub-scales).
+struct FQ5_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 16, blk = 32, vmax = 31; };
+struct FQ5_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
+struct FQ5_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
 struct FQ2_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 16, vmax = 3; };
 struct FIQ4_XS { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 
@@ -48,9 +49,19 @@ inline float load_f32(const std::byte* p) {
   return v;
 }
 
+// 4-bit values with a plane of fifth bits (PackedMatrix::Layout::bit_plane): the 5-bit formats.
+template <class F>
+constexpr bool bit_plane() {
+  return F::u4 && F::vmax > 15;
+}
 template <class F>
 constexpr std::int64_t value_bytes() {
-  return F::u4 ? 8 * F::blk : 16 * F::blk;
+  return F::u4 ? 8 * F::blk + (bit_plane<F>() ? 2 * F::blk : 0) : 16 * F::blk;
+}
+inline std::uint64_t load_u64(const std::byte* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
 }
 // A block's scales for the 16 rows (d, then m): halves, or int8 sub-scales.
 template <class F>
@@ -91,20 +102,24 @@ template <class F>
 inline const std::byte* supers_at(const std::byte* tile, std::int64_t b) {
   return tile + b / super_blocks<F>() * group_bytes<F>() + super_blocks<F>() * (value_bytes<F>() + scale_bytes<F>());
 }
+// A prefetch into L1 that the compiler keeps: GCC deleted _mm_prefetch loops in a helper inlined into the kernels
+// (the objdump of the Q4_1 kernels had none, and a 6-row product from memory took 1.7 times as long).
+[[gnu::always_inline]] inline void prefetch_l1(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
+
 // Prefetches block b's bytes of a tile: its tile block, or its values and, at a super-block's first block, the rest of
 // that group (its scales and halves).
 template <class F>
-inline void prefetch_block(const std::byte* tile, std::int64_t b) {
+[[gnu::always_inline]] inline void prefetch_block(const std::byte* tile, std::int64_t b) {
   if constexpr (F::half) {
     const std::byte* v = tile + b * tile_block_bytes<F>();
-    for (std::int64_t off = 0; off < tile_block_bytes<F>(); off += 64) _mm_prefetch(reinterpret_cast<const char*>(v + off), _MM_HINT_T0);
+    for (std::int64_t off = 0; off < tile_block_bytes<F>(); off += 64) prefetch_l1(v + off);
   } else {
     const std::byte* v = values_at<F>(tile, b);
-    for (std::int64_t off = 0; off < value_bytes<F>(); off += 64) _mm_prefetch(reinterpret_cast<const char*>(v + off), _MM_HINT_T0);
+    for (std::int64_t off = 0; off < value_bytes<F>(); off += 64) prefetch_l1(v + off);
     if (b % super_blocks<F>() == 0) {
       const std::byte* g = scales_at<F>(tile, b);
       constexpr std::int64_t rest = group_bytes<F>() - super_blocks<F>() * value_bytes<F>();
-      for (std::int64_t off = 0; off < rest; off += 64) _mm_prefetch(reinterpret_cast<const char*>(g + off), _MM_HINT_T0);
+      for (std::int64_t off = 0; off < rest; off += 64) prefetch_l1(g + off);
     }
   }
 }
@@ -116,8 +131,8 @@ void dispatch(const PackedArgs& a) {
     case GgmlType::kQ4_0: Run<FQ4_0>::go(a); return;
     case GgmlType::kQ4_1: Run<FQ4_1>::go(a); return;
     case GgmlType::kQ8_0:
-    case GgmlType::kQ5_0:
     case GgmlType::kIQ4_NL: Run<FQ8_0>::go(a); return;
+    case GgmlType::kQ5_0: Run<FQ5_0>::go(a); return;
     case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
     case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
     case GgmlType::kQ3_K: Run<FQ3_K>::go(a); return;

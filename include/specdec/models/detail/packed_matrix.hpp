@@ -8,15 +8,15 @@
 //
 //   weight = d * (u - z) + m
 //
-// The conversion is exact (no value changes). Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128), Q5_0 (q + 112 in a byte,
-// z 128), Q5_1 (q in a byte, m) and IQ4_NL (its table value + 128, z 128) keep their half-precision d and m per block.
-// The K-quants and IQ4_XS keep their two-level scales as sub-scales (Layout): d = D * s with D the super-block's half and
-// s the sub-block's small integer, m = -Dmin * s_min, products exact in float32. Q4_K's 32-value sub-blocks are u4 with
-// (s, s_min); Q5_K's 32-value sub-blocks q in a byte with (s, s_min); Q6_K's 16-value sub-blocks u6 in a byte, z 32, s;
-// Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32; Q2_K's 16-value sub-blocks u4 = q with (s, s_min);
-// IQ4_XS's 32-value sub-blocks table value + 128 in a byte, z 128, s = scale - 32. A tile of a 4-bit layout reads 0.5
-// byte a weight plus its scales, an 8-bit one 1 byte: Q4_K 1.03 times the file's bits, Q3_K 1.35, Q2_K 1.95, Q6_K 1.31,
-// Q5_K 1.57, IQ4_XS 1.97 (with float d and m per block and Q2_K / Q3_K in bytes: 1.33, 2.91, 4.57, 1.52, 1.82, 2.12).
+// The conversion is exact (no value changes). Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128), IQ4_NL (its table value +
+// 128 in a byte, z 128), Q5_0 (u5, z 16) and Q5_1 (u5, m) keep their half-precision d and m per block; u5 is 4-bit
+// values and a plane of fifth bits (Layout::bit_plane). The K-quants and IQ4_XS keep their two-level scales as
+// sub-scales (Layout): d = D * s with D the super-block's half and s the sub-block's small integer, m = -Dmin * s_min,
+// products exact in float32. Q4_K's 32-value sub-blocks are u4 with (s, s_min); Q5_K's u5 with (s, s_min); Q6_K's
+// 16-value sub-blocks u6 in a byte, z 32, s; Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32;
+// Q2_K's 16-value sub-blocks u4 = q with (s, s_min); IQ4_XS's 32-value sub-blocks table value + 128 in a byte, z 128,
+// s = scale - 32. Bits a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 the
+// file's; Q4_K 1.03 times, Q5_K 1.02, Q3_K 1.35, Q6_K 1.31, Q2_K 1.95, IQ4_XS 1.97, IQ4_NL 1.89.
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -168,7 +168,11 @@ class PackedMatrix {
     bool has_min = false;
     std::int32_t zero = 0;     // z
     std::int64_t block = 32;   // values per block
-    std::int64_t value_bytes() const noexcept { return u4 ? 8 * block : 16 * block; }
+    // 5-bit values (u4 only): the 4-bit values' bytes, then a plane of their fifth bits, 2 bytes per value row of the
+    // block: for each 64-byte chunk c of the values, the bits of its low nibbles (8 bytes, bit i for byte i), then of its
+    // high nibbles.
+    bool bit_plane = false;
+    std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + (bit_plane ? 2 * block : 0) : 16 * block; }
     /// Bytes of one block's scales (d, or d and m) for the 16 rows.
     std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
     /// Half scales: bytes of one tile block (values, then scales).
@@ -210,8 +214,12 @@ class PackedMatrix {
       const auto* v = reinterpret_cast<const std::uint8_t*>(vb);
       if (!u4) return v[(e / 4) * 64 + lane * 4 + e % 4];
       const std::int64_t half = block / 2, g = e & (half - 1);  // block: 16 or 32
-      const std::uint8_t byte = v[(g / 4) * 64 + lane * 4 + g % 4];
-      return e < half ? (byte & 0xF) : (byte >> 4);
+      const std::int64_t i = lane * 4 + g % 4;  // the byte in its chunk
+      const std::uint8_t byte = v[(g / 4) * 64 + i];
+      const int low = e < half ? (byte & 0xF) : (byte >> 4);
+      if (!bit_plane) return low;
+      const std::uint8_t bits = v[8 * block + 16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
+      return low | (((bits >> (i % 8)) & 1) << 4);
     }
     /// Scale d and minimum m (0 without one) of row `lane` in block b of a tile of `blocks` blocks.
     void scale_min(const std::byte* tile, std::int64_t blocks, std::int64_t b, std::int64_t lane, float& d,
