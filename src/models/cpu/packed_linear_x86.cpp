@@ -2,8 +2,9 @@
 //
 // A tile holds 16 weight rows; its block's values sit 4 bytes of each row side by side, so one 64-byte load is a VNNI
 // operand: vpdpbusd multiplies it (unsigned) by 4 activation bytes broadcast to every row (signed) and adds the 16 rows'
-// 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is 4 loads, each
-// split into its low nibbles (values 4c..4c+3) and high nibbles (16+4c..16+4c+3). AVX2 does the same per 8-row half tile
+// 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is blk / 8 loads,
+// each split into its low nibbles (values 4c..4c+3) and high nibbles (blk/2+4c..); a 5-bit block then adds 16 to the
+// bytes its plane of fifth bits marks (PackedMatrix::Layout::bit_plane). AVX2 does the same per 8-row half tile
 // with vpmaddubsw + vpmaddwd (Q8_0's 8-bit values go whole as signed values where the matrix has no -128, else as two
 // nibble halves, so no 16-bit sum can saturate; Q6_K's, below 64, go whole). The float stage
 // is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path. AVX-VNNI
@@ -265,7 +266,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       }
     } else {
       // 8-bit values. vpmaddubsw saturates a pair at 32767, so values up to 255 (Q8_0's, offset by 128) go as two nibble
-      // halves; values below 64 (Q6_K's 6 bits, offset by 32; Q5_K's, Q2_K's) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
+      // halves; values below 64 (Q6_K's 6 bits, offset by 32) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
       // 32-bit sums take any byte whole. kSigned: Q8_0's values w = byte - 128 in [-127, 127] multiply the activations as
       // |x| * (w sgn x) (vpsignb), pairs of at most 2 * 127 * 127 = 32258; the sums then lack the zero point's
       // 128 * sum(x), which the float stage below would subtract, so it skips that.
