@@ -384,9 +384,15 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     BlockValues bv;
     bool above = !L.u4 && L.zero == 128;
     std::int64_t at[32];
+    // A bit plane's byte and bit of element e in this lane (Layout::value).
+    std::int64_t plane_at[32];
+    int plane_bit[32];
     for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
       const std::int64_t g = L.u4 ? e % half : e;
       at[e] = (g / 4) * 64 + lane * 4 + g % 4;
+      const std::int64_t i = lane * 4 + g % 4;
+      plane_at[e] = 16 * (g / 4) + (e < half ? 0 : 8) + i / 8;
+      plane_bit[e] = static_cast<int>(i % 8);
     }
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
@@ -400,11 +406,8 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         else merge.template operator()<8>();
         if (L.bit_plane) {  // the fifth bits: byte i of chunk c is bit i of the chunk's low (then high) nibbles' 8 bytes
           std::uint8_t* plane = v + 8 * L.block;
-          for (std::int64_t e = 0; e < L.block; ++e) {
-            const std::int64_t g = e % half, i = lane * 4 + g % 4;
-            std::uint8_t& bits = plane[16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
-            bits = static_cast<std::uint8_t>(bits | (((bv.u[e] >> 4) & 1) << (i % 8)));
-          }
+          for (int e = 0; e < 32; ++e)  // 5-bit formats have blocks of 32
+            plane[plane_at[e]] = static_cast<std::uint8_t>(plane[plane_at[e]] | (((bv.u[e] >> 4) & 1) << plane_bit[e]));
         }
       } else {
         std::uint8_t any_zero = 0;
