@@ -19,7 +19,7 @@ void packed_linear_portable(const PackedArgs& a) {
       for (std::int64_t i = 0; i < x.n; ++i) {
         float acc = 0.f;
         for (std::int64_t b = 0; b < blocks; ++b) {
-          const std::byte* vb = L.values(tile, blocks, b);
+          const std::byte* vb = L.values(tile, b);
           const std::byte* xb = x.block_ptr(i, b);
           const auto* q = reinterpret_cast<const std::int8_t*>(xb);
           const std::int64_t head = x.planes * L.block;
@@ -36,7 +36,7 @@ void packed_linear_portable(const PackedArgs& a) {
           if (x.planes == 2) s = 256 * s + s2;
           const float f = static_cast<float>(s - L.zero * sum_q);
           float d, m;
-          L.scale_min(tile, blocks, b, lane, d, m);
+          L.scale_min(tile, b, lane, d, m);
           const float e = L.has_min ? std::fma(d, f, m * static_cast<float>(sum_q)) : d * f;
           acc = std::fma(e, dx, acc);
         }

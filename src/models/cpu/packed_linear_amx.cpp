@@ -103,8 +103,8 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
       if constexpr (NTILES == 2) _tile_loadd(3, tb1, 64);
     }
     __m512 d[2], m[2];
-    avx512_scales<F>(tp0, blocks, b, d[0], m[0]);
-    if constexpr (NTILES == 2) avx512_scales<F>(tp1, blocks, b, d[1], m[1]);
+    avx512_scales<F>(tp0, b, d[0], m[0]);
+    if constexpr (NTILES == 2) avx512_scales<F>(tp1, b, d[1], m[1]);
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::int64_t t0 = std::min(g * M, n - M), first = g * M - t0;
       const std::byte* xa = xd + t0 * x.stride + b * xbb;

@@ -128,7 +128,7 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
     #pragma GCC unroll 16
     for (int r = 0; r < TR; ++r) {
       __m512 d, m;
-      scales[r].at(tp[r], blocks, b, d, m);
+      scales[r].at(tp[r], b, d, m);
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) {
         __m512i s = is[r][t];

@@ -396,7 +396,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     }
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
-      auto* v = reinterpret_cast<std::uint8_t*>(const_cast<std::byte*>(L.values(tile, blocks, b)));
+      auto* v = reinterpret_cast<std::uint8_t*>(const_cast<std::byte*>(L.values(tile, b)));
       if (nibbles) {
         // A constant trip count: through a captured reference, the bound would be reloaded after every byte stored.
         const auto merge = [&]<int H>() {
@@ -417,7 +417,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         }
         above = above && any_zero == 0;
       }
-      auto* sc = const_cast<std::byte*>(L.scales(tile, blocks, b));
+      auto* sc = const_cast<std::byte*>(L.scales(tile, b));
       if (L.half_scales) {
         std::memcpy(sc + 2 * lane, &bv.d_half, 2);
         if (L.has_min) std::memcpy(sc + 32 + 2 * lane, &bv.m_half, 2);
@@ -425,7 +425,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         sc[lane] = static_cast<std::byte>(bv.s);
         if (L.has_min) sc[16 + lane] = static_cast<std::byte>(bv.s_min);
         if ((b & (L.super_blocks() - 1)) == 0) {
-          auto* sup = const_cast<std::byte*>(L.supers(tile, blocks, b));
+          auto* sup = const_cast<std::byte*>(L.supers(tile, b));
           std::memcpy(sup + 2 * lane, &bv.super_d, 2);
           if (L.has_min) std::memcpy(sup + 32 + 2 * lane, &bv.super_neg_min, 2);
         }
@@ -476,15 +476,15 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
   return m;
 }
 
-void PackedMatrix::Layout::scale_min(const std::byte* tile, std::int64_t blocks, std::int64_t b, std::int64_t lane, float& d,
+void PackedMatrix::Layout::scale_min(const std::byte* tile, std::int64_t b, std::int64_t lane, float& d,
                                      float& m) const noexcept {
-  const std::byte* sc = scales(tile, blocks, b);
+  const std::byte* sc = scales(tile, b);
   m = 0.f;
   if (half_scales) {
     d = half_to_float(u16(sc + 2 * lane));
     if (has_min) m = half_to_float(u16(sc + 32 + 2 * lane));
   } else {  // the products the vector paths compute: float(D) * float(s), float(-Dmin) * float(s_min)
-    const std::byte* sup = supers(tile, blocks, b);
+    const std::byte* sup = supers(tile, b);
     d = half_to_float(u16(sup + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[lane]));
     if (has_min) m = half_to_float(u16(sup + 32 + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[16 + lane]));
   }
@@ -497,9 +497,9 @@ void PackedMatrix::dequantize_row(std::int64_t r, float* out) const {
   const std::byte* t = tile(r / kTileRows);
   const std::int64_t blocks = cols_ / block_;
   for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::byte* vb = L.values(t, blocks, b);
+    const std::byte* vb = L.values(t, b);
     float d, m;
-    L.scale_min(t, blocks, b, lane, d, m);
+    L.scale_min(t, b, lane, d, m);
     for (std::int64_t e = 0; e < L.block; ++e) {
       const float w = d * static_cast<float>(L.value(vb, lane, e) - L.zero);
       out[b * L.block + e] = L.has_min ? w + m : w;

@@ -148,9 +148,8 @@ void dispatch(const PackedArgs& a) {
 
 // The 16 rows' scales d and minimums m (0 without one) of a tile block (tb: the block's first byte).
 template <class F>
-SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std::byte* tile, std::int64_t blocks, std::int64_t b,
-                                                                       __m512& d, __m512& m) {
-  (void)blocks;
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std::byte* tile, std::int64_t b, __m512& d,
+                                                                       __m512& m) {
   const std::byte* sc = scales_at<F>(tile, b);
   m = _mm512_setzero_ps();
   if constexpr (F::half) {
@@ -170,10 +169,9 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std
 template <class F>
 struct Avx512ScaleStream {
   __m512 D, M;
-  SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void at(const std::byte* tile, std::int64_t blocks, std::int64_t b,
-                                                              __m512& d, __m512& m) {
+  SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void at(const std::byte* tile, std::int64_t b, __m512& d, __m512& m) {
     if constexpr (F::half) {
-      avx512_scales<F>(tile, blocks, b, d, m);
+      avx512_scales<F>(tile, b, d, m);
     } else {
       const std::byte* sc = scales_at<F>(tile, b);
       if (b % super_blocks<F>() == 0) {

@@ -172,40 +172,37 @@ class PackedMatrix {
     // block: for each 64-byte chunk c of the values, the bits of its low nibbles (8 bytes, bit i for byte i), then of its
     // high nibbles.
     bool bit_plane = false;
-    std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + (bit_plane ? 2 * block : 0) : 16 * block; }
+    constexpr std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + (bit_plane ? 2 * block : 0) : 16 * block; }
     /// Bytes of one block's scales (d, or d and m) for the 16 rows.
-    std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
+    constexpr std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
     /// Half scales: bytes of one tile block (values, then scales).
-    std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes(); }
+    constexpr std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes(); }
     /// Sub-scales: blocks per super-block (256 values: 16 or 8, so a shift), and bytes of a super-block's halves for the
     /// 16 rows.
-    int super_shift() const noexcept { return half_scales ? 0 : block == 16 ? 4 : 3; }
-    std::int64_t super_blocks() const noexcept { return std::int64_t{1} << super_shift(); }
-    std::int64_t super_bytes() const noexcept { return half_scales ? 0 : 32 * (has_min ? 2 : 1); }
+    constexpr int super_shift() const noexcept { return half_scales ? 0 : block == 16 ? 4 : 3; }
+    constexpr std::int64_t super_blocks() const noexcept { return std::int64_t{1} << super_shift(); }
+    constexpr std::int64_t super_bytes() const noexcept { return half_scales ? 0 : 32 * (has_min ? 2 : 1); }
     /// Sub-scales: bytes of one super-block's group in a tile (a multiple of 64).
-    std::int64_t group_bytes() const noexcept {
+    constexpr std::int64_t group_bytes() const noexcept {
       return (super_blocks() * (value_bytes() + scale_bytes()) + super_bytes() + 63) / 64 * 64;
     }
     /// Bytes of one tile of `blocks` blocks (a multiple of 64; sub-scales: blocks a multiple of super_blocks()).
-    std::int64_t tile_bytes(std::int64_t blocks) const noexcept {
+    constexpr std::int64_t tile_bytes(std::int64_t blocks) const noexcept {
       return half_scales ? (blocks * tile_block_bytes() + 63) / 64 * 64 : (blocks >> super_shift()) * group_bytes();
     }
-    /// Block b's values in a tile (of `blocks` blocks).
-    const std::byte* values(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
-      (void)blocks;
+    /// Block b's values in a tile.
+    constexpr const std::byte* values(const std::byte* tile, std::int64_t b) const noexcept {
       if (half_scales) return tile + b * tile_block_bytes();
       return tile + (b >> super_shift()) * group_bytes() + (b & (super_blocks() - 1)) * value_bytes();
     }
     /// Block b's scales: half d (and m) of the 16 rows, or int8 s (and s_min).
-    const std::byte* scales(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
-      (void)blocks;
+    constexpr const std::byte* scales(const std::byte* tile, std::int64_t b) const noexcept {
       if (half_scales) return tile + b * tile_block_bytes() + value_bytes();
       return tile + (b >> super_shift()) * group_bytes() + super_blocks() * value_bytes() +
              (b & (super_blocks() - 1)) * scale_bytes();
     }
     /// Sub-scales: the halves D (and -Dmin) of block b's super-block.
-    const std::byte* supers(const std::byte* tile, std::int64_t blocks, std::int64_t b) const noexcept {
-      (void)blocks;
+    constexpr const std::byte* supers(const std::byte* tile, std::int64_t b) const noexcept {
       return tile + (b >> super_shift()) * group_bytes() + super_blocks() * (value_bytes() + scale_bytes());
     }
     /// Value e of row `lane` in a block (vb: the block's values). 4-bit values: element e of the block's first half in
@@ -221,9 +218,8 @@ class PackedMatrix {
       const std::uint8_t bits = v[8 * block + 16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
       return low | (((bits >> (i % 8)) & 1) << 4);
     }
-    /// Scale d and minimum m (0 without one) of row `lane` in block b of a tile of `blocks` blocks.
-    void scale_min(const std::byte* tile, std::int64_t blocks, std::int64_t b, std::int64_t lane, float& d,
-                   float& m) const noexcept;
+    /// Scale d and minimum m (0 without one) of row `lane` in block b of a tile.
+    void scale_min(const std::byte* tile, std::int64_t b, std::int64_t lane, float& d, float& m) const noexcept;
   };
   const Layout& layout() const noexcept { return layout_; }
   const std::byte* tile(std::int64_t t) const noexcept { return data_.get() + t * tile_bytes_; }
