@@ -6,7 +6,8 @@ SmolLM2 (width 576) and Gemma 3 270M (640) cannot show those types: llama.cpp fa
 not a multiple of 256. The weights are random, so the files are for timing (bench_model, bench/compare-llama-cpp.sh),
 not for text. Needs the PyPI packages gguf and llama-cpp-python (scripts/llama-venv.sh).
 
-usage: write_wide_llama.py OUT_DIR [TYPE ...]   (default types: Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K)
+usage: write_wide_llama.py OUT_DIR [TYPE ...]   (default types: Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K; IQ4_XS, IQ4_NL and the
+other llama.cpp file types are taken too)
 """
 import sys
 from pathlib import Path
@@ -26,9 +27,17 @@ def main():
     import write_gguf_models as w
     import oracle_logits
 
+    types = sys.argv[2:] or ["Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K"]
+    import llama_cpp
+
+    # Every type is checked before anything is written.
+    unknown = [t for t in types if not hasattr(llama_cpp, "LLAMA_FTYPE_ALL_F32" if t == "F32" else f"LLAMA_FTYPE_MOSTLY_{t}")]
+    if unknown:
+        print(f"write_wide_llama.py: TYPE: llama.cpp has no file type {', '.join(map(repr, unknown))} "
+              "(for example Q4_K_M, Q5_K_M, Q6_K, Q3_K_M, Q2_K, IQ4_XS, IQ4_NL, Q8_0)", file=sys.stderr)
+        return 2
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    types = sys.argv[2:] or ["Q4_K_M", "Q5_K_M", "Q6_K", "Q3_K_M", "Q2_K"]
     w.HIDDEN, w.FF, w.VOCAB = 1024, 2816, 8192
     source = out / "wide-model.gguf"  # Q8_0, the writer's type
     if not source.exists():

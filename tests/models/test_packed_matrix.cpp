@@ -156,15 +156,16 @@ TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
   switch (f.type) {
     case GgmlType::kQ4_0: bits = 4.5; break;
     case GgmlType::kQ4_1: bits = 5.0; break;
-    case GgmlType::kQ8_0: case GgmlType::kIQ4_NL: bits = 8.5; break;
+    case GgmlType::kQ8_0: bits = 8.5; break;
+    case GgmlType::kIQ4_NL: bits = 4.5; break;  // indices into the table
     case GgmlType::kQ5_0: bits = 5.5; break;  // 4 bits and a bit plane
     case GgmlType::kQ5_1: bits = 6.0; break;
     case GgmlType::kQ4_K: bits = 4.625; break;
     case GgmlType::kQ5_K: bits = 5.625; break;
-    case GgmlType::kQ6_K: bits = 8.625; break;  // with 32 bytes of padding a super-block group
+    case GgmlType::kQ6_K: bits = 6.625; break;  // 4 bits and two bit planes, 32 bytes of padding a super-block group
     case GgmlType::kQ3_K: bits = 4.625; break;   // likewise
     case GgmlType::kQ2_K: bits = 5.125; break;
-    case GgmlType::kIQ4_XS: bits = 8.375; break;  // likewise
+    case GgmlType::kIQ4_XS: bits = 4.375; break;  // indices into the table, 32 bytes of padding
     default: FAIL() << "no figure for " << to_string(f.type);
   }
   const std::int64_t rows = 32, cols = 1024;

@@ -62,11 +62,11 @@ SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std:
   for (int c = 0; c < kChunks; ++c) {
     const __m512i raw = _mm512_loadu_si512(tb + 64 * c);
     __m512i lo = _mm512_and_si512(raw, low4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-    if constexpr (bit_plane<F>()) {  // + 16 where the byte's fifth bit is set
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      const std::byte* plane = tb + 8 * F::blk + 16 * c;
-      lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(load_u64(plane)), lo, sixteen);
-      hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(load_u64(plane + 8)), hi, sixteen);
+    avx512_high_bits<F>(tb, c, lo, hi);  // + the fifth (and sixth) bits
+    if constexpr (table<F>()) {  // the indices' table values + 128
+      const __m512i lut = _mm512_load_si512(kIq4Unsigned.v);
+      lo = _mm512_shuffle_epi8(lut, lo);
+      hi = _mm512_shuffle_epi8(lut, hi);
     }
     _mm512_store_si512(unpacked + 64 * c, lo);
     _mm512_store_si512(unpacked + 64 * (kChunks + c), hi);

@@ -4,9 +4,11 @@
 // operand: vpdpbusd multiplies it (unsigned) by 4 activation bytes broadcast to every row (signed) and adds the 16 rows'
 // 4-term sums into 16 int32 lanes. 8 such steps give every row's exact integer block sum. A 4-bit block is blk / 8 loads,
 // each split into its low nibbles (values 4c..4c+3) and high nibbles (blk/2+4c..); a 5-bit block then adds 16 to the
-// bytes its plane of fifth bits marks (PackedMatrix::Layout::bit_plane). AVX2 does the same per 8-row half tile
-// with vpmaddubsw + vpmaddwd (Q8_0's 8-bit values go whole as signed values where the matrix has no -128, else as two
-// nibble halves, so no 16-bit sum can saturate; Q6_K's, below 64, go whole). The float stage
+// bytes its plane of fifth bits marks, a 6-bit one (Q6_K) ors in its 2-bit fields of higher bits
+// (PackedMatrix::Layout::high_bits), and an IQ4 block maps its indices to the table's values + 128 by one vpshufb
+// (Layout::table). AVX2 does the same per 8-row half tile with vpmaddubsw + vpmaddwd (Q8_0's 8-bit values go whole as
+// signed values where the matrix has no -128, else as two nibble halves, so no 16-bit sum can saturate; IQ4's table
+// values go as signed values). The float stage
 // is the same few operations on every path (see packed_matrix.hpp), so the result does not depend on the path. AVX-VNNI
 // (8-lane vpdpbusd, on CPUs without AVX-512) runs the AVX2 code with vpdpbusd for the integer sums (8-bit values whole).
 //
@@ -57,7 +59,8 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i lut = _mm512_load_si512(kIq4Unsigned.v);
   const std::byte* tp[TR];
   #pragma GCC unroll 16
   for (int r = 0; r < TR; ++r) tp[r] = w.tile(tile + r);
@@ -93,10 +96,10 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
           const __m512i raw = _mm512_loadu_si512(vb + 64 * c);
           __m512i lo = _mm512_and_si512(raw, low4);
           __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-          if constexpr (bit_plane<F>()) {  // + 16 where the byte's fifth bit is set
-            const std::byte* plane = vb + 8 * F::blk + 16 * c;
-            lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(load_u64(plane)), lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(load_u64(plane + 8)), hi, sixteen);
+          avx512_high_bits<F>(vb, c, lo, hi);
+          if constexpr (table<F>()) {  // the indices' table values + 128
+            lo = _mm512_shuffle_epi8(lut, lo);
+            hi = _mm512_shuffle_epi8(lut, hi);
           }
           #pragma GCC unroll 16
           for (int t = 0; t < NT; ++t) {
@@ -192,6 +195,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
   __m256 acc[NT];
   #pragma GCC unroll 16
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  // IQ4 indices on AVX2: the table's signed values w = u - 128 multiply the activations as |x| (w sgn x), as kSigned's
+  // bytes do, so the sums lack the zero point's 128 S, which the float stage then does not subtract.
+  constexpr bool kSignedTable = table<F>() && !kVnni;
   auto dot4 = [&](__m256i u, std::int32_t q4) SPECDEC_TARGET_AVX2 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_set1_epi32(q4)), ones);
   };
@@ -209,9 +215,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       // AVX2: the block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation
       // byte (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
       // columns) at most 30480, so the 16-bit sums are exact and the 32-bit sums those of widening every pair, with a
-      // quarter fewer instructions per weight. 5-bit values (a bit plane) give pairs of at most 7874, so their 16-bit sums
-      // widen every chunk (its low and high nibbles' pairs: at most 15748). AVX-VNNI: vpdpbusd straight into the 32-bit
-      // sums.
+      // quarter fewer instructions per weight. 5- and 6-bit values (high bits) give pairs of at most 7874 and 16002, so their
+      // 16-bit sums widen every chunk (its low and high nibbles' pairs: at most 32004). AVX-VNNI: vpdpbusd straight into
+      // the 32-bit sums.
       __m256i s16[NT], r16[NT];
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) s16[t] = r16[t] = _mm256_setzero_si256();
@@ -222,7 +228,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 64 * c));
         __m256i lo = _mm256_and_si256(raw, low4);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        if constexpr (bit_plane<F>()) {  // rows 8h..: bits 32h.. of the chunk's masks; + 16 where the fifth bit is set
+        if constexpr (high_bits<F>() == 1) {  // rows 8h..: bits 32h.. of the chunk's masks; + 16 where the fifth bit is set
           const std::byte* plane = tb - 32 * h + 8 * F::blk + 16 * c + 4 * h;
           const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
                                                   2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
@@ -234,6 +240,21 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
           };
           lo = _mm256_or_si256(lo, fifth(load_i32(plane)));
           hi = _mm256_or_si256(hi, fifth(load_i32(plane + 8)));
+        } else if constexpr (high_bits<F>() == 2) {  // the 2-bit fields into bits 4-5: bits 0-3 for rows 0-7, 4-7 for 8-15
+          const __m256i fields = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb - 32 * h + 8 * F::blk + 32 * c));
+          const __m256i bits45 = _mm256_set1_epi8(0x30);
+          if (h == 0) {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(fields, 4), bits45));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(fields, 2), bits45));
+          } else {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(fields, bits45));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi16(fields, 2), bits45));
+          }
+        }
+        if constexpr (table<F>()) {  // AVX-VNNI: the table values + 128; AVX2: the signed values (kSignedTable)
+          const __m256i tab = _mm256_load_si256(reinterpret_cast<const __m256i*>(kVnni ? kIq4Unsigned.v : kIq4Signed.v));
+          lo = _mm256_shuffle_epi8(tab, lo);
+          hi = _mm256_shuffle_epi8(tab, hi);
         }
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
@@ -242,7 +263,16 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
             is[t] = dpbusd8(dpbusd8(is[t], lo, load_i32(q + 4 * c)), hi, load_i32(q + kHalf + 4 * c));
             if constexpr (P == 2)
               is2[t] = dpbusd8(dpbusd8(is2[t], lo, load_i32(q + F::blk + 4 * c)), hi, load_i32(q + F::blk + kHalf + 4 * c));
-          } else if constexpr (bit_plane<F>()) {
+          } else if constexpr (kSignedTable) {  // w x as |x| (w sgn x): pairs of at most 2 * 127 * 127, widened at once
+            auto spairs = [&](__m256i w, std::int32_t q4) SPECDEC_TARGET_AVX2 {
+              const __m256i xb = _mm256_set1_epi32(q4);
+              return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(xb), _mm256_sign_epi8(w, xb)), ones);
+            };
+            is[t] = _mm256_add_epi32(is[t], _mm256_add_epi32(spairs(lo, load_i32(q + 4 * c)), spairs(hi, load_i32(q + kHalf + 4 * c))));
+            if constexpr (P == 2)
+              is2[t] = _mm256_add_epi32(
+                  is2[t], _mm256_add_epi32(spairs(lo, load_i32(q + F::blk + 4 * c)), spairs(hi, load_i32(q + F::blk + kHalf + 4 * c))));
+          } else if constexpr (high_bits<F>() > 0) {
             is[t] = _mm256_add_epi32(
                 is[t], _mm256_madd_epi16(_mm256_add_epi16(pairs(lo, load_i32(q + 4 * c)), pairs(hi, load_i32(q + kHalf + 4 * c))), ones));
             if constexpr (P == 2)
@@ -257,7 +287,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
           }
         }
       }
-      if constexpr (!kVnni && !bit_plane<F>()) {
+      if constexpr (!kVnni && high_bits<F>() == 0 && !table<F>()) {
         #pragma GCC unroll 16
         for (int t = 0; t < NT; ++t) {
           is[t] = _mm256_madd_epi16(s16[t], ones);
@@ -266,7 +296,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       }
     } else {
       // 8-bit values. vpmaddubsw saturates a pair at 32767, so values up to 255 (Q8_0's, offset by 128) go as two nibble
-      // halves; values below 64 (Q6_K's 6 bits, offset by 32) go whole: a pair is at most 2 * 63 * 127 = 16002. AVX-VNNI's
+      // halves; values below 64 would go whole (a pair at most 2 * 63 * 127 = 16002). AVX-VNNI's
       // 32-bit sums take any byte whole. kSigned: Q8_0's values w = byte - 128 in [-127, 127] multiply the activations as
       // |x| * (w sgn x) (vpsignb), pairs of at most 2 * 127 * 127 = 32258; the sums then lack the zero point's
       // 128 * sum(x), which the float stage below would subtract, so it skips that.
@@ -315,7 +345,7 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       const std::byte* q = xr[t] + b * xbb + P * F::blk;  // dx, S, float(S)
       __m256i s = is[t];
       if constexpr (P == 2) s = _mm256_add_epi32(_mm256_slli_epi32(s, 8), is2[t]);
-      if constexpr (F::z != 0 && !kSigned) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * load_i32(q + 4)));
+      if constexpr (F::z != 0 && !kSigned && !kSignedTable) s = _mm256_sub_epi32(s, _mm256_set1_epi32(F::z * load_i32(q + 4)));
       const __m256 f = _mm256_cvtepi32_ps(s);
       __m256 e;
       if constexpr (F::min)

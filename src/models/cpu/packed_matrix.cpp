@@ -62,25 +62,25 @@ FormatInfo format_info(GgmlType type) {
     case GgmlType::kQ4_1: return {L{true, true, true, 0, 32}, 32, 20};
     case GgmlType::kQ8_0: return {L{false, true, false, 128, 32}, 32, 34};
     case GgmlType::kQ4_K: return {L{true, false, true, 0, 32}, 256, 144};
-    case GgmlType::kQ6_K: return {L{false, false, false, 32, 16}, 256, 210};
+    case GgmlType::kQ6_K: return {L{true, false, false, 32, 16, 2}, 256, 210};
     // The other formats take one of these layouts, or one of three more (the values re-based exactly, see read_block).
-    case GgmlType::kQ5_0: return {L{true, true, false, 16, 32, true}, 32, 22};
-    case GgmlType::kIQ4_NL: return {L{false, true, false, 128, 32}, 32, 18};
+    case GgmlType::kQ5_0: return {L{true, true, false, 16, 32, 1}, 32, 22};
+    case GgmlType::kIQ4_NL: return {L{true, true, false, 128, 32, 0, true}, 32, 18};
     case GgmlType::kQ3_K: return {L{true, false, false, 4, 16}, 256, 110};
-    case GgmlType::kQ5_1: return {L{true, true, true, 0, 32, true}, 32, 24};
-    case GgmlType::kQ5_K: return {L{true, false, true, 0, 32, true}, 256, 176};
+    case GgmlType::kQ5_1: return {L{true, true, true, 0, 32, 1}, 32, 24};
+    case GgmlType::kQ5_K: return {L{true, false, true, 0, 32, 1}, 256, 176};
     case GgmlType::kQ2_K: return {L{true, false, true, 0, 16}, 256, 84};
-    case GgmlType::kIQ4_XS: return {L{false, false, false, 128, 32}, 256, 136};
+    case GgmlType::kIQ4_XS: return {L{true, false, false, 128, 32, 0, true}, 256, 136};
     default: return {};
   }
 }
 
 
-// IQ4_NL / IQ4_XS: the 32 values of 16 bytes of 4-bit indices (low nibbles first) as table value + 128.
+// IQ4_NL / IQ4_XS: the 32 4-bit indices of 16 bytes (low nibbles first); the layout's table gives kIq4Values[u] + 128.
 void iq4_values(const std::byte* qs, BlockValues& out) {
   for (int j = 0; j < 16; ++j) {
-    out.u[j] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) & 0xF] + 128);
-    out.u[j + 16] = static_cast<std::uint8_t>(detail::kIq4Values[u8(qs, j) >> 4] + 128);
+    out.u[j] = u8(qs, j) & 0xF;
+    out.u[j + 16] = u8(qs, j) >> 4;
   }
 }
 
@@ -152,13 +152,13 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       if (q51) out.m_half = u16(blk + 2);
       return;
     }
-    case GgmlType::kIQ4_NL: {  // u = value + 128, zero point 128
+    case GgmlType::kIQ4_NL: {  // u = the table's value + 128, zero point 128
       const std::byte* blk = row + b * 18;
       out.d_half = u16(blk);
       iq4_values(blk + 2, out);
       return;
     }
-    case GgmlType::kIQ4_XS: {  // 32-value sub-blocks, d (scale - 32) exact in float, u = value + 128
+    case GgmlType::kIQ4_XS: {  // 32-value sub-blocks, d (scale - 32) exact in float, u = the table's value + 128
       const std::byte* blk = row + (b / 8) * 136;
       const int ib = static_cast<int>(b % 8);
       set_sub_scales(out, u16(blk), detail::iq4xs_scale(ib, blk) - 32);
@@ -384,15 +384,21 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     BlockValues bv;
     bool above = !L.u4 && L.zero == 128;
     std::int64_t at[32];
-    // A bit plane's byte and bit of element e in this lane (Layout::value).
+    // The byte and bit (high_bits 1) or the 2-bit field's shift (high_bits 2) of element e's higher bits in this lane
+    // (Layout::value).
     std::int64_t plane_at[32];
     int plane_bit[32];
     for (std::int64_t e = 0; e < std::min<std::int64_t>(L.block, 32); ++e) {
       const std::int64_t g = L.u4 ? e % half : e;
       at[e] = (g / 4) * 64 + lane * 4 + g % 4;
       const std::int64_t i = lane * 4 + g % 4;
-      plane_at[e] = 16 * (g / 4) + (e < half ? 0 : 8) + i / 8;
-      plane_bit[e] = static_cast<int>(i % 8);
+      if (L.high_bits == 2) {
+        plane_at[e] = 32 * (g / 4) + i % 32;
+        plane_bit[e] = (i < 32 ? 0 : 4) + (e < half ? 0 : 2);
+      } else {
+        plane_at[e] = 16 * (g / 4) + (e < half ? 0 : 8) + i / 8;
+        plane_bit[e] = static_cast<int>(i % 8);
+      }
     }
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
@@ -404,10 +410,17 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         };
         if (half == 16) merge.template operator()<16>();
         else merge.template operator()<8>();
-        if (L.bit_plane) {  // the fifth bits: byte i of chunk c is bit i of the chunk's low (then high) nibbles' 8 bytes
-          std::uint8_t* plane = v + 8 * L.block;
-          for (int e = 0; e < 32; ++e)  // 5-bit formats have blocks of 32
+        // The higher bits: the fifth bit of byte i of chunk c is bit i of the chunk's low (then high) nibbles' 8 bytes;
+        // or the fifth and sixth bits in 2-bit fields.
+        if (L.high_bits == 1) {  // the 5-bit formats: blocks of 32
+          std::uint8_t* plane = v + 8 * 32;
+          for (int e = 0; e < 32; ++e)
             plane[plane_at[e]] = static_cast<std::uint8_t>(plane[plane_at[e]] | (((bv.u[e] >> 4) & 1) << plane_bit[e]));
+        } else if (L.high_bits == 2) {  // Q6_K (blocks of 16): elements e and e + 8 fill one half byte
+          std::uint8_t* fields = v + 8 * 16;
+          for (int e = 0; e < 8; ++e)
+            fields[plane_at[e]] = static_cast<std::uint8_t>(
+                fields[plane_at[e]] | ((((bv.u[e] >> 4) & 3) | (((bv.u[e + 8] >> 4) & 3) << 2)) << plane_bit[e]));
         }
       } else {
         std::uint8_t any_zero = 0;
@@ -442,7 +455,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
       const std::int64_t r_end = std::min((t + 1) * kTileRows, m.rows_);
       // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes and a bit plane's
       // (whose bytes the rows set bit by bit); a partial tile's padding rows stay u = 0, d = 0, m = 0.
-      if (r_end - t * kTileRows < kTileRows || !L.half_scales || L.bit_plane)
+      if (r_end - t * kTileRows < kTileRows || !L.half_scales || L.high_bits > 0)
         std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
       for (std::int64_t r = t * kTileRows; r < r_end; ++r) above = pack_row(r, tile) && above;
     }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "specdec/models/detail/ggml_blocks.hpp"
 #include "specdec/models/detail/packed_kernels.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -22,21 +23,24 @@ namespace {
 
 // u4: 4-bit values; half: d (and m) stored as half per block, else sub-scales (an int8 per block times a half per
 // 256-value super-block, PackedMatrix::Layout); min: has a minimum; z: zero point; blk: values per block; vmax: the
-// largest value (AVX2 takes 8-bit values below 64 whole).
+// largest value (4-bit values with higher bits up to 63; 255 for a 4-bit index into the IQ4 table).
 struct FQ4_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 8, blk = 32, vmax = 15; };
 struct FQ4_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
 struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
-struct FQ6_K { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
+// Q6_K: 6-bit values as 4 bits and 2-bit fields of the higher bits (high_bits below), z 32, 16-value blocks.
+struct FQ6_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
 // Q3_K: 3-bit values (value + 4 hbit) in 4 bits around zero point 4, 16-value blocks.
 struct FQ3_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 4, blk = 16, vmax = 7; };
 // Q5_0, Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales): 4-bit values and a plane of fifth bits
-// (bit_plane below); Q2_K (2-bit values in 16-value blocks), IQ4_XS (Q8_0's values, sub-scales).
+// (high_bits below); Q2_K (2-bit values in 16-value blocks); IQ4_NL, IQ4_XS: 4-bit indices into the IQ4 table (table
+// below), whose value + 128 is u (z 128), half d or sub-scales.
 struct FQ5_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 16, blk = 32, vmax = 31; };
 struct FQ5_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
 struct FQ5_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
 struct FQ2_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 16, vmax = 3; };
-struct FIQ4_XS { static constexpr bool u4 = false, half = false, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
+struct FIQ4_NL { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
+struct FIQ4_XS { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 128, blk = 32, vmax = 255; };
 
 inline std::int32_t load_i32(const std::byte* p) {
   std::int32_t v;
@@ -49,15 +53,32 @@ inline float load_f32(const std::byte* p) {
   return v;
 }
 
-// 4-bit values with a plane of fifth bits (PackedMatrix::Layout::bit_plane): the 5-bit formats.
+// 4-bit indices into the IQ4 table (PackedMatrix::Layout::table).
 template <class F>
-constexpr bool bit_plane() {
-  return F::u4 && F::vmax > 15;
+constexpr bool table() {
+  return F::u4 && F::vmax > 63;
+}
+// The bits above 4-bit values (PackedMatrix::Layout::high_bits): 1 for the 5-bit formats (a bit plane), 2 for Q6_K
+// (2-bit fields).
+template <class F>
+constexpr int high_bits() {
+  return !F::u4 || table<F>() ? 0 : F::vmax > 31 ? 2 : F::vmax > 15 ? 1 : 0;
 }
 template <class F>
 constexpr std::int64_t value_bytes() {
-  return F::u4 ? 8 * F::blk + (bit_plane<F>() ? 2 * F::blk : 0) : 16 * F::blk;
+  return F::u4 ? 8 * F::blk + 2 * high_bits<F>() * F::blk : 16 * F::blk;
 }
+// The IQ4 table as vpshufb operands, its 16 bytes in each 128-bit lane of 64: as u = value + 128, and as the signed
+// values (AVX2).
+struct Iq4Lanes {
+  alignas(64) std::int8_t v[64];
+};
+constexpr Iq4Lanes iq4_lanes(int offset) {
+  Iq4Lanes t{};
+  for (int i = 0; i < 64; ++i) t.v[i] = static_cast<std::int8_t>(static_cast<std::uint8_t>(kIq4Values[i % 16] + offset));
+  return t;
+}
+inline constexpr Iq4Lanes kIq4Unsigned = iq4_lanes(128), kIq4Signed = iq4_lanes(0);
 inline std::uint64_t load_u64(const std::byte* p) {
   std::uint64_t v;
   std::memcpy(&v, p, 8);
@@ -130,8 +151,8 @@ void dispatch(const PackedArgs& a) {
   switch (a.w->type()) {
     case GgmlType::kQ4_0: Run<FQ4_0>::go(a); return;
     case GgmlType::kQ4_1: Run<FQ4_1>::go(a); return;
-    case GgmlType::kQ8_0:
-    case GgmlType::kIQ4_NL: Run<FQ8_0>::go(a); return;
+    case GgmlType::kQ8_0: Run<FQ8_0>::go(a); return;
+    case GgmlType::kIQ4_NL: Run<FIQ4_NL>::go(a); return;
     case GgmlType::kQ5_0: Run<FQ5_0>::go(a); return;
     case GgmlType::kQ4_K: Run<FQ4_K>::go(a); return;
     case GgmlType::kQ6_K: Run<FQ6_K>::go(a); return;
@@ -162,6 +183,27 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std
     };
     d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup))), s16(sc));
     if constexpr (F::min) m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32))), s16(sc + 16));
+  }
+}
+
+// Adds the higher bits (Layout::high_bits) of chunk c of a block (vb: its values) to the chunk's low and high nibbles:
+// + 16 where a byte's fifth bit is set (a masked byte add), or the 2-bit fields shifted into bits 4-5 (the chunk's first
+// 32 bytes take their fields from bits 0-3 of the 32 field bytes, the last 32 from bits 4-7: per 16-bit lane shifts of
+// 4 and 0 after the high nibbles' shift by 2).
+template <class F>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_high_bits(const std::byte* vb, int c, __m512i& lo, __m512i& hi) {
+  if constexpr (high_bits<F>() == 1) {
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const std::byte* plane = vb + 8 * F::blk + 16 * c;
+    lo = _mm512_mask_add_epi8(lo, _cvtu64_mask64(load_u64(plane)), lo, sixteen);
+    hi = _mm512_mask_add_epi8(hi, _cvtu64_mask64(load_u64(plane + 8)), hi, sixteen);
+  } else if constexpr (high_bits<F>() == 2) {
+    const __m512i fields = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + 8 * F::blk + 32 * c)));
+    const __m512i shifts = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_setzero_si256(), 1);
+    const __m512i bits45 = _mm512_set1_epi8(0x30);
+    // lo | (x & 0x30): vpternlogd with the truth table of A | (B & C)
+    lo = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(fields, shifts), bits45, 0xF8);
+    hi = _mm512_ternarylogic_epi32(hi, _mm512_sllv_epi16(_mm512_srli_epi16(fields, 2), shifts), bits45, 0xF8);
   }
 }
 

@@ -4,19 +4,21 @@
 // A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, copied once from the file into a layout built for products over a few to hundreds of token rows: the rows are interleaved in tiles of 16 (4
 // bytes of each row side by side, the operand shape of an AVX-512 VNNI dot product), every quantisation block reduced to
-// integers u (4 or 8 bits), a scale d, an optional minimum m and a zero point z of the format:
+// integers u (4 bits, with higher bits or a table for some formats, or 8 bits), a scale d, an optional minimum m and a
+// zero point z of the format:
 //
 //   weight = d * (u - z) + m
 //
-// The conversion is exact (no value changes). Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128), IQ4_NL (its table value +
-// 128 in a byte, z 128), Q5_0 (u5, z 16) and Q5_1 (u5, m) keep their half-precision d and m per block; u5 is 4-bit
-// values and a plane of fifth bits (Layout::bit_plane). The K-quants and IQ4_XS keep their two-level scales as
-// sub-scales (Layout): d = D * s with D the super-block's half and s the sub-block's small integer, m = -Dmin * s_min,
-// products exact in float32. Q4_K's 32-value sub-blocks are u4 with (s, s_min); Q5_K's u5 with (s, s_min); Q6_K's
-// 16-value sub-blocks u6 in a byte, z 32, s; Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32;
-// Q2_K's 16-value sub-blocks u4 = q with (s, s_min); IQ4_XS's 32-value sub-blocks table value + 128 in a byte, z 128,
-// s = scale - 32. Bits a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1 the
-// file's; Q4_K 1.03 times, Q5_K 1.02, Q3_K 1.35, Q6_K 1.31, Q2_K 1.95, IQ4_XS 1.97, IQ4_NL 1.89.
+// The conversion is exact (no value changes). Q4_0 (u4, z 8), Q4_1 (u4, m), Q8_0 (u8, z 128), IQ4_NL (u = its table
+// value + 128, z 128, the 4-bit index stored: Layout::table), Q5_0 (u5, z 16) and Q5_1 (u5, m) keep their
+// half-precision d and m per block; u5 is 4-bit values and a plane of fifth bits (Layout::high_bits 1). The K-quants and
+// IQ4_XS keep their two-level scales as sub-scales (Layout): d = D * s with D the super-block's half and s the
+// sub-block's small integer, m = -Dmin * s_min, products exact in float32. Q4_K's 32-value sub-blocks are u4 with (s,
+// s_min); Q5_K's u5 with (s, s_min); Q6_K's 16-value sub-blocks u6 (4-bit values and 2-bit fields of the fifth and
+// sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32; Q2_K's
+// 16-value sub-blocks u4 = q with (s, s_min); IQ4_XS's 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
+// a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL the file's; Q4_K
+// 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.35, Q2_K 1.95.
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -42,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "specdec/models/detail/ggml_blocks.hpp"
 #include "specdec/models/detail/weight_arena.hpp"
 #include "specdec/models/gguf.hpp"
 
@@ -168,11 +171,15 @@ class PackedMatrix {
     bool has_min = false;
     std::int32_t zero = 0;     // z
     std::int64_t block = 32;   // values per block
-    // 5-bit values (u4 only): the 4-bit values' bytes, then a plane of their fifth bits, 2 bytes per value row of the
-    // block: for each 64-byte chunk c of the values, the bits of its low nibbles (8 bytes, bit i for byte i), then of its
-    // high nibbles.
-    bool bit_plane = false;
-    constexpr std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + (bit_plane ? 2 * block : 0) : 16 * block; }
+    // The bits above the 4-bit values (u4 only) after the block's value bytes, for each 64-byte chunk c of them:
+    // high_bits 1 (5-bit values): a plane of their fifth bits, 16 bytes: the bits of its low nibbles (8 bytes, bit i for
+    // byte i), then of its high nibbles. high_bits 2 (Q6_K's 6-bit values): 32 bytes of 2-bit fields, byte j holding the
+    // fifth and sixth bits of byte j's low nibble (bits 0-1), its high nibble (2-3), byte j + 32's low nibble (4-5) and
+    // high nibble (6-7), so that shifts and a mask put them in place for a row half (AVX2) or a whole chunk.
+    std::int32_t high_bits = 0;
+    // A 4-bit index into a table (u4 only; IQ4_NL, IQ4_XS): the value is kIq4Values[index] + 128.
+    bool table = false;
+    constexpr std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + 2 * high_bits * block : 16 * block; }
     /// Bytes of one block's scales (d, or d and m) for the 16 rows.
     constexpr std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
     /// Half scales: bytes of one tile block (values, then scales).
@@ -213,10 +220,16 @@ class PackedMatrix {
       const std::int64_t half = block / 2, g = e & (half - 1);  // block: 16 or 32
       const std::int64_t i = lane * 4 + g % 4;  // the byte in its chunk
       const std::uint8_t byte = v[(g / 4) * 64 + i];
-      const int low = e < half ? (byte & 0xF) : (byte >> 4);
-      if (!bit_plane) return low;
-      const std::uint8_t bits = v[8 * block + 16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
-      return low | (((bits >> (i % 8)) & 1) << 4);
+      int u = e < half ? (byte & 0xF) : (byte >> 4);
+      if (table) return kIq4Values[u] + 128;
+      if (high_bits == 1) {
+        const std::uint8_t bits = v[8 * block + 16 * (g / 4) + (e < half ? 0 : 8) + i / 8];
+        u |= ((bits >> (i % 8)) & 1) << 4;
+      } else if (high_bits == 2) {
+        const std::uint8_t bits = v[8 * block + 32 * (g / 4) + i % 32];
+        u |= ((bits >> ((i < 32 ? 0 : 4) + (e < half ? 0 : 2))) & 3) << 4;
+      }
+      return u;
     }
     /// Scale d and minimum m (0 without one) of row `lane` in block b of a tile.
     void scale_min(const std::byte* tile, std::int64_t b, std::int64_t lane, float& d, float& m) const noexcept;
