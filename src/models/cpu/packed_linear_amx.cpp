@@ -73,6 +73,15 @@ SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std:
   }
 }
 
+// A 2-bit tile block (Layout::u2) as a 4-row B operand: row k is crumb k of every byte (values 4k..4k+3).
+template <class F>
+SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u2(const std::byte* tb, std::uint8_t* unpacked) {
+  __m512i op[4];
+  avx512_u2_operands<F>(tb, op);
+  #pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) _mm512_store_si512(unpacked + 64 * k, op[k]);
+}
+
 // Weight tiles [tile, tile + NTILES) (1 or 2), every token row. Tile registers: 0, 1 = A (planes 1 and 2), 2, 3 = B (the
 // blocks of two weight tiles), 4, 5 = C of the first weight tile (planes 1 and 2), 6, 7 = C of the second. Two weight
 // tiles at a time keep four independent tile products in flight.
@@ -91,7 +100,14 @@ SPECDEC_TARGET_AMX void amx_tiles(const PackedArgs& a, std::int64_t tile, std::i
   for (std::int64_t b = 0; b < blocks; ++b) {
     const std::byte* tb0 = values_at<F>(tp0, b);
     const std::byte* tb1 = values_at<F>(tp1, b);
-    if constexpr (F::u4) {
+    if constexpr (u2<F>()) {
+      load_weights_u2<F>(tb0, unpacked[0]);
+      _tile_loadd(2, unpacked[0], 64);
+      if constexpr (NTILES == 2) {
+        load_weights_u2<F>(tb1, unpacked[1]);
+        _tile_loadd(3, unpacked[1], 64);
+      }
+    } else if constexpr (F::u4) {
       load_weights_u4<F>(tb0, unpacked[0]);
       _tile_loadd(2, unpacked[0], 64);
       if constexpr (NTILES == 2) {

@@ -86,7 +86,21 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
     for (int r = 0; r < TR; ++r)
       #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) is[r][t] = is2[r][t] = _mm512_setzero_si512();
-    if constexpr (F::u4) {
+    if constexpr (u2<F>()) {
+      #pragma GCC unroll 16
+      for (int r = 0; r < TR; ++r) {
+        __m512i op[4];
+        avx512_u2_operands<F>(values_at<F>(tp[r], b), op);
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k)
+          #pragma GCC unroll 16
+          for (int t = 0; t < NT; ++t) {
+            const std::byte* q = xr[t] + b * xbb;
+            is[r][t] = _mm512_dpbusd_epi32(is[r][t], op[k], _mm512_set1_epi32(load_i32(q + 4 * k)));
+            if constexpr (P == 2) is2[r][t] = _mm512_dpbusd_epi32(is2[r][t], op[k], _mm512_set1_epi32(load_i32(q + F::blk + 4 * k)));
+          }
+      }
+    } else if constexpr (F::u4) {
       constexpr int kHalf = F::blk / 2;  // the high nibbles' first element
       #pragma GCC unroll 16
       for (int c = 0; c < F::blk / 8; ++c) {
@@ -211,7 +225,53 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
     __m256i is[NT], is2[NT];  // plane 1 and plane 2 sums
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) is[t] = is2[t] = _mm256_setzero_si256();
-    if constexpr (F::u4) {
+    if constexpr (u2<F>()) {
+      // 2-bit values (Layout::u2), rows 8h..: operand k is crumb k of the half tile's 32 bytes, + 4 where the third bit
+      // is set (bit k, or 4 + k for rows 8-15, of the 32 bytes after the values); pairs of at most 2 * 7 * 127, so a
+      // block's 16-bit sums (4 per lane) are exact and widen once.
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb));
+      __m256i g = _mm256_setzero_si256();
+      if constexpr (high_bits<F>() == 1) {
+        g = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb - 32 * h + 64));
+        if (h == 1) g = _mm256_srli_epi16(g, 4);
+      }
+      const auto sll = [](__m256i v, int n) SPECDEC_TARGET_AVX2 { return _mm256_slli_epi16(v, n); };
+      const auto srl = [](__m256i v, int n) SPECDEC_TARGET_AVX2 { return _mm256_srli_epi16(v, n); };
+      __m256i op[4] = {_mm256_and_si256(raw, _mm256_set1_epi8(3)), _mm256_and_si256(_mm256_srli_epi16(raw, 2), _mm256_set1_epi8(3)),
+                       _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(3)),
+                       _mm256_and_si256(_mm256_srli_epi16(raw, 6), _mm256_set1_epi8(3))};
+      if constexpr (high_bits<F>() == 1) {
+        const __m256i four = _mm256_set1_epi8(4);
+        op[0] = _mm256_or_si256(op[0], _mm256_and_si256(third_bits_at_2<0>(g, sll, srl), four));
+        op[1] = _mm256_or_si256(op[1], _mm256_and_si256(third_bits_at_2<1>(g, sll, srl), four));
+        op[2] = _mm256_or_si256(op[2], _mm256_and_si256(third_bits_at_2<2>(g, sll, srl), four));
+        op[3] = _mm256_or_si256(op[3], _mm256_and_si256(third_bits_at_2<3>(g, sll, srl), four));
+      }
+      __m256i s16[NT], r16[NT];
+      #pragma GCC unroll 16
+      for (int t = 0; t < NT; ++t) s16[t] = r16[t] = _mm256_setzero_si256();
+      #pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          const std::byte* q = xr[t] + b * xbb;
+          if constexpr (kVnni) {
+            is[t] = dpbusd8(is[t], op[k], load_i32(q + 4 * k));
+            if constexpr (P == 2) is2[t] = dpbusd8(is2[t], op[k], load_i32(q + F::blk + 4 * k));
+          } else {
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(op[k], _mm256_set1_epi32(load_i32(q + 4 * k))));
+            if constexpr (P == 2) r16[t] = _mm256_add_epi16(r16[t], _mm256_maddubs_epi16(op[k], _mm256_set1_epi32(load_i32(q + F::blk + 4 * k))));
+          }
+        }
+      }
+      if constexpr (!kVnni) {
+        #pragma GCC unroll 16
+        for (int t = 0; t < NT; ++t) {
+          is[t] = _mm256_madd_epi16(s16[t], ones);
+          if constexpr (P == 2) is2[t] = _mm256_madd_epi16(r16[t], ones);
+        }
+      }
+    } else if constexpr (F::u4) {
       // AVX2: the block's pair products summed in 16 bits, widened once per block: a 4-bit weight times an activation
       // byte (|x| <= 127: quantize_rows clamps both planes) gives pairs of at most 3810, and 8 of them (the block's 32
       // columns) at most 30480, so the 16-bit sums are exact and the 32-bit sums those of widening every pair, with a

@@ -66,10 +66,10 @@ FormatInfo format_info(GgmlType type) {
     // The other formats take one of these layouts, or one of three more (the values re-based exactly, see read_block).
     case GgmlType::kQ5_0: return {L{true, true, false, 16, 32, 1}, 32, 22};
     case GgmlType::kIQ4_NL: return {L{true, true, false, 128, 32, 0, true}, 32, 18};
-    case GgmlType::kQ3_K: return {L{true, false, false, 4, 16}, 256, 110};
+    case GgmlType::kQ3_K: return {L{true, false, false, 4, 16, 1, false, true}, 256, 110};
     case GgmlType::kQ5_1: return {L{true, true, true, 0, 32, 1}, 32, 24};
     case GgmlType::kQ5_K: return {L{true, false, true, 0, 32, 1}, 256, 176};
-    case GgmlType::kQ2_K: return {L{true, false, true, 0, 16}, 256, 84};
+    case GgmlType::kQ2_K: return {L{true, false, true, 0, 16, 0, false, true}, 256, 84};
     case GgmlType::kIQ4_XS: return {L{true, false, false, 128, 32, 0, true}, 256, 136};
     default: return {};
   }
@@ -403,7 +403,18 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
       auto* v = reinterpret_cast<std::uint8_t*>(const_cast<std::byte*>(L.values(tile, b)));
-      if (nibbles) {
+      if (L.u2) {  // 2-bit values: byte lane * 4 + j holds values j, 4 + j, 8 + j, 12 + j; the third bits in a plane
+        for (int j = 0; j < 4; ++j)
+          v[lane * 4 + j] = static_cast<std::uint8_t>((bv.u[j] & 3) | ((bv.u[4 + j] & 3) << 2) | ((bv.u[8 + j] & 3) << 4) |
+                                                      ((bv.u[12 + j] & 3) << 6));
+        if (L.high_bits == 1)  // bit k (rows 8-15: 4 + k) of byte (lane * 4 + j) % 32: the third bit of value 4k + j
+          for (int j = 0; j < 4; ++j) {
+            const int nibble = ((bv.u[j] >> 2) & 1) | (((bv.u[4 + j] >> 2) & 1) << 1) | (((bv.u[8 + j] >> 2) & 1) << 2) |
+                               (((bv.u[12 + j] >> 2) & 1) << 3);
+            std::uint8_t& at = v[64 + (lane * 4 + j) % 32];
+            at = static_cast<std::uint8_t>(at | (nibble << (lane < 8 ? 0 : 4)));
+          }
+      } else if (nibbles) {
         // A constant trip count: through a captured reference, the bound would be reloaded after every byte stored.
         const auto merge = [&]<int H>() {
           for (int e = 0; e < H; ++e) v[at[e]] = static_cast<std::uint8_t>((bv.u[e] & 0xF) | (bv.u[e + H] << 4));

@@ -30,10 +30,11 @@ struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; stati
 struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
 // Q6_K: 6-bit values as 4 bits and 2-bit fields of the higher bits (high_bits below), z 32, 16-value blocks.
 struct FQ6_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
-// Q3_K: 3-bit values (value + 4 hbit) in 4 bits around zero point 4, 16-value blocks.
+// Q3_K: 3-bit values (value + 4 hbit) around zero point 4 as 2-bit values and a plane of third bits (u2 below),
+// 16-value blocks.
 struct FQ3_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 4, blk = 16, vmax = 7; };
 // Q5_0, Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales): 4-bit values and a plane of fifth bits
-// (high_bits below); Q2_K (2-bit values in 16-value blocks); IQ4_NL, IQ4_XS: 4-bit indices into the IQ4 table (table
+// (high_bits below); Q2_K (2-bit values in 16-value blocks: u2 below); IQ4_NL, IQ4_XS: 4-bit indices into the IQ4 table (table
 // below), whose value + 128 is u (z 128), half d or sub-scales.
 struct FQ5_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 16, blk = 32, vmax = 31; };
 struct FQ5_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
@@ -53,20 +54,26 @@ inline float load_f32(const std::byte* p) {
   return v;
 }
 
+// 2-bit values (PackedMatrix::Layout::u2), four a byte in 16-value blocks: Q2_K, and Q3_K with a plane of third bits.
+template <class F>
+constexpr bool u2() {
+  return F::u4 && F::vmax <= 7;
+}
 // 4-bit indices into the IQ4 table (PackedMatrix::Layout::table).
 template <class F>
 constexpr bool table() {
   return F::u4 && F::vmax > 63;
 }
 // The bits above 4-bit values (PackedMatrix::Layout::high_bits): 1 for the 5-bit formats (a bit plane), 2 for Q6_K
-// (2-bit fields).
+// (2-bit fields); above 2-bit values, 1 for Q3_K (a plane of third bits).
 template <class F>
 constexpr int high_bits() {
+  if constexpr (u2<F>()) return F::vmax > 3 ? 1 : 0;
   return !F::u4 || table<F>() ? 0 : F::vmax > 31 ? 2 : F::vmax > 15 ? 1 : 0;
 }
 template <class F>
 constexpr std::int64_t value_bytes() {
-  return F::u4 ? 8 * F::blk + 2 * high_bits<F>() * F::blk : 16 * F::blk;
+  return F::u4 ? (u2<F>() ? 4 : 8) * F::blk + 2 * high_bits<F>() * F::blk : 16 * F::blk;
 }
 // The IQ4 table as vpshufb operands, its 16 bytes in each 128-bit lane of 64: as u = value + 128, and as the signed
 // values (AVX2).
@@ -204,6 +211,40 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_high_bits(const 
     // lo | (x & 0x30): vpternlogd with the truth table of A | (B & C)
     lo = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(fields, shifts), bits45, 0xF8);
     hi = _mm512_ternarylogic_epi32(hi, _mm512_sllv_epi16(_mm512_srli_epi16(fields, 2), shifts), bits45, 0xF8);
+  }
+}
+
+// Bit k of each byte of a 2-bit block's third bits g (Layout::u2: the rows' bits already taken to bits 0-3) at bit 2.
+template <int K, class V, class Sll, class Srl>
+[[gnu::always_inline]] inline V third_bits_at_2(V g, Sll sll, Srl srl) {
+  if constexpr (K < 2) return sll(g, 2 - K);
+  else if constexpr (K == 2) return g;
+  else return srl(g, 1);
+}
+
+// The 4 operands of a 2-bit block (vb: its values; Layout::u2): operand k holds values 4k..4k+3 of the 16 rows, crumb k
+// of each byte, plus 4 where its third bit is set (the 32 bytes after the values: bit k of byte j for chunk byte j, bit
+// 4 + k for chunk byte j + 32).
+template <class F>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_u2_operands(const std::byte* vb, __m512i* op) {
+  const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+  const __m512i raw = _mm512_loadu_si512(vb);
+  __m512i g = _mm512_setzero_si512();
+  if constexpr (high_bits<F>() == 1) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + 64));
+    g = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 4), 1);  // rows 8-15: bits 4-7 to 0-3
+  }
+  const auto sll = [](__m512i v, int n) SPECDEC_TARGET_AVX512 { return _mm512_slli_epi16(v, n); };
+  const auto srl = [](__m512i v, int n) SPECDEC_TARGET_AVX512 { return _mm512_srli_epi16(v, n); };
+  op[0] = _mm512_and_si512(raw, three);
+  op[1] = _mm512_and_si512(_mm512_srli_epi16(raw, 2), three);
+  op[2] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), three);
+  op[3] = _mm512_and_si512(_mm512_srli_epi16(raw, 6), three);
+  if constexpr (high_bits<F>() == 1) {  // op | (bit & 4): vpternlogd's A | (B & C)
+    op[0] = _mm512_ternarylogic_epi32(op[0], third_bits_at_2<0>(g, sll, srl), four, 0xF8);
+    op[1] = _mm512_ternarylogic_epi32(op[1], third_bits_at_2<1>(g, sll, srl), four, 0xF8);
+    op[2] = _mm512_ternarylogic_epi32(op[2], third_bits_at_2<2>(g, sll, srl), four, 0xF8);
+    op[3] = _mm512_ternarylogic_epi32(op[3], third_bits_at_2<3>(g, sll, srl), four, 0xF8);
   }
 }
 

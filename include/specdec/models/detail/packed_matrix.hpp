@@ -4,7 +4,7 @@
 // A PackedMatrix holds a [rows, cols] matrix of one of the block formats Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, copied once from the file into a layout built for products over a few to hundreds of token rows: the rows are interleaved in tiles of 16 (4
 // bytes of each row side by side, the operand shape of an AVX-512 VNNI dot product), every quantisation block reduced to
-// integers u (4 bits, with higher bits or a table for some formats, or 8 bits), a scale d, an optional minimum m and a
+// integers u (2 or 4 bits, with higher bits or a table for some formats, or 8 bits), a scale d, an optional minimum m and a
 // zero point z of the format:
 //
 //   weight = d * (u - z) + m
@@ -15,10 +15,10 @@
 // IQ4_XS keep their two-level scales as sub-scales (Layout): d = D * s with D the super-block's half and s the
 // sub-block's small integer, m = -Dmin * s_min, products exact in float32. Q4_K's 32-value sub-blocks are u4 with (s,
 // s_min); Q5_K's u5 with (s, s_min); Q6_K's 16-value sub-blocks u6 (4-bit values and 2-bit fields of the fifth and
-// sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u4 = value + 4 hbit, z 4, s = scale - 32; Q2_K's
-// 16-value sub-blocks u4 = q with (s, s_min); IQ4_XS's 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
+// sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u3 = value + 4 hbit (2-bit values and a plane
+// of third bits: Layout::u2), z 4, s = scale - 32; Q2_K's 16-value sub-blocks u2 = q with (s, s_min); IQ4_XS's 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
 // a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL the file's; Q4_K
-// 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.35, Q2_K 1.95.
+// 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.05, Q2_K 1.19.
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -179,7 +179,14 @@ class PackedMatrix {
     std::int32_t high_bits = 0;
     // A 4-bit index into a table (u4 only; IQ4_NL, IQ4_XS): the value is kIq4Values[index] + 128.
     bool table = false;
-    constexpr std::int64_t value_bytes() const noexcept { return u4 ? 8 * block + 2 * high_bits * block : 16 * block; }
+    // 2-bit values (with u4; blocks of 16: Q2_K, and Q3_K with high_bits 1): a 64-byte chunk whose byte lane * 4 + j
+    // holds the lane's values j, 4 + j, 8 + j, 12 + j in its bits 0-1, 2-3, 4-5, 6-7; with high_bits 1, their third
+    // bits in the 32 bytes after it: bit k of byte i holds that of crumb k of chunk byte i, bit 4 + k that of chunk
+    // byte i + 32 (so a shift and a mask put a row half's in place).
+    bool u2 = false;
+    constexpr std::int64_t value_bytes() const noexcept {
+      return u4 ? (u2 ? 4 : 8) * block + 2 * high_bits * block : 16 * block;
+    }
     /// Bytes of one block's scales (d, or d and m) for the 16 rows.
     constexpr std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
     /// Half scales: bytes of one tile block (values, then scales).
@@ -217,6 +224,12 @@ class PackedMatrix {
     int value(const std::byte* vb, std::int64_t lane, std::int64_t e) const noexcept {
       const auto* v = reinterpret_cast<const std::uint8_t*>(vb);
       if (!u4) return v[(e / 4) * 64 + lane * 4 + e % 4];
+      if (u2) {
+        const std::int64_t i = lane * 4 + e % 4;
+        int u = (v[i] >> (2 * (e / 4))) & 3;
+        if (high_bits == 1) u |= ((v[64 + i % 32] >> (e / 4 + (i < 32 ? 0 : 4))) & 1) << 2;
+        return u;
+      }
       const std::int64_t half = block / 2, g = e & (half - 1);  // block: 16 or 32
       const std::int64_t i = lane * 4 + g % 4;  // the byte in its chunk
       const std::uint8_t byte = v[(g / 4) * 64 + i];
