@@ -165,7 +165,7 @@ TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
     case GgmlType::kQ5_K: bits = 5.625; break;
     case GgmlType::kQ6_K: bits = 6.625; break;  // 4 bits and two bit planes, 32 bytes of padding a super-block group
     case GgmlType::kQ3_K: bits = 3.625; break;   // 2 bits and a plane of third bits, 32 bytes of padding
-    case GgmlType::kQ2_K: bits = 3.125; break;  // 2 bits
+    case GgmlType::kQ2_K: bits = 2.625; break;  // 2 bits, s and s_min in a byte: the file's
     case GgmlType::kIQ4_XS: bits = 4.375; break;  // indices into the table, 32 bytes of padding
     default: FAIL() << "no figure for " << to_string(f.type);
   }

@@ -396,9 +396,18 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       const auto s8 = [](const std::byte* p) SPECDEC_TARGET_AVX2 {
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
       };
-      d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 16 * h))), s8(sc + 8 * h));
+      __m256 s, s_min = _mm256_setzero_ps();
+      if constexpr (scale_nibbles<F>()) {  // Q2_K: s and s_min in a byte's low and high nibbles
+        const __m128i raw = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * h)), low4 = _mm_set1_epi8(0x0F);
+        s = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(raw, low4)));
+        s_min = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
+      } else {
+        s = s8(sc + 8 * h);
+        if constexpr (F::min) s_min = s8(sc + 16 + 8 * h);
+      }
+      d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 16 * h))), s);
       if constexpr (F::min)
-        m = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 32 + 16 * h))), s8(sc + 16 + 8 * h));
+        m = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sup + 32 + 16 * h))), s_min);
     }
     #pragma GCC unroll 16
     for (int t = 0; t < NT; ++t) {

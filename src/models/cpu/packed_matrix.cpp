@@ -69,7 +69,7 @@ FormatInfo format_info(GgmlType type) {
     case GgmlType::kQ3_K: return {L{true, false, false, 4, 16, 1, false, true}, 256, 110};
     case GgmlType::kQ5_1: return {L{true, true, true, 0, 32, 1}, 32, 24};
     case GgmlType::kQ5_K: return {L{true, false, true, 0, 32, 1}, 256, 176};
-    case GgmlType::kQ2_K: return {L{true, false, true, 0, 16, 0, false, true}, 256, 84};
+    case GgmlType::kQ2_K: return {L{true, false, true, 0, 16, 0, false, true, true}, 256, 84};
     case GgmlType::kIQ4_XS: return {L{true, false, false, 128, 32, 0, true}, 256, 136};
     default: return {};
   }
@@ -446,8 +446,12 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
         std::memcpy(sc + 2 * lane, &bv.d_half, 2);
         if (L.has_min) std::memcpy(sc + 32 + 2 * lane, &bv.m_half, 2);
       } else {
-        sc[lane] = static_cast<std::byte>(bv.s);
-        if (L.has_min) sc[16 + lane] = static_cast<std::byte>(bv.s_min);
+        if (L.scale_nibbles) {  // both 0..15
+          sc[lane] = static_cast<std::byte>(bv.s | (bv.s_min << 4));
+        } else {
+          sc[lane] = static_cast<std::byte>(bv.s);
+          if (L.has_min) sc[16 + lane] = static_cast<std::byte>(bv.s_min);
+        }
         if ((b & (L.super_blocks() - 1)) == 0) {
           auto* sup = const_cast<std::byte*>(L.supers(tile, b));
           std::memcpy(sup + 2 * lane, &bv.super_d, 2);
@@ -509,8 +513,10 @@ void PackedMatrix::Layout::scale_min(const std::byte* tile, std::int64_t b, std:
     if (has_min) m = half_to_float(u16(sc + 32 + 2 * lane));
   } else {  // the products the vector paths compute: float(D) * float(s), float(-Dmin) * float(s_min)
     const std::byte* sup = supers(tile, b);
-    d = half_to_float(u16(sup + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[lane]));
-    if (has_min) m = half_to_float(u16(sup + 32 + 2 * lane)) * static_cast<float>(static_cast<std::int8_t>(sc[16 + lane]));
+    const int s = scale_nibbles ? u8(sc, lane) & 0xF : static_cast<std::int8_t>(sc[lane]);
+    const int s_min = scale_nibbles ? u8(sc, lane) >> 4 : has_min ? static_cast<std::int8_t>(sc[16 + lane]) : 0;
+    d = half_to_float(u16(sup + 2 * lane)) * static_cast<float>(s);
+    if (has_min) m = half_to_float(u16(sup + 32 + 2 * lane)) * static_cast<float>(s_min);
   }
 }
 

@@ -92,9 +92,14 @@ inline std::uint64_t load_u64(const std::byte* p) {
   return v;
 }
 // A block's scales for the 16 rows (d, then m): halves, or int8 sub-scales.
+// Q2_K's sub-scales s and s_min (both 4 bits) share a byte a row (PackedMatrix::Layout::scale_nibbles).
+template <class F>
+constexpr bool scale_nibbles() {
+  return !F::half && F::min && F::u4 && F::vmax <= 3;
+}
 template <class F>
 constexpr std::int64_t scale_bytes() {
-  return (F::half ? 32 : 16) * (F::min ? 2 : 1);
+  return (F::half ? 32 : 16) * (F::min && !scale_nibbles<F>() ? 2 : 1);
 }
 // Half scales: a tile block (values, then scales).
 template <class F>
@@ -174,6 +179,21 @@ void dispatch(const PackedArgs& a) {
 
 #define SPECDEC_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+// The 16 rows' sub-scales s and s_min (sc: the block's scales) as floats: int8, or Q2_K's nibbles.
+template <class F>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_sub_scales(const std::byte* sc, __m512& s, __m512& s_min) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc));
+  if constexpr (scale_nibbles<F>()) {
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    s = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, low4)));
+    s_min = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
+  } else {
+    s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
+    if constexpr (F::min)
+      s_min = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16))));
+  }
+}
+
 // The 16 rows' scales d and minimums m (0 without one) of a tile block (tb: the block's first byte).
 template <class F>
 SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std::byte* tile, std::int64_t b, __m512& d,
@@ -185,11 +205,10 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_scales(const std
     if constexpr (F::min) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
   } else {  // float(D) * float(s): the exact products (Layout::scale_min)
     const std::byte* sup = supers_at<F>(tile, b);
-    const auto s16 = [](const std::byte* p) SPECDEC_TARGET_AVX512 {
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-    };
-    d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup))), s16(sc));
-    if constexpr (F::min) m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32))), s16(sc + 16));
+    __m512 s, s_min;
+    avx512_sub_scales<F>(sc, s, s_min);
+    d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup))), s);
+    if constexpr (F::min) m = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32))), s_min);
   }
 }
 
@@ -262,11 +281,10 @@ struct Avx512ScaleStream {
         D = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup)));
         if constexpr (F::min) M = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sup + 32)));
       }
-      const auto s16 = [](const std::byte* p) SPECDEC_TARGET_AVX512 {
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-      };
-      d = _mm512_mul_ps(D, s16(sc));
-      m = F::min ? _mm512_mul_ps(M, s16(sc + 16)) : _mm512_setzero_ps();
+      __m512 s, s_min;
+      avx512_sub_scales<F>(sc, s, s_min);
+      d = _mm512_mul_ps(D, s);
+      m = F::min ? _mm512_mul_ps(M, s_min) : _mm512_setzero_ps();
     }
   }
 };

@@ -17,8 +17,8 @@
 // s_min); Q5_K's u5 with (s, s_min); Q6_K's 16-value sub-blocks u6 (4-bit values and 2-bit fields of the fifth and
 // sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u3 = value + 4 hbit (2-bit values and a plane
 // of third bits: Layout::u2), z 4, s = scale - 32; Q2_K's 16-value sub-blocks u2 = q with (s, s_min); IQ4_XS's 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
-// a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL the file's; Q4_K
-// 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.05, Q2_K 1.19.
+// a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K (its s and
+// s_min in one byte: Layout::scale_nibbles) the file's; Q4_K 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.05.
 //
 // Activations are quantised per block of the same size to int8 planes. One plane is llama.cpp's Q8 activation: a scale
 // d1 = max|x| / 127 and q1 = round(x / d1). Two planes (the default of the Llama forward) add the rounding residual at a
@@ -184,11 +184,15 @@ class PackedMatrix {
     // bits in the 32 bytes after it: bit k of byte i holds that of crumb k of chunk byte i, bit 4 + k that of chunk
     // byte i + 32 (so a shift and a mask put a row half's in place).
     bool u2 = false;
+    // Sub-scales whose s and s_min both fit 4 bits (Q2_K): one byte a row, s in its low nibble, s_min in its high one.
+    bool scale_nibbles = false;
     constexpr std::int64_t value_bytes() const noexcept {
       return u4 ? (u2 ? 4 : 8) * block + 2 * high_bits * block : 16 * block;
     }
     /// Bytes of one block's scales (d, or d and m) for the 16 rows.
-    constexpr std::int64_t scale_bytes() const noexcept { return (half_scales ? 32 : 16) * (has_min ? 2 : 1); }
+    constexpr std::int64_t scale_bytes() const noexcept {
+      return (half_scales ? 32 : 16) * (has_min && !scale_nibbles ? 2 : 1);
+    }
     /// Half scales: bytes of one tile block (values, then scales).
     constexpr std::int64_t tile_block_bytes() const noexcept { return value_bytes() + scale_bytes(); }
     /// Sub-scales: blocks per super-block (256 values: 16 or 8, so a shift), and bytes of a super-block's halves for the
