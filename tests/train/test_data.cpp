@@ -279,7 +279,9 @@ TEST(TrainData, RowSummaryIsTheTargetsDistribution) {
   EXPECT_EQ(ids[1], 2999);
   for (std::int64_t j = 0; j < k; ++j) {
     EXPECT_NEAR(static_cast<float>(c10::Half(probs[static_cast<std::size_t>(j)], c10::Half::from_bits())), want_p[j].item<float>(), 1e-3);
-    if (j >= 2) EXPECT_EQ(ids[static_cast<std::size_t>(j)], want_i[j].item<std::int64_t>());
+    if (j >= 2) {
+      EXPECT_EQ(ids[static_cast<std::size_t>(j)], want_i[j].item<std::int64_t>());
+    }
   }
   // Sampled tokens follow softmax(l / T): 6-sigma per token over a grid of uniforms and a few Philox draws.
   for (const double T : {0.7, 1.0, 1.6}) {
