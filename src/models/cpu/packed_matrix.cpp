@@ -166,8 +166,8 @@ void read_block(GgmlType type, const std::byte* row, std::int64_t b, BlockValues
       return;
     }
     case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K: {  // 16-value sub-blocks s of 2-bit values, 4 bits a value in the tile (Q3_K: plus a high bit,
-                             // u = value + 4 hbit around zero point 4)
+    case GgmlType::kQ3_K: {  // 16-value sub-blocks s of 2-bit values, 2 bits a value in the tile (Q3_K: plus a high bit,
+                             // u = value + 4 hbit around zero point 4, its third bits beside them)
       const bool q3 = type == GgmlType::kQ3_K;
       const std::byte* blk = row + (b / 16) * (q3 ? 110 : 84);
       const int s = static_cast<int>(b % 16);
@@ -403,7 +403,7 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     for (std::int64_t b = 0; b < blocks; ++b) {
       read_block(m.type_, row, b, bv);
       auto* v = reinterpret_cast<std::uint8_t*>(const_cast<std::byte*>(L.values(tile, b)));
-      if (L.u2) {  // 2-bit values: byte lane * 4 + j holds values j, 4 + j, 8 + j, 12 + j; the third bits in a plane
+      if (L.u2) {  // 2-bit values: byte lane * 4 + j holds values j, 4 + j, 8 + j, 12 + j; Q3_K's third bits after them
         for (int j = 0; j < 4; ++j)
           v[lane * 4 + j] = static_cast<std::uint8_t>((bv.u[j] & 3) | ((bv.u[4 + j] & 3) << 2) | ((bv.u[8 + j] & 3) << 4) |
                                                       ((bv.u[12 + j] & 3) << 6));
@@ -468,8 +468,8 @@ PackedMatrix PackedMatrix::pack(std::span<const Source> sources, WeightArena* ar
     for (std::int64_t t = t0; t < t1; ++t) {
       std::byte* tile = m.data_.get() + t * m.tile_bytes_;
       const std::int64_t r_end = std::min((t + 1) * kTileRows, m.rows_);
-      // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes and a bit plane's
-      // (whose bytes the rows set bit by bit); a partial tile's padding rows stay u = 0, d = 0, m = 0.
+      // Every byte of a full tile is written below, except a sub-scale group's padding to 64 bytes and the higher bits'
+      // (whose bytes the rows set a bit or a field at a time); a partial tile's padding rows stay u = 0, d = 0, m = 0.
       if (r_end - t * kTileRows < kTileRows || !L.half_scales || L.high_bits > 0)
         std::memset(tile, 0, static_cast<std::size_t>(m.tile_bytes_));
       for (std::int64_t r = t * kTileRows; r < r_end; ++r) above = pack_row(r, tile) && above;

@@ -15,8 +15,9 @@
 // IQ4_XS keep their two-level scales as sub-scales (Layout): d = D * s with D the super-block's half and s the
 // sub-block's small integer, m = -Dmin * s_min, products exact in float32. Q4_K's 32-value sub-blocks are u4 with (s,
 // s_min); Q5_K's u5 with (s, s_min); Q6_K's 16-value sub-blocks u6 (4-bit values and 2-bit fields of the fifth and
-// sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u3 = value + 4 hbit (2-bit values and a plane
-// of third bits: Layout::u2), z 4, s = scale - 32; Q2_K's 16-value sub-blocks u2 = q with (s, s_min); IQ4_XS's 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
+// sixth bits: Layout::high_bits 2), z 32, s; Q3_K's 16-value sub-blocks u3 = value + 4 hbit (2-bit values and their
+// third bits beside them: Layout::u2), z 4, s = scale - 32; Q2_K's 16-value sub-blocks u2 = q with (s, s_min); IQ4_XS's
+// 32-value sub-blocks IQ4_NL's indices, z 128, s = scale - 32. Bits
 // a weight against the file's (docs/models.md, "Quant types"): Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, Q2_K (its s and
 // s_min in one byte: Layout::scale_nibbles) the file's; Q4_K 1.03 times, Q5_K 1.02, Q6_K 1.01, IQ4_XS 1.03, Q3_K 1.05.
 //
