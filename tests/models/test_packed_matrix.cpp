@@ -147,10 +147,10 @@ TEST_P(PackedFormat, RowsDequantiseExactlyAsTheReaderDoes) {
 }
 
 // What a product reads: the layout's bits a weight (docs/models.md, "Quant types"): 2-bit values for Q2_K and Q3_K (and
-// Q3_K's plane of third bits), 4 bits and a plane of fifth bits for the 5-bit formats, 4 bits and 2-bit fields for Q6_K,
-// 4-bit indices for IQ4, and the K-quants' scales as int8 sub-scales beside a half per super-block, not float d and m
-// per block. 32 rows of 1024
-// columns (whole tiles, whole super-blocks), so the tiles hold no padding.
+// Q3_K's third bits), 4 bits and a plane of fifth bits for the 5-bit formats, 4 bits and 2-bit fields for Q6_K, 4-bit
+// indices for IQ4, and the K-quants' scales as int8 sub-scales beside a half per super-block, not float d and m per
+// block. 32 rows of 1024 columns (whole tiles, whole super-blocks), so the tiles hold no padding beyond a sub-scale
+// group's to 64 bytes.
 TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
   const Format f = GetParam();
   double bits = 0;
@@ -163,8 +163,8 @@ TEST_P(PackedFormat, TilesHoldTheLayoutsBitsAWeight) {
     case GgmlType::kQ5_1: bits = 6.0; break;
     case GgmlType::kQ4_K: bits = 4.625; break;
     case GgmlType::kQ5_K: bits = 5.625; break;
-    case GgmlType::kQ6_K: bits = 6.625; break;  // 4 bits and two bit planes, 32 bytes of padding a super-block group
-    case GgmlType::kQ3_K: bits = 3.625; break;   // 2 bits and a plane of third bits, 32 bytes of padding
+    case GgmlType::kQ6_K: bits = 6.625; break;  // 4 bits and 2-bit fields, 32 bytes of padding a super-block group
+    case GgmlType::kQ3_K: bits = 3.625; break;   // 2 bits and the third bits, 32 bytes of padding
     case GgmlType::kQ2_K: bits = 2.625; break;  // 2 bits, s and s_min in a byte: the file's
     case GgmlType::kIQ4_XS: bits = 4.375; break;  // indices into the table, 32 bytes of padding
     default: FAIL() << "no figure for " << to_string(f.type);

@@ -56,18 +56,11 @@ struct alignas(64) TileConfig {
 // rows, high nibbles the second.
 template <class F>
 SPECDEC_TARGET_AMX [[gnu::always_inline]] inline void load_weights_u4(const std::byte* tb, std::uint8_t* unpacked) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   constexpr int kChunks = F::blk / 8;
   #pragma GCC unroll 4
   for (int c = 0; c < kChunks; ++c) {
-    const __m512i raw = _mm512_loadu_si512(tb + 64 * c);
-    __m512i lo = _mm512_and_si512(raw, low4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-    avx512_high_bits<F>(tb, c, lo, hi);  // + the fifth (and sixth) bits
-    if constexpr (table<F>()) {  // the indices' table values + 128
-      const __m512i lut = _mm512_load_si512(kIq4Unsigned.v);
-      lo = _mm512_shuffle_epi8(lut, lo);
-      hi = _mm512_shuffle_epi8(lut, hi);
-    }
+    __m512i lo, hi;
+    avx512_u4_chunk<F>(tb, c, lo, hi);
     _mm512_store_si512(unpacked + 64 * c, lo);
     _mm512_store_si512(unpacked + 64 * (kChunks + c), hi);
   }

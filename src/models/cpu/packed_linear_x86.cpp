@@ -59,8 +59,6 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
   const PackedMatrix& w = *a.w;
   const QuantizedRows& x = *a.x;
   const std::int64_t blocks = w.cols() / F::blk;
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  const __m512i lut = _mm512_load_si512(kIq4Unsigned.v);
   const std::byte* tp[TR];
   #pragma GCC unroll 16
   for (int r = 0; r < TR; ++r) tp[r] = w.tile(tile + r);
@@ -106,15 +104,8 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_tiles(const Pack
       for (int c = 0; c < F::blk / 8; ++c) {
         #pragma GCC unroll 16
         for (int r = 0; r < TR; ++r) {
-          const std::byte* vb = values_at<F>(tp[r], b);
-          const __m512i raw = _mm512_loadu_si512(vb + 64 * c);
-          __m512i lo = _mm512_and_si512(raw, low4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-          avx512_high_bits<F>(vb, c, lo, hi);
-          if constexpr (table<F>()) {  // the indices' table values + 128
-            lo = _mm512_shuffle_epi8(lut, lo);
-            hi = _mm512_shuffle_epi8(lut, hi);
-          }
+          __m512i lo, hi;
+          avx512_u4_chunk<F>(values_at<F>(tp[r], b), c, lo, hi);
           #pragma GCC unroll 16
           for (int t = 0; t < NT; ++t) {
             const std::byte* q = xr[t] + b * xbb;
@@ -237,9 +228,9 @@ SPECDEC_TARGET_AVX2 [[gnu::always_inline]] inline void avx2_half_tile(const Pack
       }
       const auto sll = [](__m256i v, int n) SPECDEC_TARGET_AVX2 { return _mm256_slli_epi16(v, n); };
       const auto srl = [](__m256i v, int n) SPECDEC_TARGET_AVX2 { return _mm256_srli_epi16(v, n); };
-      __m256i op[4] = {_mm256_and_si256(raw, _mm256_set1_epi8(3)), _mm256_and_si256(_mm256_srli_epi16(raw, 2), _mm256_set1_epi8(3)),
-                       _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(3)),
-                       _mm256_and_si256(_mm256_srli_epi16(raw, 6), _mm256_set1_epi8(3))};
+      const __m256i three = _mm256_set1_epi8(3);
+      __m256i op[4] = {_mm256_and_si256(raw, three), _mm256_and_si256(_mm256_srli_epi16(raw, 2), three),
+                       _mm256_and_si256(_mm256_srli_epi16(raw, 4), three), _mm256_and_si256(_mm256_srli_epi16(raw, 6), three)};
       if constexpr (high_bits<F>() == 1) {
         const __m256i four = _mm256_set1_epi8(4);
         op[0] = _mm256_or_si256(op[0], _mm256_and_si256(third_bits_at_2<0>(g, sll, srl), four));

@@ -30,12 +30,12 @@ struct FQ8_0 { static constexpr bool u4 = false, half = true, min = false; stati
 struct FQ4_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 15; };
 // Q6_K: 6-bit values as 4 bits and 2-bit fields of the higher bits (high_bits below), z 32, 16-value blocks.
 struct FQ6_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 32, blk = 16, vmax = 63; };
-// Q3_K: 3-bit values (value + 4 hbit) around zero point 4 as 2-bit values and a plane of third bits (u2 below),
-// 16-value blocks.
+// Q3_K: 3-bit values (value + 4 hbit) around zero point 4 as 2-bit values and their third bits (u2 below), 16-value
+// blocks.
 struct FQ3_K { static constexpr bool u4 = true, half = false, min = false; static constexpr int z = 4, blk = 16, vmax = 7; };
 // Q5_0, Q5_1 (5-bit values, half d and m), Q5_K (5-bit values, sub-scales): 4-bit values and a plane of fifth bits
-// (high_bits below); Q2_K (2-bit values in 16-value blocks: u2 below); IQ4_NL, IQ4_XS: 4-bit indices into the IQ4 table (table
-// below), whose value + 128 is u (z 128), half d or sub-scales.
+// (high_bits below); Q2_K (2-bit values in 16-value blocks: u2 below); IQ4_NL, IQ4_XS: 4-bit indices into the IQ4
+// table (table below), whose value + 128 is u (z 128), half d or sub-scales.
 struct FQ5_0 { static constexpr bool u4 = true, half = true, min = false; static constexpr int z = 16, blk = 32, vmax = 31; };
 struct FQ5_1 { static constexpr bool u4 = true, half = true, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
 struct FQ5_K { static constexpr bool u4 = true, half = false, min = true; static constexpr int z = 0, blk = 32, vmax = 31; };
@@ -54,7 +54,7 @@ inline float load_f32(const std::byte* p) {
   return v;
 }
 
-// 2-bit values (PackedMatrix::Layout::u2), four a byte in 16-value blocks: Q2_K, and Q3_K with a plane of third bits.
+// 2-bit values (PackedMatrix::Layout::u2), four a byte in 16-value blocks: Q2_K, and Q3_K with its third bits.
 template <class F>
 constexpr bool u2() {
   return F::u4 && F::vmax <= 7;
@@ -65,7 +65,7 @@ constexpr bool table() {
   return F::u4 && F::vmax > 63;
 }
 // The bits above 4-bit values (PackedMatrix::Layout::high_bits): 1 for the 5-bit formats (a bit plane), 2 for Q6_K
-// (2-bit fields); above 2-bit values, 1 for Q3_K (a plane of third bits).
+// (2-bit fields); above 2-bit values, 1 for Q3_K (its third bits).
 template <class F>
 constexpr int high_bits() {
   if constexpr (u2<F>()) return F::vmax > 3 ? 1 : 0;
@@ -91,12 +91,12 @@ inline std::uint64_t load_u64(const std::byte* p) {
   std::memcpy(&v, p, 8);
   return v;
 }
-// A block's scales for the 16 rows (d, then m): halves, or int8 sub-scales.
 // Q2_K's sub-scales s and s_min (both 4 bits) share a byte a row (PackedMatrix::Layout::scale_nibbles).
 template <class F>
 constexpr bool scale_nibbles() {
   return !F::half && F::min && F::u4 && F::vmax <= 3;
 }
+// A block's scales for the 16 rows (d, then m): halves, or int8 sub-scales (Q2_K: one byte of nibbles a row).
 template <class F>
 constexpr std::int64_t scale_bytes() {
   return (F::half ? 32 : 16) * (F::min && !scale_nibbles<F>() ? 2 : 1);
@@ -230,6 +230,22 @@ SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_high_bits(const 
     // lo | (x & 0x30): vpternlogd with the truth table of A | (B & C)
     lo = _mm512_ternarylogic_epi32(lo, _mm512_sllv_epi16(fields, shifts), bits45, 0xF8);
     hi = _mm512_ternarylogic_epi32(hi, _mm512_sllv_epi16(_mm512_srli_epi16(fields, 2), shifts), bits45, 0xF8);
+  }
+}
+
+// Chunk c of a 4-bit block (vb: its values) as two VNNI operands: its low nibbles (values 4c..4c+3 of the 16 rows) and
+// high nibbles (blk / 2 + 4c..), with their higher bits added, or IQ4's indices mapped to table value + 128.
+template <class F>
+SPECDEC_TARGET_AVX512 [[gnu::always_inline]] inline void avx512_u4_chunk(const std::byte* vb, int c, __m512i& lo, __m512i& hi) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  const __m512i raw = _mm512_loadu_si512(vb + 64 * c);
+  lo = _mm512_and_si512(raw, low4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+  avx512_high_bits<F>(vb, c, lo, hi);
+  if constexpr (table<F>()) {
+    const __m512i lut = _mm512_load_si512(kIq4Unsigned.v);
+    lo = _mm512_shuffle_epi8(lut, lo);
+    hi = _mm512_shuffle_epi8(lut, hi);
   }
 }
 
