@@ -1,14 +1,19 @@
 // N-gram (prompt lookup) proposer: the time of one lookup + draft at contexts of 1k, 32k and 256k tokens. The index is
 // updated incrementally (hash of each n-gram -> its last position), so the time per lookup stays flat as the context grows.
 // Counters: ns_per_lookup (one NgramIndex::find + the draft), ns_per_push (indexing one appended token).
+// BM_CorpusDraft: one CorpusProposer chain of up to 8 drafts (binary searches in a static table) over a table of 0.1M,
+// 1M and 4M corpus positions of the same kind of stream, from contexts that end inside it. Counters: ns_per_chain,
+// drafts (mean chain length), entries (the table's n-grams).
 //
 //   bench_ngram [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "specdec/proposers/corpus.hpp"
 #include "specdec/proposers/ngram.hpp"
 
 namespace sp = specdec::proposers;
@@ -67,6 +72,32 @@ void BM_NgramLookup(benchmark::State& state) {
   state.counters["context"] = static_cast<double>(n);
 }
 BENCHMARK(BM_NgramLookup)->Arg(1 << 10)->Arg(32 << 10)->Arg(256 << 10)->Iterations(4000);
+
+void BM_CorpusDraft(benchmark::State& state) {
+  const std::int64_t positions = state.range(0);
+  const auto stream = make_context(positions + 1 + 4096);
+  sp::CorpusTableBuilder b(32000, 8);
+  const std::span<const std::int64_t> s(stream);
+  b.add(s.first(static_cast<std::size_t>(positions)), s.subspan(1, static_cast<std::size_t>(positions)), 0);
+  const auto table = std::make_shared<const sp::CorpusTable>(std::move(b).finish(2));
+  sp::CorpusProposer proposer(table);
+  std::vector<std::int64_t> drafts;
+  std::vector<float> conf;
+  std::size_t i = 64;
+  std::int64_t chains = 0, drafted = 0;
+  for (auto _ : state) {
+    proposer.draft(std::span(stream).subspan(i - 64, 64), 8, drafts, conf);
+    benchmark::DoNotOptimize(drafts.data());
+    drafted += static_cast<std::int64_t>(drafts.size());
+    ++chains;
+    i = 64 + (i + 7919) % static_cast<std::size_t>(positions - 64);  // contexts spread over the corpus
+  }
+  state.counters["ns_per_chain"] =
+      benchmark::Counter(static_cast<double>(chains) * 1e-9, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["drafts"] = chains ? static_cast<double>(drafted) / static_cast<double>(chains) : 0.0;
+  state.counters["entries"] = static_cast<double>(table->num_entries());
+}
+BENCHMARK(BM_CorpusDraft)->Arg(100000)->Arg(1000000)->Arg(4000000)->Iterations(20000);
 
 }  // namespace
 

@@ -56,6 +56,7 @@
 #include "specdec/proposers/cross_vocab.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
+#include "specdec/proposers/corpus.hpp"
 #include "specdec/sampling/theory.hpp"
 #if defined(SPECDEC_GENERATE_TORCH)
 #include "specdec/torch/aten_llama.hpp"
@@ -108,6 +109,7 @@ constexpr double kSampledMinPathProb = 0.5;
 const fs::path kDefaultModel = kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 const fs::path kDefaultEagleHead = kSourceDir / "models" / "smollm2-135m-eagle";
 const fs::path kDefaultDraftModel = kSourceDir / "models" / "smollm2-135m-draft";
+const fs::path kDefaultCorpus = kSourceDir / "models" / "smollm2-135m-corpus.bin";
 
 struct Options {
   std::string model = kDefaultModel.string();
@@ -115,6 +117,8 @@ struct Options {
   std::string draft_model;
   std::string proposer;  // empty = best available
   std::string eagle_head;
+  std::string corpus;    // empty = kDefaultCorpus
+  std::shared_ptr<const specdec::proposers::CorpusTable> corpus_table;  // read by check_options
   int num_speculative_tokens = 8;
   bool adaptive = true;       // the adaptive draft-length policy (greedy requests; off with --fixed-g)
   bool adaptive_all = false;  // --adaptive: the policy for sampled requests too
@@ -471,6 +475,13 @@ specdec::proposers::NgramOptions ngram_options(const Options& o) {
   return no;
 }
 
+/// The corpus proposer over --corpus-table (default: the bundled table of the target's own answers), which
+/// check_options read.
+specdec::proposers::CorpusProposer make_corpus(const Options& o) {
+  if (!o.corpus_table) fail("--corpus-table: the table was not read (internal: check_options reads it)");
+  return specdec::proposers::CorpusProposer(o.corpus_table);
+}
+
 specdec::proposers::SuffixOptions suffix_options(const Options& o) {
   specdec::proposers::SuffixOptions so;
   so.max_width = o.tree ? 4 : 1;
@@ -680,8 +691,8 @@ Prepared check_options(Options& o, const CLI::App& app) {
   for (std::size_t i = 0; i < members.size(); ++i) {
     const std::string& m = members[i];
     if (chain) {
-      if (m != "ngram" && m != "suffix" && m != "draft" && m != "eagle")
-        bad_value("--proposer", "a chain of distinct members from ngram, suffix, draft and eagle, separated by commas",
+      if (m != "ngram" && m != "suffix" && m != "corpus" && m != "draft" && m != "eagle")
+        bad_value("--proposer", "a chain of distinct members from ngram, suffix, corpus, draft and eagle, separated by commas",
                   fmt::format("'{}' in '{}'", m, p.proposer));
       for (std::size_t k = 0; k < i; ++k)
         if (members[k] == m)
@@ -693,6 +704,7 @@ Prepared check_options(Options& o, const CLI::App& app) {
   if (uses_eagle) bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'" + p.proposer + "'");
 #endif
   const bool uses_ngram = has_member(p.proposer, "ngram"), uses_suffix = has_member(p.proposer, "suffix");
+  const bool uses_corpus = has_member(p.proposer, "corpus");
 
   // A prompt that names its proposers drafts with those members of the --proposer chain, in its order.
   for (std::size_t i = 0; i < p.named.size(); ++i)
@@ -711,6 +723,18 @@ Prepared check_options(Options& o, const CLI::App& app) {
   if (!(o.chain_enough >= 0.0)) bad_value("--chain-enough", "a value >= 0", fmt::format("{}", o.chain_enough));
   if (given("--draft-model") && !uses_draft)
     fail(fmt::format("--draft-model: applies to --proposer draft or a chain with draft, got --proposer {}", p.proposer));
+  if (given("--corpus-table") && !uses_corpus)
+    fail(fmt::format("--corpus-table: applies to --proposer corpus or a chain with corpus, got --proposer {}", p.proposer));
+  if (uses_corpus) {  // read now (tens of milliseconds), so a bad table costs no model load
+    const fs::path table = o.corpus.empty() ? kDefaultCorpus : fs::path(o.corpus);
+    if (!fs::is_regular_file(table))
+      fail(fmt::format("--corpus-table: '{}' is not a file (a table written by `specdec-train corpus` is expected)", table.string()));
+    try {
+      o.corpus_table = std::make_shared<const specdec::proposers::CorpusTable>(specdec::proposers::CorpusTable::load(table));
+    } catch (const std::exception& e) {
+      fail(fmt::format("--corpus-table: {}", e.what()));
+    }
+  }
   if (given("--eagle-head") && !uses_eagle)
     fail(fmt::format("--eagle-head: applies to --proposer eagle or a chain with eagle, got --proposer {}", p.proposer));
   if (o.baseline_last && !o.compare) fail("--baseline-last: applies with --compare (it orders the baseline's run)");
@@ -1001,6 +1025,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
     // (--chain-select first) or from the member whose proposal is worth the most expected accepted drafts (expected).
     std::optional<specdec::proposers::NgramProposer> ngram;
     std::optional<specdec::proposers::SuffixProposer> suffix;
+    std::optional<specdec::proposers::CorpusProposer> corpus;
     std::optional<specdec::proposers::DraftModelProposer<LlamaModel>> dp;
 #if defined(SPECDEC_HAVE_EAGLE)
     std::optional<specdec::proposers::EagleProposer> eagle;
@@ -1014,6 +1039,8 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
         chain.add(ngram.emplace(ngram_options(o)), name);
       } else if (name == "suffix" && !suffix) {
         chain.add(suffix.emplace(suffix_options(o)), name);
+      } else if (name == "corpus" && !corpus) {
+        chain.add(corpus.emplace(make_corpus(o)), name);
       } else if (name == "draft" && !dp) {
         draft_model.emplace(load_draft_model(o));
         chain.add(dp.emplace(*draft_model, target.vocab_size(), draft_options(o, *draft_model)), name);
@@ -1025,7 +1052,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
           fail("--proposer: EAGLE runs with --device cpu (the EAGLE head reads the CPU target's features)");
 #endif
       } else {
-        fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix, draft and eagle, separated by "
+        fail(fmt::format("--proposer: a chain lists distinct members from ngram, suffix, corpus, draft and eagle, separated by "
                          "commas; got '{}' in '{}'", name, proposer));
       }
     }
@@ -1040,6 +1067,9 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
   } else if (proposer == "suffix") {
     specdec::proposers::SuffixProposer suffix(suffix_options(o));
     spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", how);
+  } else if (proposer == "corpus") {
+    specdec::proposers::CorpusProposer corpus = make_corpus(o);
+    spec = run(corpus, target, requests, spec_options, tokenizer, "speculative (corpus)", how);
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
     if (static_cast<std::int64_t>(draft_model->vocab_size()) == static_cast<std::int64_t>(target.vocab_size())) {
@@ -1227,14 +1257,17 @@ int main(int argc, char** argv) {
                  "models/SmolLM2-135M-Instruct.Q4_1.gguf");
   app.add_option("--tokenizer", o.tokenizer, "GGUF file with the tokenizer (default: --model when it is a GGUF file)");
   app.add_option("--draft-model", o.draft_model, "draft model for --proposer draft (GGUF or HF directory)");
-  app.add_option("--proposer", o.proposer, "none, ngram, suffix, draft or eagle, or a chain in priority order such as suffix,draft (default: the best measured for the run: suffix,eagle with --chain-select expected for one prompt on the CPU when the EAGLE head fits the model, else suffix)")
+  app.add_option("--proposer", o.proposer, "none, ngram, suffix, corpus, draft or eagle, or a chain in priority order such as suffix,draft (default: the best measured for the run: suffix,eagle with --chain-select expected for one prompt on the CPU when the EAGLE head fits the model, else suffix)")
       ->check([](const std::string& v) -> std::string {
-        for (const char* name : {"none", "ngram", "suffix", "draft", "eagle"})
+        for (const char* name : {"none", "ngram", "suffix", "corpus", "draft", "eagle"})
           if (v == name) return {};
         if (v.find(',') != std::string::npos) return {};  // a chain; its members are checked when it is built
-        return "expected none, ngram, suffix, draft, eagle or a comma-separated chain, got '" + v + "'";
+        return "expected none, ngram, suffix, corpus, draft, eagle or a comma-separated chain, got '" + v + "'";
       });
   app.add_option("--eagle-head", o.eagle_head, "EAGLE head directory (config.json + model.safetensors)");
+  app.add_option("--corpus-table", o.corpus,
+                 "table for --proposer corpus, written by `specdec-train corpus` (default: the bundled "
+                 "models/smollm2-135m-corpus.bin)");
   app.add_option("-g,--num-speculative-tokens", o.num_speculative_tokens,
                  "drafts per step (g, at most 64): the most a step drafts under the adaptive policy, exactly g with "
                  "--fixed-g")

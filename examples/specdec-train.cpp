@@ -28,6 +28,7 @@
 #include "specdec/train/data.hpp"
 #include "specdec/train/modules.hpp"
 #include "specdec/train/trainer.hpp"
+#include "specdec/proposers/corpus.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -257,6 +258,22 @@ int main(int argc, char** argv) {
   fuse_cmd->add_option("--fraction", f_fraction,
                        "fuse this share of the records, spread evenly over the input (the fused features are 3x the size)")
       ->capture_default_str()->check(real_range(0, 1, false));
+
+  auto* corpus_cmd = app.add_subcommand(
+      "corpus", "count what the target emits after each short context of training sets: the corpus proposer's table");
+  std::vector<std::string> c_data;
+  std::string c_out;
+  std::int32_t c_max_n = 8;
+  std::int64_t c_min_count = 2;
+  corpus_cmd->add_option("--data", c_data, "training set(s) written by `specdec-train data`")->required();
+  corpus_cmd->add_option("--out", c_out, "the table to write (CorpusTable's file)")->required()->check(output_path(false));
+  corpus_cmd->add_option("--max-n", c_max_n, "longest context n-gram counted")
+      ->capture_default_str()->check(int_range(1, specdec::proposers::CorpusTable::kMaxN));
+  corpus_cmd->add_option("--min-count", c_min_count, "keep n-grams seen at least this many times")
+      ->capture_default_str()->check(int_range(1, 65535));
+  std::int64_t c_records = -1;
+  corpus_cmd->add_option("--records", c_records, "read only the first N records of the sets, in order (default: all)")
+      ->check(int_range(1, INT64_MAX));
 
   auto* eagle_cmd = app.add_subcommand("eagle", "train an EAGLE head (EAGLE-1, or EAGLE-3 on `fuse`d training sets)");
   TrainOptions eopt;
@@ -543,6 +560,33 @@ int main(int argc, char** argv) {
         fuse_records(target, data, layers, w, true);
       }
       fs::rename(tmp, f_out);  // all or nothing
+      return 0;
+    }
+    if (corpus_cmd->parsed()) {
+      // Every answer position of every record: the context n-grams ending there and the target's argmax after them.
+      const auto vocab = specdec::models::llama_config_from_gguf(specdec::models::GgufFile(model)).vocab_size;
+      for (const auto& path : c_data) (void)scan_record_file(path, false);  // every file readable before the long part
+      const auto t0 = Clock::now();
+      specdec::proposers::CorpusTableBuilder builder(vocab, c_max_n);
+      std::int64_t records = 0;
+      std::vector<std::int64_t> tokens, next;
+      for (const auto& path : c_data)
+        records += for_each_record_tokens(path, [&](std::span<const std::int32_t> t, std::int32_t prompt_length,
+                                                     std::span<const std::int32_t> argmax) {
+          // Positions from the prompt's last token (which predicts the answer's first) to the last but one (after the
+          // record's final token, often the end of turn, nothing was emitted).
+          const auto T = static_cast<std::int64_t>(t.size());
+          const std::int64_t first = std::max<std::int64_t>(prompt_length - 1, 0);
+          if (T - 1 <= first) return;
+          tokens.assign(t.begin(), t.end() - 1);
+          next.assign(argmax.begin() + first, argmax.end() - 1);
+          builder.add(tokens, next, first);
+        }, c_records < 0 ? -1 : std::max<std::int64_t>(c_records - records, 0));
+      const auto table = std::move(builder).finish(static_cast<std::uint32_t>(c_min_count));
+      table.save(c_out);
+      fmt::print("corpus: {} records, {} answer positions, {} n-grams (n <= {}, seen >= {} times), {:.1f} MB, {:.1f} s\n",
+                 records, table.positions(), table.num_entries(), c_max_n, c_min_count,
+                 static_cast<double>(fs::file_size(c_out)) / 1e6, seconds_since(t0));
       return 0;
     }
     const auto tw = specdec::proposers::eagle_target_weights_from_gguf(model);

@@ -97,6 +97,36 @@ std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out,
   return out;
 }
 
+std::int64_t for_each_record_tokens(
+    const fs::path& path,
+    const std::function<void(std::span<const std::int32_t>, std::int32_t, std::span<const std::int32_t>)>& fn,
+    std::int64_t max_records) {
+  const RecordFileScan scan = scan_record_file(path, false);  // validates the header; counts the complete records
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(fmt::format("for_each_record_tokens: cannot open '{}'", path.string()));
+  const auto H = static_cast<std::uintmax_t>(scan.hidden), K = static_cast<std::uintmax_t>(scan.k);
+  std::uintmax_t pos = 16;
+  std::vector<std::int32_t> tokens, ids, argmax;
+  const std::int64_t n = max_records >= 0 ? std::min(max_records, scan.records) : scan.records;
+  for (std::int64_t r = 0; r < n; ++r) {
+    in.seekg(static_cast<std::streamoff>(pos));
+    std::int32_t head[2];
+    in.read(reinterpret_cast<char*>(head), 8);
+    const auto T = static_cast<std::uintmax_t>(head[0]);
+    tokens.resize(T);
+    in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(T * 4));
+    in.seekg(static_cast<std::streamoff>(pos + 8 + T * 4 + T * H * 2));
+    ids.resize(T * K);
+    in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(T * K * 4));
+    if (!in) fail(fmt::format("for_each_record_tokens: '{}': record {} could not be read", path.string(), r));
+    argmax.resize(T);
+    for (std::uintmax_t t = 0; t < T; ++t) argmax[t] = ids[t * K];
+    fn(tokens, head[1], argmax);
+    pos += 8 + T * (4 + 2 * H + 6 * K);
+  }
+  return n;
+}
+
 std::vector<Record> read_record_files(const std::vector<std::string>& paths, std::int64_t* hidden_out, std::int64_t max_records) {
   std::vector<Record> all;
   std::int64_t H = -1;

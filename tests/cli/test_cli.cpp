@@ -163,6 +163,9 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   refused({"--dtype", "bfloat16"}, {"--dtype", "--device cpu"});
   refused({"--draft-model", "/nonexistent"}, {"--draft-model", "--proposer suffix"});
   refused({"--eagle-head", "/nonexistent"}, {"--eagle-head", "--proposer suffix"});
+  refused({"--corpus-table", "/nonexistent"}, {"--corpus-table", "--proposer suffix"});
+  refused({"--proposer", "corpus", "--corpus-table", "/nonexistent/t.bin"}, {"--corpus-table", "/nonexistent/t.bin", "not a file"});
+  refused({"--proposer", "suffix,corpus", "--corpus-table", "/nonexistent/t.bin"}, {"--corpus-table", "/nonexistent/t.bin"});
   refused({"--chain-enough", "1", "--proposer", "suffix"}, {"--chain-enough", "--proposer suffix"});
   refused({"--chain-enough", "1", "--proposer", "suffix,eagle"}, {"--chain-enough", "--chain-select first"});
   refused({"--chain-enough", "-1", "--proposer", "suffix,eagle", "--chain-select", "expected"}, {"--chain-enough", "-1"});
@@ -174,6 +177,9 @@ TEST_F(Cli, GenerateRefusesEveryBadFlagNamingItBeforeLoadingAnything) {
   std::ofstream(dir_ / "not-a-model.gguf") << "not a GGUF file";
   refused({"--model", (dir_ / "not-a-model.gguf").string()}, {"--model", "not-a-model.gguf"});
   refused({"--prompt-file", "/nonexistent/prompts.txt"}, {"--prompt-file", "/nonexistent/prompts.txt"});
+  std::ofstream(dir_ / "not-a-table.bin") << "not a corpus table";
+  refused({"--proposer", "corpus", "--corpus-table", (dir_ / "not-a-table.bin").string()},
+          {"--corpus-table", "not-a-table.bin", "not a corpus table"});
 }
 
 TEST_F(Cli, GenerateChecksTheJsonPathBeforeTheRun) {

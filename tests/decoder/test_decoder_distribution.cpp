@@ -16,6 +16,7 @@
 #include "specdec/torch/rows.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "../proposers/cross_vocab_fixture.hpp"
+#include "specdec/proposers/corpus.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/proposers/process_logits.hpp"
 
@@ -237,6 +238,18 @@ TEST(DecoderDistribution, SuffixTreesFirstTwoTokensMatchTarget) {
   // Drafts from the prompt's own repeats and, as requests finish, from earlier outputs in the global trie: deterministic
   // trees (siblings verified by sampling without replacement).
   check_joint(suffix, target, params(1.0f), 3, kDraws, {1, 5, 2, 7, 3, 1, 5});
+}
+
+TEST(DecoderDistribution, CorpusFirstTwoTokensMatchTarget) {
+  auto target = tiny_model(29, kVocab);
+  // A table that continues the prompt "1 5 2 7" with "3 1 5" (deterministic drafts with confidences, verified with
+  // p(x)); its counts make the path bound keep 3 drafts.
+  sp::CorpusTableBuilder b(kVocab, 4);
+  for (int i = 0; i < 4; ++i) b.add(std::vector<std::int64_t>{1, 5, 2, 7, 3, 1}, std::vector<std::int64_t>{5, 2, 7, 3, 1, 5}, 0);
+  sp::CorpusOptions co;
+  co.min_path_prob = 0.0;
+  sp::CorpusProposer corpus(std::make_shared<const sp::CorpusTable>(std::move(b).finish(2)), co);
+  check_joint(corpus, target, params(1.0f), 3, kDraws);
 }
 
 TEST(DecoderDistribution, ProposerChainMixedBatchFirstTwoTokensMatchTarget) {

@@ -148,6 +148,27 @@ TEST(TrainData, RecordsRoundTripAndAppendingCutsAnInterruptedRecord) {
   ASSERT_EQ(back.size(), 7u);
   EXPECT_TRUE(same_record(back[6], recs.at(1)));
   EXPECT_EQ(st::read_record_files({file.string(), file.string()}).size(), 10u);
+  // Tokens and argmax without the features (specdec-train corpus): each record's tokens, prompt length and the first
+  // of its top-k ids, the whole file or its first N records.
+  std::vector<std::vector<std::int32_t>> tokens, argmax;
+  std::vector<std::int32_t> prompt_lengths;
+  const auto each = [&](std::span<const std::int32_t> t, std::int32_t p, std::span<const std::int32_t> a) {
+    tokens.emplace_back(t.begin(), t.end());
+    prompt_lengths.push_back(p);
+    argmax.emplace_back(a.begin(), a.end());
+  };
+  EXPECT_EQ(st::for_each_record_tokens(file, each), 5);
+  ASSERT_EQ(tokens.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(tokens[i], recs.at(i).tokens) << i;
+    EXPECT_EQ(prompt_lengths[i], recs.at(i).prompt_length) << i;
+    const at::Tensor first = recs.at(i).topk_ids.select(1, 0).contiguous();
+    EXPECT_EQ(argmax[i], std::vector<std::int32_t>(first.data_ptr<std::int32_t>(), first.data_ptr<std::int32_t>() + first.numel()))
+        << i;
+  }
+  tokens.clear();
+  EXPECT_EQ(st::for_each_record_tokens(file, each, 2), 2);
+  EXPECT_EQ(tokens.size(), 2u);
   // A file of another shape is refused.
   EXPECT_THROW(st::RecordWriter(file, 64, 8, true), std::exception);
   EXPECT_THROW(st::RecordWriter(file, 32, 4, true), std::exception);

@@ -48,6 +48,16 @@ class NgramIndex {
     prev_.resize(tables_.size());
   }
 
+  /// The hash of an n-gram, most recent token first: h_1 = mix(kSeed, t_j), h_n = mix(h_{n-1}, t_{j-n+1}) (also the keys
+  /// of CorpusTable, specdec/proposers/corpus.hpp).
+  static constexpr std::uint64_t kSeed = 0x9E3779B97F4A7C15ull;
+  static std::uint64_t mix(std::uint64_t h, std::int64_t token) {
+    std::uint64_t z = h ^ (static_cast<std::uint64_t>(token) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
   std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
   std::span<const std::int64_t> tokens() const { return tokens_; }
 
@@ -100,13 +110,6 @@ class NgramIndex {
   }
 
  private:
-  static constexpr std::uint64_t kSeed = 0x9E3779B97F4A7C15ull;
-  static std::uint64_t mix(std::uint64_t h, std::int64_t token) {
-    std::uint64_t z = h ^ (static_cast<std::uint64_t>(token) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
   /// Whether the n tokens ending at j equal the context's last n tokens.
   bool equal_suffix(std::int64_t j, std::int32_t n) const {
     const std::int64_t L = size();

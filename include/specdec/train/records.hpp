@@ -1,6 +1,8 @@
 // specdec::train — Training records: the binary file of token ids, stored features and top-k target distributions that `specdec-train data` writes and the trainers read.
 #pragma once
 
+#include <span>
+
 #include "specdec/train/common.hpp"
 
 namespace specdec::train {
@@ -61,6 +63,16 @@ class RecordWriter {
 
 /// The records of a training-set file in order, at most `max_records` of them (< 0: all).
 std::vector<Record> read_records(const fs::path& path, std::int64_t* hidden_out = nullptr, std::int64_t max_records = -1);
+
+/// Reads `path` record by record without its features: calls fn(tokens, prompt_length, argmax) for each complete record,
+/// argmax[t] being the target's most probable next token after tokens[0 .. t] (the first of its stored top-k). Returns
+/// the records read (the first max_records when >= 0). Throws specdec::error when the file cannot be read or is not a
+/// training set.
+std::int64_t for_each_record_tokens(
+    const fs::path& path,
+    const std::function<void(std::span<const std::int32_t> tokens, std::int32_t prompt_length,
+                              std::span<const std::int32_t> argmax)>& fn,
+    std::int64_t max_records = -1);
 
 /// Several training-set files read in order (all with the same feature width), the first `max_records` records of
 /// them all (< 0: all).
