@@ -271,6 +271,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(int_range(1, specdec::proposers::CorpusTable::kMaxN));
   corpus_cmd->add_option("--min-count", c_min_count, "keep n-grams seen at least this many times")
       ->capture_default_str()->check(int_range(1, 65535));
+  std::string c_holdout;
+  corpus_cmd->add_option("--holdout-data", c_holdout,
+                         "also report, on this set's answer positions, how often the proposer's first draft is the "
+                         "target's argmax, by the draft's confidence (its calibration)")
+      ->check(CLI::ExistingFile);
   std::int64_t c_records = -1;
   corpus_cmd->add_option("--records", c_records, "read only the first N records of the sets, in order (default: all)")
       ->check(int_range(1, INT64_MAX));
@@ -583,6 +588,42 @@ int main(int argc, char** argv) {
           builder.add(tokens, next, first);
         }, c_records < 0 ? -1 : std::max<std::int64_t>(c_records - records, 0));
       const auto table = std::move(builder).finish(static_cast<std::uint32_t>(c_min_count));
+      if (!c_holdout.empty()) {
+        // The first draft of the proposer's default bounds at every held-out answer position, binned by confidence.
+        const specdec::proposers::CorpusOptions co;
+        constexpr int kBins = 10;
+        std::int64_t positions = 0, drafted[kBins] = {}, right[kBins] = {};
+        double conf_sum[kBins] = {};
+        std::vector<std::int64_t> window;
+        for_each_record_tokens(c_holdout, [&](std::span<const std::int32_t> t, std::int32_t prompt_length,
+                                              std::span<const std::int32_t> argmax) {
+          for (std::int64_t i = std::max<std::int64_t>(prompt_length - 1, 0); i + 1 < static_cast<std::int64_t>(t.size()); ++i) {
+            ++positions;
+            const std::int64_t from = std::max<std::int64_t>(0, i + 1 - table.max_n());
+            window.assign(t.begin() + from, t.begin() + i + 1);
+            const auto hit = table.find(window, co.min_n, co.min_count, co.min_share);
+            if (!hit.found()) continue;
+            const int b = std::min(kBins - 1, static_cast<int>(hit.confidence() * kBins));
+            ++drafted[b];
+            conf_sum[b] += hit.confidence();
+            right[b] += hit.token == argmax[static_cast<std::size_t>(i)];
+          }
+        });
+        std::int64_t all_drafted = 0, all_right = 0;
+        fmt::print("corpus: calibration on {} held-out answer positions (first draft; confidence bin: drafts, mean "
+                   "confidence, the target's argmax)\n", positions);
+        for (int b = 0; b < kBins; ++b) {
+          all_drafted += drafted[b];
+          all_right += right[b];
+          if (drafted[b] == 0) continue;
+          fmt::print("corpus:   [{:.1f}, {:.1f}): {:7d}  {:.3f}  {:.3f}\n", b / 10.0, (b + 1) / 10.0, drafted[b],
+                     conf_sum[b] / static_cast<double>(drafted[b]),
+                     static_cast<double>(right[b]) / static_cast<double>(drafted[b]));
+        }
+        fmt::print("corpus: drafts at {:.3f} of positions, the argmax at {:.3f} of them\n",
+                   static_cast<double>(all_drafted) / static_cast<double>(std::max<std::int64_t>(positions, 1)),
+                   static_cast<double>(all_right) / static_cast<double>(std::max<std::int64_t>(all_drafted, 1)));
+      }
       table.save(c_out);
       fmt::print("corpus: {} records, {} answer positions, {} n-grams (n <= {}, seen >= {} times), {:.1f} MB, {:.1f} s\n",
                  records, table.positions(), table.num_entries(), c_max_n, c_min_count,
