@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "propose_request.hpp"
 #include "specdec/proposers/corpus.hpp"
 
 namespace {
@@ -217,12 +218,7 @@ TEST(CorpusTable, LoadRefusesWhatItDidNotWriteNamingTheFile) {
 specdec::SamplingParams greedy;
 
 sp::DraftBatch propose(sp::CorpusProposer& p, const Tokens& ctx, std::int32_t g) {
-  sp::ProposeRequest r;
-  r.id = 7;
-  r.context = ctx;
-  r.params = &greedy;
-  r.max_drafts = g;
-  r.position = static_cast<std::int64_t>(ctx.size());
+  const sp::ProposeRequest r = specdec::test::propose_request(7, ctx, &greedy, g);
   return p.propose(std::span(&r, 1));
 }
 
@@ -255,9 +251,8 @@ TEST(CorpusProposer, DraftsTheCorpusContinuationWithItsConfidences) {
   sp::CorpusProposer one(table, o);
   EXPECT_EQ(propose(one, Tokens{6, 7}, 8).token_ids, (Tokens{8}));
   const Tokens a{6, 7}, b{1, 1};
-  sp::ProposeRequest rs[2];
-  rs[0].id = 1, rs[0].context = a, rs[0].params = &greedy, rs[0].max_drafts = 4, rs[0].position = 2;
-  rs[1].id = 2, rs[1].context = b, rs[1].params = &greedy, rs[1].max_drafts = 4, rs[1].position = 2;
+  const sp::ProposeRequest rs[2] = {specdec::test::propose_request(1, a, &greedy, 4),
+                                    specdec::test::propose_request(2, b, &greedy, 4)};
   const auto two = p.propose(rs);
   EXPECT_EQ(two.cu_num_drafts, (Tokens{0, 3, 3}));
   EXPECT_EQ(two.confidence.size(), 3u);

@@ -1,6 +1,7 @@
 // NgramIndex / NgramProposer: longest-then-most-recent match, incremental indexing, trees of several matches, bad options.
 #include <gtest/gtest.h>
 
+#include "propose_request.hpp"
 #include "specdec/proposers/ngram.hpp"
 
 namespace {
@@ -15,12 +16,7 @@ std::vector<std::int64_t> drafts_for(const std::vector<std::int64_t>& ctx, sp::N
   c.context = ctx;
   p.begin_request(c);
   specdec::SamplingParams params;
-  sp::ProposeRequest r;
-  r.id = 1;
-  r.context = ctx;
-  r.params = &params;
-  r.max_drafts = g;
-  r.position = static_cast<std::int64_t>(ctx.size());
+  const sp::ProposeRequest r = specdec::test::propose_request(1, ctx, &params, g);
   auto d = p.propose(std::span(&r, 1));
   EXPECT_EQ(d.num_requests(), 1);
   EXPECT_FALSE(d.probs.defined());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "propose_request.hpp"
 #include "specdec/proposers/proposer_chain.hpp"
 #include "specdec/proposers/suffix.hpp"
 #include "specdec/torch/rows.hpp"
@@ -55,16 +56,6 @@ void begin(sp::ProposerChain& c, sp::RequestId id, const Tokens& ctx, const spec
   c.begin_request(rc);
 }
 
-sp::ProposeRequest request(sp::RequestId id, const Tokens& ctx, const specdec::SamplingParams* params, std::int32_t g) {
-  sp::ProposeRequest r;
-  r.id = id;
-  r.context = ctx;
-  r.params = params;
-  r.max_drafts = g;
-  r.position = static_cast<std::int64_t>(ctx.size());
-  return r;
-}
-
 TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
   NgramThenDraft f(31);
   sp::ProposerChain& chain = f.chain;
@@ -76,8 +67,8 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
   begin(chain, 0, lookup, &sampled);
   begin(chain, 1, fresh, &sampled);
   begin(chain, 2, lookup, &sampled);
-  const sp::ProposeRequest rs[] = {request(0, lookup, &sampled, 3), request(1, fresh, &sampled, 3),
-                                   request(2, lookup, &sampled, 0)};
+  const sp::ProposeRequest rs[] = {specdec::test::propose_request(0, lookup, &sampled, 3), specdec::test::propose_request(1, fresh, &sampled, 3),
+                                   specdec::test::propose_request(2, lookup, &sampled, 0)};
   const sp::DraftBatch d = chain.propose(rs);
   ASSERT_EQ(d.num_requests(), 3);
   EXPECT_EQ(Tokens(d.token_ids.begin(), d.token_ids.begin() + 3), (Tokens{2, 7, 3}));
@@ -97,7 +88,7 @@ TEST(ProposerChain, FirstMemberThatDraftsWinsAndKindsArePerRequest) {
 
   // A batch drafted by one member only keeps the whole-batch form.
   begin(chain, 3, lookup, &sampled);
-  const sp::ProposeRequest one[] = {request(3, lookup, &sampled, 2)};
+  const sp::ProposeRequest one[] = {specdec::test::propose_request(3, lookup, &sampled, 2)};
   const sp::DraftBatch only = chain.propose(one);
   EXPECT_FALSE(only.probs.defined());
   EXPECT_TRUE(only.has_probs.empty());
@@ -115,8 +106,8 @@ TEST(ProposerChain, RequestsNameTheirOwnMembersAndOrder) {
   const Tokens fresh = {9, 4, 11, 6};           // the n-gram finds nothing
   for (sp::RequestId id = 0; id < 5; ++id) begin(chain, id, id == 4 ? fresh : lookup, &greedy);
   const std::int32_t just_draft[] = {1}, reversed[] = {1, 0}, just_ngram[] = {0};
-  sp::ProposeRequest rs[] = {request(0, lookup, &greedy, 3), request(1, lookup, &greedy, 3), request(2, lookup, &greedy, 3),
-                             request(3, lookup, &greedy, 3), request(4, fresh, &greedy, 3)};
+  sp::ProposeRequest rs[] = {specdec::test::propose_request(0, lookup, &greedy, 3), specdec::test::propose_request(1, lookup, &greedy, 3), specdec::test::propose_request(2, lookup, &greedy, 3),
+                             specdec::test::propose_request(3, lookup, &greedy, 3), specdec::test::propose_request(4, fresh, &greedy, 3)};
   rs[1].members = just_draft;  // the draft model, though the lookup would draft
   rs[2].members = reversed;    // the draft model first
   rs[3].members = just_ngram;
@@ -210,7 +201,7 @@ TEST(ProposerChain, ProtocolErrorsAndRollback) {
     sp::ProposerChain c;
     c.add(bad, "bad");
     begin(c, 0, ctx, &greedy);
-    const sp::ProposeRequest rs[] = {request(0, ctx, &greedy, 2)};
+    const sp::ProposeRequest rs[] = {specdec::test::propose_request(0, ctx, &greedy, 2)};
     try {
       (void)c.propose(rs);
       ADD_FAILURE() << "expected an error";
@@ -291,7 +282,7 @@ TEST(ProposerChain, MostExpectedKeepsTheProposalWorthMoreAndLearnsLookups) {
   Tokens ctx = {1, 2, 3};
   begin(chain, 0, ctx, nullptr);
   auto drafts_now = [&] {
-    const sp::ProposeRequest r[] = {request(0, ctx, nullptr, 4)};
+    const sp::ProposeRequest r[] = {specdec::test::propose_request(0, ctx, nullptr, 4)};
     const sp::DraftBatch d = chain.propose(r);
     return Tokens(d.token_ids.begin(), d.token_ids.end());
   };
@@ -335,10 +326,10 @@ TEST(ProposerChain, MostExpectedKeepsTheProposalWorthMoreAndLearnsLookups) {
   sp::ProposerChain early(co);
   early.add(sure, "sure").add(second, "second");
   begin(early, 0, ctx, nullptr);
-  const sp::ProposeRequest r4[] = {request(0, ctx, nullptr, 4)};
+  const sp::ProposeRequest r4[] = {specdec::test::propose_request(0, ctx, nullptr, 4)};
   EXPECT_EQ(early.propose(r4).token_ids, (Tokens{4, 5}));  // 0.9 + 0.81 > 1.5: "second" (worth more) is not asked
   EXPECT_EQ(second.calls, 0);
-  const sp::ProposeRequest r1[] = {request(0, ctx, nullptr, 1)};
+  const sp::ProposeRequest r1[] = {specdec::test::propose_request(0, ctx, nullptr, 1)};
   EXPECT_EQ(early.propose(r1).token_ids, (Tokens{8}));  // 0.9 <= 1.5: asked, and worth more (0.95)
   EXPECT_EQ(second.calls, 1);
   early.end_request(0);

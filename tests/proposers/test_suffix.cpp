@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "propose_request.hpp"
 #include "specdec/proposers/suffix.hpp"
 
 namespace {
@@ -20,12 +21,7 @@ struct Proposal {
 
 Proposal propose(sp::SuffixProposer& p, sp::RequestId id, const Tokens& ctx, std::int32_t g) {
   specdec::SamplingParams params;
-  sp::ProposeRequest r;
-  r.id = id;
-  r.context = ctx;
-  r.params = &params;
-  r.max_drafts = g;
-  r.position = static_cast<std::int64_t>(ctx.size());
+  const sp::ProposeRequest r = specdec::test::propose_request(id, ctx, &params, g);
   auto d = p.propose(std::span(&r, 1));
   EXPECT_FALSE(d.probs.defined());
   return {d.token_ids, d.parents.empty() ? Tokens{} : d.parents[0]};
