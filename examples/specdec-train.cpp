@@ -587,26 +587,27 @@ int main(int argc, char** argv) {
           next.assign(argmax.begin() + first, argmax.end() - 1);
           builder.add(tokens, next, first);
         }, c_records < 0 ? -1 : std::max<std::int64_t>(c_records - records, 0));
-      const auto table = std::move(builder).finish(static_cast<std::uint32_t>(c_min_count));
+      const auto table = std::make_shared<const specdec::proposers::CorpusTable>(
+          std::move(builder).finish(static_cast<std::uint32_t>(c_min_count)));
       if (!c_holdout.empty()) {
-        // The first draft of the proposer's default bounds at every held-out answer position, binned by confidence.
-        const specdec::proposers::CorpusOptions co;
+        // The default proposer's first draft at every held-out answer position, binned by its confidence.
+        const specdec::proposers::CorpusProposer proposer(table);
         constexpr int kBins = 10;
         std::int64_t positions = 0, drafted[kBins] = {}, right[kBins] = {};
         double conf_sum[kBins] = {};
-        std::vector<std::int64_t> window;
+        std::vector<std::int64_t> drafts;
+        std::vector<float> confidence;
         for_each_record_tokens(c_holdout, [&](std::span<const std::int32_t> t, std::int32_t prompt_length,
                                               std::span<const std::int32_t> argmax) {
+          tokens.assign(t.begin(), t.end());
           for (std::int64_t i = std::max<std::int64_t>(prompt_length - 1, 0); i + 1 < static_cast<std::int64_t>(t.size()); ++i) {
             ++positions;
-            const std::int64_t from = std::max<std::int64_t>(0, i + 1 - table.max_n());
-            window.assign(t.begin() + from, t.begin() + i + 1);
-            const auto hit = table.find(window, co.min_n, co.min_count, co.min_share);
-            if (!hit.found()) continue;
-            const int b = std::min(kBins - 1, static_cast<int>(hit.confidence() * kBins));
+            proposer.draft(std::span(tokens).first(static_cast<std::size_t>(i + 1)), 1, drafts, confidence);
+            if (drafts.empty()) continue;
+            const int b = std::min(kBins - 1, static_cast<int>(confidence[0] * kBins));
             ++drafted[b];
-            conf_sum[b] += hit.confidence();
-            right[b] += hit.token == argmax[static_cast<std::size_t>(i)];
+            conf_sum[b] += confidence[0];
+            right[b] += drafts[0] == argmax[static_cast<std::size_t>(i)];
           }
         });
         std::int64_t all_drafted = 0, all_right = 0;
@@ -624,9 +625,9 @@ int main(int argc, char** argv) {
                    static_cast<double>(all_drafted) / static_cast<double>(std::max<std::int64_t>(positions, 1)),
                    static_cast<double>(all_right) / static_cast<double>(std::max<std::int64_t>(all_drafted, 1)));
       }
-      table.save(c_out);
+      table->save(c_out);
       fmt::print("corpus: {} records, {} answer positions, {} n-grams (n <= {}, seen >= {} times), {:.1f} MB, {:.1f} s\n",
-                 records, table.positions(), table.num_entries(), c_max_n, c_min_count,
+                 records, table->positions(), table->num_entries(), c_max_n, c_min_count,
                  static_cast<double>(fs::file_size(c_out)) / 1e6, seconds_since(t0));
       return 0;
     }
