@@ -78,17 +78,18 @@ void ForwardCostModel::observe(std::int64_t requests, std::int64_t tokens, doubl
   f.xy = decay_ * f.xy + x * seconds;
 }
 
-void DraftingYield::observe(std::int64_t rows, std::int64_t tokens) {
+void DraftingYield::observe(std::int64_t rows, std::int64_t tokens, std::int64_t positions) {
   weight_ = decay_ * weight_ + 1.0;
   tokens_ = decay_ * tokens_ + static_cast<double>(tokens);
   rows_ = decay_ * rows_ + static_cast<double>(rows);
+  positions_ = decay_ * positions_ + static_cast<double>(positions < 0 ? rows : positions);
 }
 
 bool DraftingYield::pays(const std::function<double(std::int64_t)>& cost, double draft_cost) const {
   const double x = rows();
   const auto lo = static_cast<std::int64_t>(std::floor(x));
   const double c_lo = cost(lo), c = c_lo + (x - static_cast<double>(lo)) * (cost(lo + 1) - c_lo);
-  return tokens() > c + draft_cost * x;
+  return tokens() > c + draft_cost * positions();
 }
 
 double ForwardCostModel::predict(std::int64_t requests, std::int64_t tokens) const {

@@ -25,6 +25,27 @@ std::vector<std::int64_t> top_k_indices(std::int64_t n, std::int64_t k, const st
   return idx;
 }
 
+// The k best tokens of one row of log-probabilities (value descending, ties to the lower id), skipping -inf/NaN: one
+// pass over the row keeping a short sorted list (the same order top_k_indices gives, without sorting the row).
+std::vector<std::int64_t> top_k_tokens(std::span<const float> row, std::int64_t k) {
+  std::vector<std::pair<float, std::int64_t>> best;
+  best.reserve(static_cast<std::size_t>(k) + 1);
+  const auto n = static_cast<std::int64_t>(row.size());
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float v = row[static_cast<std::size_t>(t)];
+    if (!(v > -std::numeric_limits<float>::infinity())) continue;  // NaN fails the test too
+    if (static_cast<std::int64_t>(best.size()) == k && !(v > best.back().first)) continue;  // an equal value keeps the lower id
+    auto at = best.end();
+    while (at != best.begin() && (at - 1)->first < v) --at;  // after every value >= v: ties stay in id order
+    best.insert(at, {v, t});
+    if (static_cast<std::int64_t>(best.size()) > k) best.pop_back();
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(best.size());
+  for (const auto& b : best) out.push_back(b.second);
+  return out;
+}
+
 }  // namespace
 
 DynamicTreeBuilder::DynamicTreeBuilder(const DynamicTreeParams& params, std::int32_t max_depth,
@@ -35,18 +56,34 @@ DynamicTreeBuilder::DynamicTreeBuilder(const DynamicTreeParams& params, std::int
   if (params.depth < 0) fail(fmt::format("DynamicTreeBuilder: params.depth: expected >= 0, got {}", params.depth));
   if (max_depth < 1) fail(fmt::format("DynamicTreeBuilder: max_depth: expected >= 1, got {}", max_depth));
   if (vocab_ < 1) fail("DynamicTreeBuilder: root_logprobs: expected a non-empty row");
+  if (!(params.min_path_prob >= 0.0 && params.min_path_prob <= 1.0))
+    fail(fmt::format("DynamicTreeBuilder: params.min_path_prob: expected in [0, 1], got {}", params.min_path_prob));
   params_.top_k = static_cast<std::int32_t>(std::min<std::int64_t>(params.top_k, vocab_));
+  if (params.min_path_prob > 0.0) min_score_ = static_cast<float>(std::log(params.min_path_prob));
   add_children(-1, root_logprobs, 0.f, 1);
   level_begin_ = 0;
   if (max_depth_ > 1) {
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(candidates_.size()); ++i) frontier_.push_back(i);
+    const float bound = kept_bound();
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(candidates_.size()); ++i)
+      if (!(candidates_[static_cast<std::size_t>(i)].score < bound)) frontier_.push_back(i);
   }
 }
 
 void DynamicTreeBuilder::add_children(std::int64_t parent, std::span<const float> logprobs, float base, std::int32_t depth) {
-  const auto best = top_k_indices(vocab_, params_.top_k, [&](std::int64_t t) { return logprobs[static_cast<std::size_t>(t)]; });
-  for (const auto t : best)
-    candidates_.push_back({t, parent, base + logprobs[static_cast<std::size_t>(t)], depth});
+  for (const auto t : top_k_tokens(logprobs, params_.top_k)) {
+    const float score = base + logprobs[static_cast<std::size_t>(t)];
+    if (score >= min_score_) candidates_.push_back({t, parent, score, depth});
+  }
+}
+
+float DynamicTreeBuilder::kept_bound() const {
+  const auto n = static_cast<std::int64_t>(params_.num_nodes);
+  if (static_cast<std::int64_t>(candidates_.size()) < n) return -std::numeric_limits<float>::infinity();
+  std::vector<float> scores;
+  scores.reserve(candidates_.size());
+  for (const auto& c : candidates_) scores.push_back(c.score);
+  std::nth_element(scores.begin(), scores.begin() + (n - 1), scores.end(), std::greater<float>());
+  return scores[static_cast<std::size_t>(n - 1)];
 }
 
 void DynamicTreeBuilder::expand(std::span<const float> logprobs) {
@@ -68,8 +105,11 @@ void DynamicTreeBuilder::expand(std::span<const float> logprobs) {
   const std::int32_t level_depth = begin < static_cast<std::int64_t>(candidates_.size()) ? candidates_[static_cast<std::size_t>(begin)].depth : max_depth_;
   if (level_depth < max_depth_) {
     const std::int64_t n = static_cast<std::int64_t>(candidates_.size()) - begin;
+    // A candidate scoring below the num_nodes-th best cannot be kept, nor can any descendant (a child scores at most its
+    // parent): not expanding it leaves the kept set as it would be (the bound only rises as the tree grows).
+    const float bound = kept_bound();
     for (const auto i : top_k_indices(n, params_.top_k, [&](std::int64_t i) { return candidates_[static_cast<std::size_t>(begin + i)].score; }))
-      frontier_.push_back(begin + i);
+      if (!(candidates_[static_cast<std::size_t>(begin + i)].score < bound)) frontier_.push_back(begin + i);
     std::sort(frontier_.begin(), frontier_.end());
   }
 }

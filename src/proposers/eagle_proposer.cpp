@@ -8,13 +8,16 @@ using namespace eagle_internal;
 
 namespace {
 
-// log_softmax of one row of n logits (the max subtracted first; the sum of exponentials in double).
-void log_softmax_row(const float* x, std::int64_t n, float* out) {
+// log_softmax of one row of n logits at temperature t: (x - max) / t - log sum exp((x - max) / t), the sum by the
+// sampler's exponential weights and tile masses (specdec::detail::top_probability: the same bits on every
+// instruction-set path, a few microseconds for 8192 logits where a double exp per logit took tens). Every value is
+// <= 0, so a child never outscores its parent.
+void log_softmax_row(const float* x, std::int64_t n, float* out, std::vector<float>& scratch, float t = 1.0f) {
   const float m = *std::max_element(x, x + n);
-  double sum = 0.0;
-  for (std::int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - m);
-  const double lse = static_cast<double>(m) + std::log(sum);
-  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(x[i]) - lse);
+  const double top = specdec::detail::top_probability(x, n, m, scratch, t);  // 1 / sum_i exp((x_i - m) / t)
+  const auto log_mass = static_cast<float>(-std::log(top));
+  const float inv_t = 1.0f / t;
+  for (std::int64_t i = 0; i < n; ++i) out[i] = (x[i] - m) * inv_t - log_mass;
 }
 
 }  // namespace
@@ -167,7 +170,7 @@ EagleHead& EagleProposer::head() noexcept { return impl_->head; }
 const EagleHead& EagleProposer::head() const noexcept { return impl_->head; }
 const EagleProposerOptions& EagleProposer::options() const noexcept { return impl_->opts; }
 void EagleProposer::set_mode(EagleDraftMode mode) noexcept { impl_->opts.mode = mode; }
-bool EagleProposer::reports_confidence() const noexcept { return impl_->opts.mode == EagleDraftMode::kChain; }
+bool EagleProposer::reports_confidence() const noexcept { return true; }
 std::int64_t EagleProposer::pending_rows(RequestId id) const {
   auto it = impl_->requests.find(id);
   if (it == impl_->requests.end()) fail(fmt::format("EagleProposer::pending_rows: id: expected an active request, got {}", id));
@@ -269,7 +272,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   std::vector<std::vector<std::int64_t>> tree_parents(static_cast<std::size_t>(B));
   // Chain sampling: per request, its drafts' processed rows over the draft vocabulary in by_target order ([g * Vd]).
   std::vector<std::vector<float>> probs_rows(static_cast<std::size_t>(B));
-  std::vector<std::vector<float>> confidences(static_cast<std::size_t>(B));  // chains: DraftBatch::confidence
+  std::vector<std::vector<float>> confidences(static_cast<std::size_t>(B));  // DraftBatch::confidence
   bool any_probs = false;
 
   if (opts.mode == EagleDraftMode::kChain) {
@@ -376,19 +379,28 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     // EAGLE-2 dynamic trees, grown level by level for all requests at once.
     struct TreeState {
       std::int64_t req = 0;
+      // The head's law the tree is ranked by: greedy requests at temperature 1 (the head's chance that a token is the
+      // target's argmax), sampled ones at theirs (its estimate of the target's probability there, the chance a
+      // deterministic child is accepted), so the nodes' confidences say what the policy should expect of them.
+      float temperature = 1.0f;
       std::unique_ptr<DynamicTreeBuilder> builder;
       std::unordered_map<std::int64_t, std::int64_t> position;  // candidate -> head cache position
       std::unordered_map<std::int64_t, std::vector<float>> hidden;  // candidate -> head output row
     };
     std::vector<TreeState> trees;
+    std::vector<float> scratch;
+    DynamicTreeParams tree_params = opts.tree;
+    tree_params.min_path_prob = std::max(opts.tree.min_path_prob, opts.min_path_prob);
     for (const auto i : active) {
       const ProposeRequest& q = reqs[static_cast<std::size_t>(i)];
       const std::int32_t max_depth = opts.tree.depth > 0 ? std::min<std::int32_t>(q.max_drafts, opts.tree.depth + 1) : q.max_drafts;
       std::vector<float> lp(static_cast<std::size_t>(Vd));
-      log_softmax_row(rs[static_cast<std::size_t>(i)]->last_logits.data(), Vd, lp.data());
+      const SamplingParams& p = q.params ? *q.params : *rs[static_cast<std::size_t>(i)]->params;
       TreeState t;
+      t.temperature = p.greedy() ? 1.0f : p.temperature;
+      log_softmax_row(rs[static_cast<std::size_t>(i)]->last_logits.data(), Vd, lp.data(), scratch, t.temperature);
       t.req = i;
-      t.builder = std::make_unique<DynamicTreeBuilder>(opts.tree, max_depth, std::span<const float>(lp));
+      t.builder = std::make_unique<DynamicTreeBuilder>(tree_params, max_depth, std::span<const float>(lp));
       trees.push_back(std::move(t));
     }
     for (;;) {
@@ -422,7 +434,9 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       step.features_are_head_hidden = true;
       EagleHeadOutput out = head.forward(step);
       std::vector<float> lp(static_cast<std::size_t>(rows * Vd));
-      for (std::int64_t r = 0; r < rows; ++r) log_softmax_row(out.logits.host_row(r), Vd, lp.data() + r * Vd);
+      for (std::size_t s = 0; s < stepping.size(); ++s)
+        for (std::int64_t r = step.cu_num_tokens[s]; r < step.cu_num_tokens[s + 1]; ++r)
+          log_softmax_row(out.logits.host_row(r), Vd, lp.data() + r * Vd, scratch, trees[stepping[s]].temperature);
       for (std::size_t s = 0; s < stepping.size(); ++s) {
         TreeState& t = trees[stepping[s]];
         const std::int64_t begin = step.cu_num_tokens[s], n = step.cu_num_tokens[s + 1] - begin;
@@ -436,8 +450,16 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
     }
     for (auto& t : trees) {
       const auto selected = t.builder->select();
-      for (const auto c : selected)
-        drafts[static_cast<std::size_t>(t.req)].push_back(d2t[static_cast<std::size_t>(t.builder->candidates()[static_cast<std::size_t>(c)].token)]);
+      const auto& cand = t.builder->candidates();
+      for (const auto c : selected) {
+        const auto& node = cand[static_cast<std::size_t>(c)];
+        drafts[static_cast<std::size_t>(t.req)].push_back(d2t[static_cast<std::size_t>(node.token)]);
+        // The head's probability of this node's token after its parent's path (temperature 1): the product of these
+        // along a path is the node's path probability, the chance the head gives it.
+        const float parent_score = node.parent < 0 ? 0.f : cand[static_cast<std::size_t>(node.parent)].score;
+        confidences[static_cast<std::size_t>(t.req)].push_back(
+            static_cast<float>(std::exp(static_cast<double>(node.score) - static_cast<double>(parent_score))));
+      }
       tree_parents[static_cast<std::size_t>(t.req)] = t.builder->tree_parents(selected);
     }
   }
@@ -453,8 +475,7 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
   for (std::int64_t i = 0; i < B; ++i) {
     if (opts.mode == EagleDraftMode::kTree) out.append(drafts[static_cast<std::size_t>(i)], tree_parents[static_cast<std::size_t>(i)]);
     else out.append(drafts[static_cast<std::size_t>(i)]);
-    if (opts.mode == EagleDraftMode::kChain)
-      out.confidence.insert(out.confidence.end(), confidences[static_cast<std::size_t>(i)].begin(),
+    out.confidence.insert(out.confidence.end(), confidences[static_cast<std::size_t>(i)].begin(),
                             confidences[static_cast<std::size_t>(i)].end());
   }
   if (opts.mode == EagleDraftMode::kTree && out.parents.empty()) out.parents.assign(static_cast<std::size_t>(B), {});

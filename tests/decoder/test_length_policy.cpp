@@ -180,6 +180,17 @@ TEST(LengthPolicy, DraftingYieldPaysWhileDraftingStepsEmitMoreThanTheyCost) {
   EXPECT_FALSE(z.pays(cost, 0.0));
   sd::DraftingYield z2(0.5, 1.626, 2.5);
   EXPECT_TRUE(z2.pays(cost, 0.0));
+  // Trees: the draft cost counts draft positions (levels), not rows. 4-node trees of depth 2 emitting 3 tokens a step
+  // cost 2 + 2 * 0.3 = 2.6 plain steps; charged per row they would cost 2 + 4 * 0.3 = 3.2 and not pay.
+  sd::DraftingYield tree(0.5), chain(0.5);
+  for (int i = 0; i < 30; ++i) {
+    tree.observe(4, 3, 2);
+    chain.observe(4, 3);
+  }
+  EXPECT_NEAR(tree.positions(), 2.0, 1e-6);
+  EXPECT_NEAR(chain.positions(), 4.0, 1e-6);
+  EXPECT_TRUE(tree.pays(cost, 0.3));
+  EXPECT_FALSE(chain.pays(cost, 0.3));
 }
 
 TEST(LengthPolicy, BatchKeepsFixedRequestsAndSharesTheForward) {

@@ -439,9 +439,11 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     int packed_bits = 0;  // > 0: the head on the packed products (EagleHeadOptions::quantize_weights) with these activations
     double min_path_prob = 0.0;
     bool cut = false;  // the decoder's adaptive policy, which cuts argmax chains of sampled requests by their confidences
+    std::uint64_t head_seed = 126;
   };
   double full_rate = 0;    // drafts per forward of full chains (the first case)
   double argmax_rate = 0;  // drafts per forward of the argmax chains without the adaptive policy
+  double tree_rate = 0;    // drafts per forward of whole EAGLE-1 trees on the float head
   for (const Case c : {Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample},
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kArgmax},
@@ -458,7 +460,17 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
                        // the head on the target's packed kernels: Q8_0 weights, 16- and 8-bit activations
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 16},
                        Case{sp::EagleVersion::kEagle3, sp::EagleDraftMode::kChain, sp::EagleChainSampling::kSample, 0, 0.0, 8},
-                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 16}}) {
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 16},
+                       // trees of one head (seed 127: head 126's first tree holds none of the target's first tokens, so
+                       // the policy would stop drafting before any were accepted): the whole (first, the reference
+                       // rate), kept to nodes of path probability >= 0.3, and cut by the adaptive policy from their
+                       // nodes' confidences
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.0,
+                            false, 127},
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.3,
+                            false, 127},
+                       Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.0,
+                            true, 127}}) {
     SCOPED_TRACE(std::string(name(c.v)) + " " + name(c.mode) + (c.sampling == sp::EagleChainSampling::kSample ? " sampled" : " argmax") +
                  (c.draft_vocab ? " draft vocabulary " + std::to_string(c.draft_vocab) : "") +
                  (c.min_draft_prob > 0 ? " min_draft_prob " + std::to_string(c.min_draft_prob) : "") +
@@ -471,7 +483,7 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     // Head seed 126: with 8 tokens a random head's deterministic first draft is either inside the target's top 6 or not,
     // so whether the accepted-drafts precondition below holds is one draw; seed 123 passed it under ATen's generator and
     // fails it (28 accepted) under EagleHead::random's std::mt19937_64, and the law checks pass on both.
-    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, 126, c.draft_vocab, c.min_draft_prob, ho, c.min_path_prob);
+    sp::EagleProposer proposer = make_proposer(t, c.v, c.mode, c.sampling, c.head_seed, c.draft_vocab, c.min_draft_prob, ho, c.min_path_prob);
     std::vector<std::int64_t> first, pairs;
     std::int64_t accepted = 0;
     double drafts_per_forward = 0;
@@ -485,11 +497,14 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
         c.packed_bits == 0 && !c.cut && full_rate == 0)
       full_rate = drafts_per_forward;
     if (c.sampling == sp::EagleChainSampling::kArgmax && !c.cut) argmax_rate = drafts_per_forward;
+    const bool tree = c.mode == sp::EagleDraftMode::kTree;
+    if (tree && c.head_seed == 127 && c.min_path_prob == 0 && !c.cut)
+      tree_rate = drafts_per_forward;
     if (c.cut) {
-      EXPECT_LT(drafts_per_forward, 0.95 * argmax_rate) << "the cut shortened (almost) no chain";
+      EXPECT_LT(drafts_per_forward, 0.95 * (tree ? tree_rate : argmax_rate)) << "the cut shortened (almost) no proposal";
     }
     if (c.min_draft_prob > 0 || c.min_path_prob > 0) {
-      EXPECT_LT(drafts_per_forward, 0.8 * full_rate) << "the threshold stopped (almost) no chain";
+      EXPECT_LT(drafts_per_forward, 0.8 * (tree ? tree_rate : full_rate)) << "the threshold stopped (almost) no proposal";
     }
   }
 }
@@ -595,10 +610,11 @@ TEST(EagleDecoder, ConfidenceCutKeepsGreedyOutput) {
   const auto prompts = greedy_prompts();
   const auto want = greedy_outputs(target, prompts);
   for (auto v : {sp::EagleVersion::kEagle1, sp::EagleVersion::kEagle3})
+    for (auto mode : {sp::EagleDraftMode::kChain, sp::EagleDraftMode::kTree})
     for (bool in_chain : {false, true})
       for (std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
-        SCOPED_TRACE(std::string(name(v)) + (in_chain ? " after an n-gram" : "") + " batch=" + std::to_string(batch));
-        sp::EagleProposer eagle = make_proposer(t, v, sp::EagleDraftMode::kChain);
+        SCOPED_TRACE(std::string(name(v)) + " " + name(mode) + (in_chain ? " after an n-gram" : "") + " batch=" + std::to_string(batch));
+        sp::EagleProposer eagle = make_proposer(t, v, mode);
         ASSERT_TRUE(eagle.reports_confidence());
         sd::DecoderOptions opts;
         opts.num_speculative_tokens = 4;
@@ -667,4 +683,29 @@ TEST(EagleDecoder, ConfidenceCutKeepsGreedyOutput) {
     EXPECT_LE(at05.confidence[j], 1.f) << j;
   }
   dec2.cancel(id2);
+  // A tree's confidences: each node's probability under the head after its parent's path, so siblings (distinct tokens
+  // of one distribution) sum to at most 1 and come best first.
+  sp::EagleProposer tree = make_proposer(t, sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree);
+  sd::SpeculativeDecoder<sp::EagleProposer, sm::LlamaModel> dec3(tree, target, opts);
+  const auto id3 = dec3.add_request(greedy_requests(std::span(prompts).first(1))[0]);
+  sp::ProposeRequest r3 = q;
+  r3.id = id3;
+  const sp::DraftBatch td = tree.propose(std::span<const sp::ProposeRequest>(&r3, 1));
+  ASSERT_EQ(td.parents.size(), 1u);
+  ASSERT_EQ(td.confidence.size(), td.token_ids.size());
+  ASSERT_EQ(td.parents[0].size(), td.token_ids.size());
+  ASSERT_GT(td.token_ids.size(), 1u);
+  std::map<std::int64_t, std::vector<float>> siblings;  // parent node -> its children's confidences, in draft order
+  for (std::size_t j = 0; j < td.token_ids.size(); ++j) {
+    EXPECT_GT(td.confidence[j], 0.f) << j;
+    EXPECT_LE(td.confidence[j], 1.f) << j;
+    siblings[td.parents[0][j]].push_back(td.confidence[j]);
+  }
+  for (const auto& [parent, conf] : siblings) {
+    double sum = 0;
+    for (float c : conf) sum += c;
+    EXPECT_LE(sum, 1.0 + 1e-5) << "children of node " << parent;
+    EXPECT_TRUE(std::is_sorted(conf.rbegin(), conf.rend())) << "children of node " << parent << " not best first";
+  }
+  dec3.cancel(id3);
 }

@@ -51,6 +51,7 @@ struct Built {
   std::vector<Path> paths;  // per kept node, its token path from the root
   std::vector<std::int64_t> parents;
   std::vector<float> scores;
+  std::int64_t rows = 0;  // head rows the builder asked for (frontier nodes expanded)
 };
 
 Built build(const sp::DynamicTreeParams& params, std::int32_t max_depth, std::int64_t vocab, std::uint64_t salt) {
@@ -61,16 +62,19 @@ Built build(const sp::DynamicTreeParams& params, std::int32_t max_depth, std::in
     std::reverse(p.begin(), p.end());
     return p;
   };
+  std::int64_t expanded = 0;
   while (!b.frontier().empty()) {
     std::vector<float> rows;
     for (auto c : b.frontier()) {
       const auto r = head_row(path_of(c), vocab, salt);
       rows.insert(rows.end(), r.begin(), r.end());
     }
+    expanded += static_cast<std::int64_t>(b.frontier().size());
     b.expand(rows);
   }
   const auto sel = b.select();
   Built out;
+  out.rows = expanded;
   out.parents = b.tree_parents(sel);
   for (auto c : sel) {
     out.paths.push_back(path_of(c));
@@ -81,7 +85,8 @@ Built build(const sp::DynamicTreeParams& params, std::int32_t max_depth, std::in
 
 // Independent EAGLE-2 beam: the root's top_k children; then, for each level, every frontier node's top_k children, the next
 // frontier being the level's top_k by score; finally the best num_nodes of everything generated.
-std::set<Path> reference_beam(const sp::DynamicTreeParams& params, std::int32_t max_depth, std::int64_t vocab, std::uint64_t salt) {
+std::set<Path> reference_beam(const sp::DynamicTreeParams& params, std::int32_t max_depth, std::int64_t vocab, std::uint64_t salt,
+                              std::int64_t* rows = nullptr) {
   const std::int64_t k = std::min<std::int64_t>(params.top_k, vocab);
   auto best_children = [&](const Path& parent) {
     const auto row = head_row(parent, vocab, salt);
@@ -96,12 +101,20 @@ std::set<Path> reference_beam(const sp::DynamicTreeParams& params, std::int32_t 
     }
     return out;
   };
-  std::vector<Path> pool = best_children({});
+  // min_path_prob: children whose path probability is below it are never generated.
+  const auto above = [&](const std::vector<Path>& paths) {
+    std::vector<Path> out;
+    for (const auto& p : paths)
+      if (params.min_path_prob <= 0 || path_score(p, vocab, salt) >= static_cast<float>(std::log(params.min_path_prob))) out.push_back(p);
+    return out;
+  };
+  std::vector<Path> pool = above(best_children({}));
   std::vector<Path> frontier = pool;
   for (std::int32_t d = 2; d <= max_depth; ++d) {
     std::vector<Path> level;
+    if (rows) *rows += static_cast<std::int64_t>(frontier.size());
     for (const auto& f : frontier)
-      for (auto& c : best_children(f)) level.push_back(c);
+      for (auto& c : above(best_children(f))) level.push_back(c);
     pool.insert(pool.end(), level.begin(), level.end());
     std::stable_sort(level.begin(), level.end(),
                      [&](const Path& a, const Path& b) { return path_score(a, vocab, salt) > path_score(b, vocab, salt); });
@@ -171,22 +184,58 @@ TEST(EagleTree, KeepsTheBestNodesOfTheWholeTreeWhenNumNodesAtMostTopK) {
   }
 }
 
+// The builder against the independent beam: the same kept set, for no more head rows. It skips the frontier nodes that
+// can no longer be kept (scoring below the num_nodes-th best so far), so it asks for fewer rows on many trees.
 TEST(EagleTree, MatchesIndependentBeamAndRerank) {
-  for (std::uint64_t salt = 100; salt < 130; ++salt) {
+  std::int64_t fewer = 0;
+  for (std::uint64_t salt = 100; salt < 170; ++salt) {
     sp::DynamicTreeParams params;
     params.top_k = 2 + static_cast<std::int32_t>(salt % 3);
-    params.num_nodes = 4 + static_cast<std::int32_t>(salt % 11);
+    params.num_nodes = 1 + static_cast<std::int32_t>(salt % 14);
     const std::int32_t depth = 1 + static_cast<std::int32_t>(salt % 5);
     const std::int64_t vocab = 7;
     const Built t = build(params, depth, vocab, salt);
     check_structure(t, depth, vocab, salt);
-    const auto want = reference_beam(params, depth, vocab, salt);
+    std::int64_t beam_rows = 0;
+    const auto want = reference_beam(params, depth, vocab, salt, &beam_rows);
     EXPECT_EQ(t.paths.size(), want.size());
     EXPECT_EQ(std::set<Path>(t.paths.begin(), t.paths.end()), want) << "salt " << salt;
-    // Every kept node beats every node of the beam that was dropped (reranking keeps the best N).
-    const float worst_kept = *std::min_element(t.scores.begin(), t.scores.end());
-    EXPECT_TRUE(std::isfinite(worst_kept));
+    EXPECT_LE(t.rows, beam_rows) << "salt " << salt;
+    fewer += t.rows < beam_rows;
   }
+  EXPECT_GE(fewer, 20) << "the builder expanded as many nodes as the full beam on most trees";
+}
+
+// min_path_prob: nodes of path probability below it are neither kept nor expanded. Against the independent beam with
+// the same bound, and, where the beam covers every path (depth 2, top_k = the vocabulary), against all paths above it.
+TEST(EagleTree, MinPathProbKeepsOnlyThePathsAboveIt) {
+  for (std::uint64_t salt = 500; salt < 512; ++salt)
+    for (double p : {0.02, 0.1, 0.3, 0.6}) {
+      sp::DynamicTreeParams params;
+      params.min_path_prob = p;
+      params.top_k = 3;
+      params.num_nodes = 2 + static_cast<std::int32_t>(salt % 9);
+      const std::int32_t depth = 4;
+      const std::int64_t vocab = 6;
+      const Built t = build(params, depth, vocab, salt);
+      check_structure(t, depth, vocab, salt);
+      EXPECT_EQ(std::set<Path>(t.paths.begin(), t.paths.end()), reference_beam(params, depth, vocab, salt))
+          << "salt " << salt << " p " << p;
+      for (const float score : t.scores) EXPECT_GE(score, static_cast<float>(std::log(p)));
+      params.top_k = 6;
+      params.num_nodes = 1000;
+      const Built all = build(params, 2, vocab, salt);
+      std::set<Path> want;
+      for (const auto& path : whole_tree(2, vocab, salt))
+        if (path_score(path, vocab, salt) >= static_cast<float>(std::log(p))) want.insert(path);
+      EXPECT_EQ(std::set<Path>(all.paths.begin(), all.paths.end()), want) << "salt " << salt << " p " << p;
+    }
+  // Nothing above the bound: no drafts, and nothing to expand.
+  sp::DynamicTreeParams params;
+  params.min_path_prob = 0.9;
+  sp::DynamicTreeBuilder b(params, 3, std::vector<float>{std::log(0.5f), std::log(0.5f)});
+  EXPECT_TRUE(b.frontier().empty());
+  EXPECT_TRUE(b.select().empty());
 }
 
 TEST(EagleTree, HandMadeDistribution) {
@@ -231,6 +280,16 @@ TEST(EagleTree, BadArgumentsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("top_k"), std::string::npos) << e.what();
   }
   params.top_k = 2;
+  for (double p : {-0.1, 1.5}) {
+    sp::DynamicTreeParams bad = params;
+    bad.min_path_prob = p;
+    try {
+      sp::DynamicTreeBuilder t(bad, 2, std::vector<float>{0.f});
+      ADD_FAILURE() << "expected an error for min_path_prob " << p;
+    } catch (const specdec::error& e) {
+      EXPECT_NE(std::string(e.what()).find("min_path_prob"), std::string::npos) << e.what();
+    }
+  }
   sp::DynamicTreeBuilder b(params, 2, std::vector<float>{0.f, -1.f, -2.f});
   try {
     b.expand(std::vector<float>{0.f});

@@ -137,16 +137,19 @@ class AcceptanceEstimate {
 class DraftingYield {
  public:
   explicit DraftingYield(double decay = 0.9, double prior_tokens = 1.5, double prior_rows = 1.0)
-      : decay_(decay), weight_(1.0), tokens_(prior_tokens), rows_(prior_rows) {}
-  /// One drafting step: `rows` draft rows verified, `tokens` emitted (accepted drafts + 1).
-  void observe(std::int64_t rows, std::int64_t tokens);
+      : decay_(decay), weight_(1.0), tokens_(prior_tokens), rows_(prior_rows), positions_(prior_rows) {}
+  /// One drafting step: `rows` draft rows verified, `tokens` emitted (accepted drafts + 1), drafted in `positions`
+  /// sequential draft positions (a tree's depth; -1: as many as rows, a chain).
+  void observe(std::int64_t rows, std::int64_t tokens, std::int64_t positions = -1);
   double tokens() const { return tokens_ / weight_; }
   double rows() const { return rows_ / weight_; }
-  /// tokens() > cost(rows()) + draft_cost * rows(), with cost interpolated linearly between whole rows.
+  double positions() const { return positions_ / weight_; }
+  /// tokens() > cost(rows()) + draft_cost * positions(), with cost interpolated linearly between whole rows: a tree's
+  /// rows cost verification each, its drafting one draft position per level.
   bool pays(const std::function<double(std::int64_t)>& cost, double draft_cost) const;
 
  private:
-  double decay_, weight_, tokens_, rows_;
+  double decay_, weight_, tokens_, rows_, positions_;
 };
 
 /// F(B, T) learned from timed verification steps: per batch size B, a weighted least-squares line

@@ -436,8 +436,8 @@ class SpeculativeDecoder {
 
   /// After a proposal at the bound (cut_after_proposing()): each joint-policy request's g, chosen by the policy over the
   /// depths it was proposed (expected tokens for g = 0 .. its proposal's depth: from the drafts' confidences when a
-  /// deterministic chain has them, else the request's estimate; the verification cost of each; the drafting is paid
-  /// already, so it costs nothing more); a sampled request choosing alone (Lengths::kAlone) whose chain is
+  /// deterministic chain or tree has them, else the request's estimate; the verification cost of each; the drafting is
+  /// paid already, so it costs nothing more); a sampled request choosing alone (Lengths::kAlone) whose chain or tree is
   /// deterministic with confidences, alone against the fixed sampled cost; other requests, and requests whose drafts
   /// were sampled, keep what they were proposed.
   std::vector<std::int32_t> lengths_after_proposing(const std::vector<Request*>& reqs, const proposers::DraftBatch& d) {
@@ -450,7 +450,7 @@ class SpeculativeDecoder {
       const auto depths = detail::draft_depths(d, static_cast<std::int64_t>(b));
       const std::int32_t depth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
       tokens[b].resize(static_cast<std::size_t>(depth) + 1);
-      from_confidences[b] = chain_confidence_tokens(d, static_cast<std::int64_t>(b), tokens[b]);
+      from_confidences[b] = draft_confidence_tokens(d, static_cast<std::int64_t>(b), tokens[b]);
       if (!from_confidences[b]) r.acceptance.expected_tokens(tokens[b]);
       choices[b].max_g = depth;
       choices[b].fixed = depth == 0 || lengths_of(r.req) != Lengths::kJoint || d.request_has_probs(static_cast<std::int64_t>(b));
@@ -458,8 +458,8 @@ class SpeculativeDecoder {
       choices[b].tokens = tokens[b];
     }
     std::vector<std::int32_t> g = choose_lengths(choices, 0.0);
-    // A sampled request choosing alone whose chain is deterministic and carries confidences (the chance each draft is
-    // accepted, e.g. EAGLE's argmax drafts): cut where its expected tokens per plain-step cost peak under the fixed
+    // A sampled request choosing alone whose chain or tree is deterministic and carries confidences (the chance each
+    // draft is accepted, e.g. EAGLE's argmax drafts and trees): cut where its expected tokens per plain-step cost peak under the fixed
     // sampled cost. The cut is a function of its own drafts, so its tokens stay reproducible for a seed, and drafts that
     // are not sampled can be cut without changing the law of the ones kept.
     const AdaptiveSpeculation& a = options_.adaptive;
@@ -476,20 +476,29 @@ class SpeculativeDecoder {
     return g;
   }
 
-  /// out[g] = 1 + sum_{i<=g} c_1 ... c_i from request b's draft confidences, when it is a chain whose every draft has one
-  /// (DraftBatch::confidence); false (out untouched) otherwise.
-  static bool chain_confidence_tokens(const proposers::DraftBatch& d, std::int64_t b, std::span<double> out) {
-    if (d.confidence.empty() || (!d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty())) return false;
+  /// out[g] = 1 + the sum over request b's drafts at depth <= g of the product of the confidences on the path to each
+  /// (a chain: 1 + sum_{i<=g} c_1 ... c_i; a tree: each node's path probability, EAGLE-2's value of a node), when every
+  /// draft has a confidence (DraftBatch::confidence); false (out untouched) otherwise.
+  static bool draft_confidence_tokens(const proposers::DraftBatch& d, std::int64_t b, std::span<double> out) {
+    if (d.confidence.empty()) return false;
     const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
     for (std::int64_t j = 0; j < k; ++j)
       if (d.confidence[static_cast<std::size_t>(s + j)] < 0.f) return false;
-    double path = 1.0, sum = 1.0;
-    out[0] = 1.0;
-    for (std::size_t g = 1; g < out.size(); ++g) {
-      if (static_cast<std::int64_t>(g) <= k) path *= d.confidence[static_cast<std::size_t>(s) + g - 1];
-      else path = 0.0;
-      out[g] = sum += path;
+    const std::vector<std::int64_t>* parents =
+        d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty() ? nullptr : &d.parents[static_cast<std::size_t>(b)];
+    std::vector<double> at_depth(out.size(), 0.0);  // summed path products of the drafts at each depth
+    std::vector<double> path(static_cast<std::size_t>(k));
+    std::vector<std::size_t> depth(static_cast<std::size_t>(k));
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int64_t p = parents ? (*parents)[static_cast<std::size_t>(j)] : j;  // parent node (0 = the root)
+      const double up = p == 0 ? 1.0 : path[static_cast<std::size_t>(p - 1)];
+      path[static_cast<std::size_t>(j)] = up * d.confidence[static_cast<std::size_t>(s + j)];
+      depth[static_cast<std::size_t>(j)] = p == 0 ? 1 : depth[static_cast<std::size_t>(p - 1)] + 1;
+      if (depth[static_cast<std::size_t>(j)] < out.size()) at_depth[depth[static_cast<std::size_t>(j)]] += path[static_cast<std::size_t>(j)];
     }
+    double sum = 1.0;
+    out[0] = 1.0;
+    for (std::size_t g = 1; g < out.size(); ++g) out[g] = sum += at_depth[g];
     return true;
   }
 
@@ -697,7 +706,7 @@ class SpeculativeDecoder {
       depth = *std::max_element(depths.begin(), depths.end());
     }
     r.acceptance.observe(depth, n_acc);
-    r.yield.observe(k, n_acc + 1);
+    r.yield.observe(k, n_acc + 1, depth);
     r.rows_per_depth = static_cast<double>(k) / static_cast<double>(depth);
   }
 

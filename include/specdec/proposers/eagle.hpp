@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -211,6 +212,10 @@ struct DynamicTreeParams {
   std::int32_t num_nodes = 24;  ///< drafts kept after reranking (the tree's size without the root)
   /// Expansion steps after the root's children; 0 = max_drafts - 1 of the step (so the tree depth is at most max_drafts).
   std::int32_t depth = 0;
+  /// Nodes whose path probability (the product of the head's probabilities along the path) is below this are neither
+  /// kept nor expanded: a tree as large as the head's confidence, empty where it is unsure of every first token. 0 = off
+  /// (EAGLE-2's fixed num_nodes). EagleProposer sets it from EagleProposerOptions::min_path_prob.
+  double min_path_prob = 0.0;
 };
 
 /// The candidate tree of one request, grown level by level. Candidates are numbered in creation order (parents first).
@@ -226,8 +231,10 @@ class DynamicTreeBuilder {
   /// Starts from the root's log-probabilities (one row over the scored vocabulary). top_k is clamped to the vocabulary.
   DynamicTreeBuilder(const DynamicTreeParams& params, std::int32_t max_depth, std::span<const float> root_logprobs);
 
-  /// Candidates to expand next (the best top_k of the newest level, by score; ties to the earlier candidate), empty when
-  /// the tree has reached max_depth.
+  /// Candidates to expand next: the best top_k of the newest level by score (ties to the earlier candidate), less those
+  /// that can no longer reach the kept set (a score below the num_nodes-th best so far: a child scores at most its
+  /// parent, so none of their descendants could be kept either; the kept set is the same as with every one expanded).
+  /// Empty when the tree has reached max_depth or no candidate is worth expanding.
   const std::vector<std::int64_t>& frontier() const noexcept { return frontier_; }
   /// Adds the children of every frontier node: `logprobs` holds one row per frontier node, in frontier() order.
   void expand(std::span<const float> logprobs);
@@ -240,7 +247,10 @@ class DynamicTreeBuilder {
 
  private:
   void add_children(std::int64_t parent, std::span<const float> logprobs, float base, std::int32_t depth);
+  /// The num_nodes-th best score among the candidates so far (-inf while there are fewer).
+  float kept_bound() const;
   DynamicTreeParams params_;
+  float min_score_ = -std::numeric_limits<float>::infinity();  // log(min_path_prob)
   std::int32_t max_depth_ = 1;
   std::int64_t vocab_ = 0;
   std::vector<Candidate> candidates_;
@@ -297,7 +307,11 @@ class EagleProposer {
   TargetFeatureSpec target_feature_spec() const;
   std::int64_t vocab_size() const;
   /// Chains fill DraftBatch::confidence with the head's largest probability at each step (its top-1 probability over the
-  /// draft vocabulary at temperature 1, whichever token was drafted); trees do not.
+  /// draft vocabulary at temperature 1, whichever token was drafted); trees with each node's probability under the head
+  /// given its parent's path, so the product along a path is the node's path probability. Trees are ranked, bounded
+  /// (min_path_prob) and reported by the head's law at temperature 1 for greedy requests (the chance a token is the
+  /// target's argmax) and at the request's temperature for sampled ones (the chance the target accepts a deterministic
+  /// child).
   bool reports_confidence() const noexcept;
 
   void begin_request(const RequestContext& ctx);
