@@ -107,14 +107,19 @@ constexpr double kGreedyMinPathProb = 0.15;
 constexpr double kGreedyDraftModelMinPathProb = 0.05;
 constexpr double kSampledMinPathProb = 0.5;
 // --eagle-sampled-drafts tree: trees of at most 4 nodes, 2 children per node, nodes of path probability >= 0.3 at the
-// request's temperature, depth <= 4. At temperature 0.7 on the chat prompts (three alternated rounds, 2026-11-30) EAGLE
+// request's temperature. At a fixed depth <= 4, at temperature 0.7 on the chat prompts (three alternated rounds, 2026-11-30) EAGLE
 // alone gave 1.17x / 1.29x / 1.18x (tau 1.59, c 0.08-0.09) against sampled chains' 1.14x / 1.19x / 1.06x (tau 1.37, c
 // 0.13-0.16); at path bound 0.15 the trees grew to 4 nodes nearly every step (tau 1.72) and their rows cost more than
 // they brought (0.89x-0.91x against 1.07x-1.20x); 3 nodes 1.04x-1.18x.
 constexpr std::int32_t kSampledTreeNodes = 4;
 constexpr std::int32_t kSampledTreeTopK = 2;
 constexpr double kSampledTreeMinPathProb = 0.3;
-constexpr int kSampledTreeDepth = 4;
+// Their fixed cost per verified row (--sampled-cost-slope): trees of 3-4 rows measured in-run r 1.10-1.12, about 0.03 a
+// row (their first rows ride on the forward's weight stream); at the chains' 0.15 the all-or-nothing test stopped them
+// (tau 1.31, 1.16x against sampled chains' 1.19x at temperature 0.7), at 0.06 they gave 1.31x against 1.21x at 0.7 and
+// 1.02x against 1.01x at 1.0 (0.08: 1.25x and 1.04x); at a fixed depth, without the test, 1.27x-1.28x at 0.7 but
+// 0.95x-0.96x against 1.03x at 1.0.
+constexpr double kSampledTreeCostSlope = 0.06;
 const fs::path kDefaultModel = kSourceDir / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 const fs::path kDefaultEagleHead = kSourceDir / "models" / "smollm2-135m-eagle";
 const fs::path kDefaultDraftModel = kSourceDir / "models" / "smollm2-135m-draft";
@@ -655,15 +660,14 @@ Prepared check_options(Options& o, const CLI::App& app) {
   o.draft_model_min_path_prob = o.draft_min_path_prob >= 0 ? o.draft_min_path_prob
                                 : p.params.greedy()       ? kGreedyDraftModelMinPathProb
                                                           : kSampledMinPathProb;
-  // Sampled requests drafting EAGLE trees: small trees ranked at the request's temperature, sized by their own path bound
-  // at a fixed depth (the sampled all-or-nothing policy judged them by rows and cut them: tau 1.32 against 1.59).
+  // Sampled requests drafting EAGLE trees: small trees ranked at the request's temperature, sized by their own path
+  // bound; the sampled policy still decides whether a request drafts at all.
   o.eagle_sampled_trees = o.eagle_sampled_drafts == "tree" && !p.params.greedy();
   if (o.eagle_sampled_trees) {
     if (!given("--tree-nodes")) o.tree_nodes = kSampledTreeNodes;
     if (!given("--tree-top-k")) o.tree_top_k = kSampledTreeTopK;
     if (!given("--draft-min-path-prob")) o.draft_min_path_prob = kSampledTreeMinPathProb;
-    if (!given("-g")) o.num_speculative_tokens = kSampledTreeDepth;
-    if (!given("--adaptive")) o.fixed_g = true;
+    if (!given("--sampled-cost-slope")) o.sampled_cost_slope = kSampledTreeCostSlope;
   }
   if (o.draft_min_path_prob < 0) o.draft_min_path_prob = p.params.greedy() ? kGreedyMinPathProb : kSampledMinPathProb;
 
@@ -1360,7 +1364,7 @@ int main(int argc, char** argv) {
                  "it), argmax (the head's most likely tokens, deterministic drafts accepted with the target's "
                  "probability, cut by the head's confidence) or tree (EAGLE-2 trees of deterministic drafts ranked at the "
                  "request's temperature, verified without replacement: by default 4 nodes, 2 children a node, path "
-                 "probability >= 0.3, fixed depth -g 4)")
+                 "probability >= 0.3, --sampled-cost-slope 0.06)")
       ->check(CLI::IsMember({"sample", "argmax", "tree"}))
       ->capture_default_str();
   app.add_option("--draft-min-path-prob", o.draft_min_path_prob,

@@ -463,8 +463,8 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 16},
                        // trees of one head (seed 127: head 126's first tree holds none of the target's first tokens, so
                        // the policy would stop drafting before any were accepted): the whole (first, the reference
-                       // rate), kept to nodes of path probability >= 0.3, and cut by the adaptive policy from their
-                       // nodes' confidences
+                       // rate), kept to nodes of path probability >= 0.3, and under the adaptive policy (sampled
+                       // requests draft or not by their own yield; their trees are not cut by depth)
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.0,
                             false, 127},
                        Case{sp::EagleVersion::kEagle1, sp::EagleDraftMode::kTree, sp::EagleChainSampling::kSample, 0, 0.0, 0, 0.3,
@@ -501,7 +501,7 @@ TEST(EagleDecoder, SampledOutputIsDistributedAsTheTarget) {
     if (tree && c.head_seed == 127 && c.min_path_prob == 0 && !c.cut)
       tree_rate = drafts_per_forward;
     if (c.cut) {
-      EXPECT_LT(drafts_per_forward, 0.95 * (tree ? tree_rate : argmax_rate)) << "the cut shortened (almost) no proposal";
+      EXPECT_LT(drafts_per_forward, 0.95 * (tree ? tree_rate : argmax_rate)) << "the policy shortened (almost) no proposal";
     }
     if (c.min_draft_prob > 0 || c.min_path_prob > 0) {
       EXPECT_LT(drafts_per_forward, 0.8 * (tree ? tree_rate : full_rate)) << "the threshold stopped (almost) no proposal";
