@@ -660,16 +660,6 @@ Prepared check_options(Options& o, const CLI::App& app) {
   o.draft_model_min_path_prob = o.draft_min_path_prob >= 0 ? o.draft_min_path_prob
                                 : p.params.greedy()       ? kGreedyDraftModelMinPathProb
                                                           : kSampledMinPathProb;
-  // Sampled requests drafting EAGLE trees: small trees ranked at the request's temperature, sized by their own path
-  // bound; the sampled policy still decides whether a request drafts at all.
-  o.eagle_sampled_trees = o.eagle_sampled_drafts == "tree" && !p.params.greedy();
-  if (o.eagle_sampled_trees) {
-    if (!given("--tree-nodes")) o.tree_nodes = kSampledTreeNodes;
-    if (!given("--tree-top-k")) o.tree_top_k = kSampledTreeTopK;
-    if (!given("--draft-min-path-prob")) o.draft_min_path_prob = kSampledTreeMinPathProb;
-    if (!given("--sampled-cost-slope")) o.sampled_cost_slope = kSampledTreeCostSlope;
-  }
-  if (o.draft_min_path_prob < 0) o.draft_min_path_prob = p.params.greedy() ? kGreedyMinPathProb : kSampledMinPathProb;
 
   // Prompts.
   if (given("--prompt")) {
@@ -724,6 +714,16 @@ Prepared check_options(Options& o, const CLI::App& app) {
     }
   }
   const bool uses_draft = has_member(p.proposer, "draft"), uses_eagle = has_member(p.proposer, "eagle");
+  // Sampled requests drafting EAGLE trees: small trees ranked at the request's temperature, sized by their own path
+  // bound; the sampled policy still decides whether a request drafts at all. Runs without EAGLE keep every default.
+  o.eagle_sampled_trees = uses_eagle && o.eagle_sampled_drafts == "tree" && !p.params.greedy();
+  if (o.eagle_sampled_trees) {
+    if (!given("--tree-nodes")) o.tree_nodes = kSampledTreeNodes;
+    if (!given("--tree-top-k")) o.tree_top_k = kSampledTreeTopK;
+    if (!given("--draft-min-path-prob")) o.draft_min_path_prob = kSampledTreeMinPathProb;
+    if (!given("--sampled-cost-slope")) o.sampled_cost_slope = kSampledTreeCostSlope;
+  }
+  if (o.draft_min_path_prob < 0) o.draft_min_path_prob = p.params.greedy() ? kGreedyMinPathProb : kSampledMinPathProb;
 #if !defined(SPECDEC_HAVE_EAGLE)
   if (uses_eagle) bad_value("--proposer", "none, ngram, suffix or draft (this build has no EAGLE proposer)", "'" + p.proposer + "'");
 #endif
