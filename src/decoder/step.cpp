@@ -117,7 +117,7 @@ void check_draft_batch(const proposers::DraftBatch& d, std::span<const std::int3
     const std::int64_t k = d.cu_num_drafts[static_cast<std::size_t>(b + 1)] - d.cu_num_drafts[static_cast<std::size_t>(b)];
     const std::string req = "request " + std::to_string(b) + ": ";
     if (k < 0) fail(who + "decreasing cu_num_drafts at " + req);
-    const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+    const bool tree = d.request_is_tree(b);
     if (tree) {
       const auto& par = d.parents[static_cast<std::size_t>(b)];
       if (static_cast<std::int64_t>(par.size()) != k)
@@ -203,7 +203,7 @@ models::ForwardBatch build_forward(const proposers::DraftBatch& d, std::span<con
 std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int64_t b) {
   const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.cu_num_drafts[static_cast<std::size_t>(b + 1)] - s;
   std::vector<std::int32_t> depth(static_cast<std::size_t>(k));
-  const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+  const bool tree = d.request_is_tree(b);
   for (std::int64_t j = 0; j < k; ++j) {
     if (!tree) {
       depth[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(j + 1);
@@ -222,7 +222,7 @@ proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const
   for (std::int64_t b = 0; b < d.num_requests(); ++b) {
     const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
     const auto depth = draft_depths(d, b);
-    const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+    const bool tree = d.request_is_tree(b);
     const bool cuts = std::any_of(depth.begin(), depth.end(), [&](std::int32_t x) { return x > limit[static_cast<std::size_t>(b)]; });
     if (cuts && d.request_has_probs(b))  // a sampled request's drafts are verified as drawn: only deterministic ones are cut
       throw error(Status::kInvalidArgument, "cut_drafts: request " + std::to_string(b) + ": drafts with draft probabilities");
@@ -256,7 +256,7 @@ proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const
 std::int64_t matched_depth(const proposers::DraftBatch& d, std::int64_t b, std::span<const std::int64_t> emitted) {
   const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
   const std::int64_t k = d.num_drafts(b);
-  const bool tree = !d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty();
+  const bool tree = d.request_is_tree(b);
   std::int64_t node = 0, depth = 0;  // the matched path ends at `node` (0: the root)
   for (std::int64_t j = 0; j < k && depth < static_cast<std::int64_t>(emitted.size()); ++j) {
     const std::int64_t parent = tree ? d.parents[static_cast<std::size_t>(b)][static_cast<std::size_t>(j)] : j;

@@ -454,8 +454,8 @@ DraftBatch EagleProposer::Impl::propose(std::span<const ProposeRequest> reqs) {
       for (const auto c : selected) {
         const auto& node = cand[static_cast<std::size_t>(c)];
         drafts[static_cast<std::size_t>(t.req)].push_back(d2t[static_cast<std::size_t>(node.token)]);
-        // The head's probability of this node's token after its parent's path (temperature 1): the product of these
-        // along a path is the node's path probability, the chance the head gives it.
+        // The head's probability of this node's token after its parent's path (at the tree's temperature): the product
+        // of these along a path is the node's path probability, the chance the head gives it.
         const float parent_score = node.parent < 0 ? 0.f : cand[static_cast<std::size_t>(node.parent)].score;
         confidences[static_cast<std::size_t>(t.req)].push_back(
             static_cast<float>(std::exp(static_cast<double>(node.score) - static_cast<double>(parent_score))));

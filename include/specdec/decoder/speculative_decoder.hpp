@@ -285,7 +285,7 @@ class SpeculativeDecoder {
         continue;
       }
       const std::int64_t L = base[static_cast<std::size_t>(b)];
-      const bool tree = !drafts.parents.empty() && !drafts.parents[static_cast<std::size_t>(b)].empty();
+      const bool tree = drafts.request_is_tree(b);
       if (tree) {
         std::vector<std::int64_t> path;
         path.reserve(nodes.size() + 1);
@@ -437,9 +437,9 @@ class SpeculativeDecoder {
   /// After a proposal at the bound (cut_after_proposing()): each joint-policy request's g, chosen by the policy over the
   /// depths it was proposed (expected tokens for g = 0 .. its proposal's depth: from the drafts' confidences when a
   /// deterministic chain or tree has them, else the request's estimate; the verification cost of each; the drafting is
-  /// paid already, so it costs nothing more); a sampled request choosing alone (Lengths::kAlone) whose chain or tree is
-  /// deterministic with confidences, alone against the fixed sampled cost; other requests, and requests whose drafts
-  /// were sampled, keep what they were proposed.
+  /// paid already, so it costs nothing more); a sampled request choosing alone (Lengths::kAlone) whose chain is
+  /// deterministic with confidences, alone against the fixed sampled cost; other requests, requests whose drafts were
+  /// sampled, and sampled requests' trees keep what they were proposed.
   std::vector<std::int32_t> lengths_after_proposing(const std::vector<Request*>& reqs, const proposers::DraftBatch& d) {
     const std::size_t B = reqs.size();
     std::vector<std::vector<double>> tokens(B);
@@ -458,8 +458,8 @@ class SpeculativeDecoder {
       choices[b].tokens = tokens[b];
     }
     std::vector<std::int32_t> g = choose_lengths(choices, 0.0);
-    // A sampled request choosing alone whose chain or tree is deterministic and carries confidences (the chance each
-    // draft is accepted, e.g. EAGLE's argmax drafts and trees): cut where its expected tokens per plain-step cost peak under the fixed
+    // A sampled request choosing alone whose chain is deterministic and carries confidences (the chance each draft is
+    // accepted, e.g. EAGLE's argmax drafts): cut where its expected tokens per plain-step cost peak under the fixed
     // sampled cost. The cut is a function of its own drafts, so its tokens stay reproducible for a seed, and drafts that
     // are not sampled can be cut without changing the law of the ones kept.
     const AdaptiveSpeculation& a = options_.adaptive;
@@ -468,9 +468,8 @@ class SpeculativeDecoder {
     for (std::size_t b = 0; b < B; ++b) {
       // A tree is not cut here: its proposer sized it by its own confidences (EagleProposerOptions::min_path_prob), and
       // cut by depth against the sampled cost its later levels went (tau 1.32 against 1.59 at temperature 0.7).
-      const bool tree = !d.parents.empty() && !d.parents[b].empty();
       if (choices[b].max_g == 0 || !from_confidences[b] || lengths_of(reqs[b]->req) != Lengths::kAlone ||
-          d.request_has_probs(static_cast<std::int64_t>(b)) || tree)
+          d.request_has_probs(static_cast<std::int64_t>(b)) || d.request_is_tree(static_cast<std::int64_t>(b)))
         continue;
       LengthChoice alone = choices[b];
       alone.fixed = false;
@@ -488,7 +487,7 @@ class SpeculativeDecoder {
     for (std::int64_t j = 0; j < k; ++j)
       if (d.confidence[static_cast<std::size_t>(s + j)] < 0.f) return false;
     const std::vector<std::int64_t>* parents =
-        d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty() ? nullptr : &d.parents[static_cast<std::size_t>(b)];
+        d.request_is_tree(b) ? &d.parents[static_cast<std::size_t>(b)] : nullptr;
     std::vector<double> at_depth(out.size(), 0.0);  // summed path products of the drafts at each depth
     std::vector<double> path(static_cast<std::size_t>(k));
     std::vector<std::size_t> depth(static_cast<std::size_t>(k));
@@ -704,7 +703,7 @@ class SpeculativeDecoder {
       r.plain_steps = 0;
     }
     std::int64_t depth = k;
-    if (!d.parents.empty() && !d.parents[static_cast<std::size_t>(b)].empty()) {
+    if (d.request_is_tree(b)) {
       const auto depths = detail::draft_depths(d, b);
       depth = *std::max_element(depths.begin(), depths.end());
     }
@@ -716,7 +715,7 @@ class SpeculativeDecoder {
   static std::int64_t max_depth(const proposers::DraftBatch& d) {
     std::int64_t m = 0;
     for (std::int64_t b = 0; b < d.num_requests(); ++b) {
-      if (d.parents.empty() || d.parents[static_cast<std::size_t>(b)].empty()) {
+      if (!d.request_is_tree(b)) {
         m = std::max(m, d.num_drafts(b));
       } else {
         for (auto x : detail::draft_depths(d, b)) m = std::max<std::int64_t>(m, x);

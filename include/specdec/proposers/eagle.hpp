@@ -214,7 +214,7 @@ struct DynamicTreeParams {
   std::int32_t depth = 0;
   /// Nodes whose path probability (the product of the head's probabilities along the path) is below this are neither
   /// kept nor expanded: a tree as large as the head's confidence, empty where it is unsure of every first token. 0 = off
-  /// (EAGLE-2's fixed num_nodes). EagleProposer sets it from EagleProposerOptions::min_path_prob.
+  /// (EAGLE-2's fixed num_nodes). EagleProposer uses the larger of this and EagleProposerOptions::min_path_prob.
   double min_path_prob = 0.0;
 };
 

@@ -96,10 +96,11 @@ struct DraftBatch {
   /// Empty = every request's drafts form a chain. Otherwise [B] entries, each empty (chain) or one parent node per draft of
   /// that request: draft j is node j + 1 and parents[j] is in [0, j] (node 0 = the root, the last context token).
   std::vector<std::vector<std::int64_t>> parents;
-  /// Empty, or [N]: the proposer's estimate, for each draft of a chain, of the chance that it is accepted once the drafts
-  /// before it were (EAGLE: the head's largest probability at that step), or -1 where it has none (a ProposerChain's
+  /// Empty, or [N]: the proposer's estimate, for each draft, of the chance that it is accepted once the drafts before it
+  /// (a tree node's ancestors) were (EAGLE: the head's largest probability at that step; a tree node: the head's
+  /// probability of its token after its parent's path), or -1 where it has none (a ProposerChain's
   /// lookup members). A proposer that fills it says so with reports_confidence() (has_draft_confidence); the adaptive
-  /// policy then cuts deterministic chains where their expected tokens per second peak
+  /// policy then cuts deterministic chains (and greedy requests' trees) where their expected tokens per second peak
   /// (AdaptiveSpeculation::confidence_cut). A value must be a function of the drafts before it (and of the draft
   /// distribution at its step), not of the draft itself.
   std::vector<float> confidence;
@@ -109,6 +110,10 @@ struct DraftBatch {
   /// Whether request b's drafts come with probabilities (has_probs[b], or probs.defined() when has_probs is empty).
   bool request_has_probs(std::int64_t b) const {
     return has_probs.empty() ? probs.defined() : has_probs[static_cast<std::size_t>(b)] != 0;
+  }
+  /// Whether request b's drafts form a tree (parents[b] given and non-empty), not a chain.
+  bool request_is_tree(std::int64_t b) const {
+    return !parents.empty() && !parents[static_cast<std::size_t>(b)].empty();
   }
   /// Empty batch for `num_requests` requests (every request gets 0 drafts).
   static DraftBatch empty(std::int64_t num_requests) {
