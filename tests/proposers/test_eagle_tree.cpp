@@ -200,6 +200,9 @@ TEST(EagleTree, MatchesIndependentBeamAndRerank) {
     const auto want = reference_beam(params, depth, vocab, salt, &beam_rows);
     EXPECT_EQ(t.paths.size(), want.size());
     EXPECT_EQ(std::set<Path>(t.paths.begin(), t.paths.end()), want) << "salt " << salt;
+    // Every kept node beats every node of the beam that was dropped (reranking keeps the best N).
+    const float worst_kept = *std::min_element(t.scores.begin(), t.scores.end());
+    EXPECT_TRUE(std::isfinite(worst_kept));
     EXPECT_LE(t.rows, beam_rows) << "salt " << salt;
     fewer += t.rows < beam_rows;
   }
