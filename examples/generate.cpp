@@ -174,6 +174,7 @@ struct Options {
   bool compare = false;
   bool baseline_last = false;  // --compare: the baseline after the speculative run
   std::string json;
+  std::string trace_steps;
   int threads = 0;
   std::string activation_bits = "16";  // ActivationBits::parse
   std::string kv_cache = "f16";        // parse_kv_cache_type
@@ -259,6 +260,7 @@ class Progress {
 
 struct RunOutcome {
   std::vector<GenerationResult> results;
+  std::vector<nlohmann::json> trace;  // with RunSettings::trace: one object per request and step (--trace-steps)
   std::vector<double> seconds;  // per prompt, last round: from the round's start (prefill included) to its last token
   DecoderMetrics metrics;
   double wall_seconds = 0;
@@ -268,6 +270,7 @@ struct RunOutcome {
 struct RunSettings {
   bool stream = false;
   int rounds = 1;
+  bool trace = false;  // record each request's steps (StepTrace) in RunOutcome::trace
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -312,8 +315,25 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
       if (finished) progress->finish_one();
     }
   });
+  int current_round = 0;
+  if (how.trace)
+    decoder.set_step_observer([&](const specdec::decoder::StepTrace& t) {
+      nlohmann::json e;
+      e["round"] = current_round;
+      e["prompt"] = index.at(t.id);
+      e["step"] = t.step;
+      e["position"] = t.position;
+      e["proposed"] = t.proposed;
+      e["verified"] = t.verified;
+      e["accepted"] = t.accepted;
+      e["emitted"] = t.emitted;
+      if (t.tree) e["tree"] = true;
+      if (!t.confidence.empty()) e["confidence"] = std::vector<float>(t.confidence.begin(), t.confidence.end());
+      out.trace.push_back(std::move(e));
+    });
   const auto t0 = std::chrono::steady_clock::now();
   for (int round = 0; round < how.rounds; ++round) {
+    current_round = round;
     if (text) fmt::print("--- {}{} ---\n", label, how.rounds > 1 ? fmt::format(" (round {})", round + 1) : "");
     std::fflush(stdout);
     t_round = std::chrono::steady_clock::now();
@@ -416,6 +436,8 @@ nlohmann::json speculative_json(const DecoderMetrics& m, double t1, bool expecte
   if (m.total.drafted > 0) {
     put_finite(j, "acceptance_rate", m.total.acceptance_rate());
     j["per_position_acceptance"] = m.total.acceptance_by_position();
+    j["proposed_by_position"] = m.total.proposed_at;
+    j["accepted_by_position"] = m.total.accepted_at;
     put_finite(j, "cost_ratio_c", m.cost_ratio(t1));
     put_finite(j, "verify_cost_ratio", m.verify_cost_ratio(t1));
   }
@@ -801,6 +823,10 @@ Prepared check_options(Options& o, const CLI::App& app) {
   // Where the output goes: checked now, so a long run never ends unable to save.
   if (given("--json"))
     if (const std::string why = specdec::cli::output_file_problem(o.json); !why.empty()) fail("--json: " + why);
+  if (given("--trace-steps")) {
+    if (const std::string why = specdec::cli::output_file_problem(o.trace_steps); !why.empty()) fail("--trace-steps: " + why);
+    if (p.proposer == "none") warn("--trace-steps: nothing to trace with --proposer none (every step is plain)");
+  }
 
   // The device and the forward's settings.
 #if defined(SPECDEC_GENERATE_TORCH)
@@ -922,23 +948,23 @@ nlohmann::json model_digest(const std::string& path) {
   return files;
 }
 
-/// Writes `j` to `path` through `path.partial` renamed into place, so a reader never sees half a file; on any failure
-/// the partial file is removed and the error names --json.
-void write_json(const std::string& path, const nlohmann::json& j) {
+/// Writes `text` to `path` through `path.partial` renamed into place, so a reader never sees half a file; on any failure
+/// the partial file is removed and the error names `flag`.
+void write_output(const char* flag, const std::string& path, const std::string& text) {
   const std::string tmp = path + ".partial";
   std::error_code ec;
   try {
     {
       std::ofstream f(tmp);
-      if (!f) fail(fmt::format("--json: cannot write '{}'", tmp));
-      f << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      if (!f) fail(fmt::format("{}: cannot write '{}'", flag, tmp));
+      f << text;
       f.flush();
-      if (!f) fail(fmt::format("--json: cannot write '{}'", tmp));
+      if (!f) fail(fmt::format("{}: cannot write '{}'", flag, tmp));
     }
     fs::rename(tmp, path);
   } catch (const fs::filesystem_error& e) {
     fs::remove(tmp, ec);
-    fail(fmt::format("--json: cannot write '{}': {}", path, e.code().message()));
+    fail(fmt::format("{}: cannot write '{}': {}", flag, path, e.code().message()));
   } catch (...) {
     fs::remove(tmp, ec);
     throw;
@@ -979,6 +1005,8 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
     requests.push_back(std::move(r));
   }
   const RunSettings how{prompts.size() == 1 && !o.quiet, o.rounds};
+  RunSettings spec_how = how;  // the speculative run's: its steps traced for --trace-steps
+  spec_how.trace = !o.trace_steps.empty();
 
   DecoderOptions spec_options;
   spec_options.num_speculative_tokens = o.num_speculative_tokens;
@@ -1082,23 +1110,23 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
     }
     std::vector<GenerationRequest> chain_requests = requests;
     for (std::size_t i = 0; i < chain_requests.size(); ++i) chain_requests[i].proposers = named[i];
-    spec = run(chain, target, chain_requests, spec_options, tokenizer, "speculative (" + proposer + ")", how);
+    spec = run(chain, target, chain_requests, spec_options, tokenizer, "speculative (" + proposer + ")", spec_how);
     for (std::size_t i = 0; i < chain.size(); ++i)
       fmt::print(stderr, "specdec-generate: chain member {} drafted {} request-steps\n", chain.name(i), chain.drafted_by(i));
   } else if (proposer == "ngram") {
     specdec::proposers::NgramProposer ngram(ngram_options(o));
-    spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", how);
+    spec = run(ngram, target, requests, spec_options, tokenizer, "speculative (ngram)", spec_how);
   } else if (proposer == "suffix") {
     specdec::proposers::SuffixProposer suffix(suffix_options(o));
-    spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", how);
+    spec = run(suffix, target, requests, spec_options, tokenizer, "speculative (suffix)", spec_how);
   } else if (proposer == "corpus") {
     specdec::proposers::CorpusProposer corpus = make_corpus(o);
-    spec = run(corpus, target, requests, spec_options, tokenizer, "speculative (corpus)", how);
+    spec = run(corpus, target, requests, spec_options, tokenizer, "speculative (corpus)", spec_how);
   } else if (proposer == "draft") {
     draft_model.emplace(load_draft_model(o));
     if (static_cast<std::int64_t>(draft_model->vocab_size()) == static_cast<std::int64_t>(target.vocab_size())) {
       specdec::proposers::DraftModelProposer<LlamaModel> dp(*draft_model, target.vocab_size(), draft_options(o, *draft_model));
-      spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", how);
+      spec = run(dp, target, requests, spec_options, tokenizer, "speculative (draft model)", spec_how);
     } else {
       // Another tokenizer: token-level intersection over the two GGUF vocabularies, the context re-tokenized each step.
       const std::string path = o.draft_model.empty() ? kDefaultDraftModel.string() : o.draft_model;
@@ -1141,12 +1169,12 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
       cross.min_path_prob = o.draft_min_path_prob;  // a draft half the target's size keeps the common default
       specdec::proposers::CrossVocabDraftProposer<LlamaModel> cp(*draft_model, std::move(bridge), retokenize, cross,
                                                                  o.cross_vocab_greedy == "slem" ? to_target : specdec::proposers::ToTarget{});
-      spec = run(cp, target, requests, spec_options, tokenizer, "speculative (draft model, another vocabulary)", how);
+      spec = run(cp, target, requests, spec_options, tokenizer, "speculative (draft model, another vocabulary)", spec_how);
     }
 #if defined(SPECDEC_HAVE_EAGLE)
   } else if (proposer == "eagle") {
     if constexpr (std::is_same_v<Target, LlamaModel>)
-      spec = run_eagle(o, target, requests, spec_options, tokenizer, how);
+      spec = run_eagle(o, target, requests, spec_options, tokenizer, spec_how);
     else
       fail("--proposer eagle: runs with --device cpu (the EAGLE head reads the CPU target's features)");
 #endif
@@ -1165,6 +1193,12 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
   if (!o.quiet && !how.stream) print_outputs(p, requests, spec, tokenizer);
   print_table(base, spec, proposer, o.num_speculative_tokens, adaptive);
 
+  if (!o.trace_steps.empty()) {
+    std::string text;
+    for (const auto& e : spec.trace) text += e.dump() + "\n";
+    write_output("--trace-steps", o.trace_steps, text);
+    fmt::print(stderr, "specdec-generate: wrote {} ({} request steps)\n", o.trace_steps, spec.trace.size());
+  }
   if (!o.json.empty()) {
     const DecoderMetrics& m = spec.metrics;
     const double t1 = reference_one_token_seconds(base, spec);
@@ -1241,7 +1275,7 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
       j["outputs_identical"] = same;
     }
     j["wall_seconds"] = seconds_since(kProgramStart);
-    write_json(o.json, j);
+    write_output("--json", o.json, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     fmt::print(stderr, "specdec-generate: wrote {}\n", o.json);
   }
   return 0;
@@ -1402,6 +1436,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json,
                  "write the run's parameters, each prompt's output and the figures as JSON to this file (its directory "
                  "must be writable; docs/generate.schema.json)");
+  app.add_option("--trace-steps", o.trace_steps,
+                 "write one JSON line per request and step of the speculative run to this file: round, prompt, step, "
+                 "position, drafts proposed (before the adaptive policy's cut), verified and accepted, tokens emitted, the "
+                 "proposer's confidences (bench/policy_ceiling.py reads it)");
   app.add_option("--suffix-alpha", o.suffix_alpha, "suffix proposer: draft nodes per matched token (the paper's alpha)")
       ->capture_default_str();
   app.add_option("--suffix-min-match", o.suffix_min_match,

@@ -6,8 +6,10 @@
 # tokens per target forward), acceptance by draft position, c, r and the end-to-end speedup.
 #
 # Usage: scripts/eval-drafts.sh [--build DIR] [--prompts FILE] [--proposers "eagle draft"] [--temperatures "0 1"] [--out DIR]
-#                               [--g N|default] [-- extra specdec-generate args]
+#                               [--g N|default] [--trace] [-- extra specdec-generate args]
 # --g: the most drafts a step (default 5; `default` leaves -g to specdec-generate's default, 8 under the adaptive policy).
+# --trace: also write each run's steps beside its JSON (<proposer>-T<t>-<prompt>.trace.jsonl, specdec-generate
+# --trace-steps), for bench/policy_ceiling.py.
 # Expects a build (scripts/build.sh) and the model (scripts/setup.sh).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +18,7 @@ proposers="eagle draft"
 temperatures="0 1"
 prompts="$root/examples/prompts/demo.jsonl"
 g=5
+trace=0
 out="$root/out/drafts"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -25,6 +28,7 @@ while [[ $# -gt 0 ]]; do
     --prompts) prompts="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --g) g="$2"; shift 2 ;;
+    --trace) trace=1; shift ;;
     --) shift; break ;;
     *) echo "eval-drafts.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -51,6 +55,7 @@ for p in $proposers; do
       echo "=== $p, temperature $t, $name ===" >&2
       g_flag=()
       [[ "$g" != default ]] && g_flag=(-g "$g")
+      [[ "$trace" == 1 ]] && g_flag+=(--trace-steps "${f%.json}.trace.jsonl")
       "$gen" --compare --chat --prompt-file "$tmp/$name.jsonl" --proposer "$p" --temperature "$t" "${g_flag[@]}" --json "$f" "$@" >/dev/null
       files+=("$f")
     done

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,6 +188,10 @@ TEST_F(Cli, GenerateChecksTheJsonPathBeforeTheRun) {
   expect_refused(kGenerate, {"--json", "a_directory"}, {"--json", "a_directory", "is a directory"});
   fs::remove(dir_ / "work" / "a_directory");
   expect_refused(kGenerate, {"--json", "missing/out.json"}, {"--json", "missing", "does not exist"});
+  fs::create_directories(dir_ / "work" / "a_directory");
+  expect_refused(kGenerate, {"--trace-steps", "a_directory"}, {"--trace-steps", "a_directory", "is a directory"});
+  fs::remove(dir_ / "work" / "a_directory");
+  expect_refused(kGenerate, {"--trace-steps", "missing/t.jsonl"}, {"--trace-steps", "missing", "does not exist"});
   if (::geteuid() != 0) {  // root writes anywhere
     fs::create_directories(dir_ / "work" / "locked");
     fs::permissions(dir_ / "work" / "locked", fs::perms::owner_read | fs::perms::owner_exec);
@@ -416,6 +421,44 @@ TEST_F(CliModel, DefaultRunPrintsEveryPromptsTextAndWritesJsonThatConformsToTheS
     EXPECT_EQ(s.out.substr(0, 64), j["model_sha256"].get<std::string>());
   }
   EXPECT_TRUE(leftovers() == std::vector<std::string>{"run.json"});  // no .partial left
+}
+
+// --trace-steps: one JSON line per request and step of the speculative run, adding up to the run's figures.
+TEST_F(CliModel, TraceStepsWritesEveryRequestsStepsAsJsonLines) {
+  const Outcome o = run(kGenerate, {"--max-new-tokens", "6", "--threads", "2", "--quiet", "--json", "run.json",
+                                    "--trace-steps", "steps.jsonl"});
+  ASSERT_EQ(o.rc, 0) << o.err;
+  const auto j = json_of("run.json");
+  std::istringstream lines(read_file(dir_ / "work" / "steps.jsonl"));
+  std::string line;
+  std::int64_t n = 0, emitted = 0, accepted = 0, verified = 0;
+  std::map<std::int64_t, std::int64_t> position;  // by prompt: where its next step drafts
+  while (std::getline(lines, line)) {
+    const auto e = nlohmann::json::parse(line);
+    ++n;
+    const std::int64_t prompt = e["prompt"];
+    ASSERT_GE(prompt, 0);
+    ASSERT_LT(prompt, 3);
+    if (position.count(prompt)) EXPECT_EQ(e["position"].get<std::int64_t>(), position[prompt]) << line;
+    position[prompt] = e["position"].get<std::int64_t>() + e["emitted"].get<std::int64_t>();
+    EXPECT_LE(e["verified"].get<int>(), e["proposed"].get<int>()) << line;
+    EXPECT_LE(e["accepted"].get<int>(), e["verified"].get<int>()) << line;
+    EXPECT_EQ(e["round"], 0);
+    emitted += e["emitted"].get<std::int64_t>();
+    accepted += e["accepted"].get<std::int64_t>();
+    verified += e["verified"].get<std::int64_t>();
+  }
+  EXPECT_EQ(n, j["speculative"]["target_forwards"].get<std::int64_t>());
+  EXPECT_EQ(emitted, j["speculative"]["tokens"].get<std::int64_t>());
+  if (verified > 0) {
+    const double rate = j["speculative"]["acceptance_rate"];
+    EXPECT_NEAR(rate, static_cast<double>(accepted) / static_cast<double>(verified), 1e-9);
+    std::int64_t by_position = 0;
+    for (const auto& a : j["speculative"]["accepted_by_position"]) by_position += a.get<std::int64_t>();
+    EXPECT_EQ(by_position, accepted);
+  }
+  EXPECT_EQ(position.size(), 3u);
+  EXPECT_NE(o.err.find("wrote steps.jsonl"), std::string::npos) << o.err;
 }
 
 // Without --proposer: one request drafts with the suffix,eagle chain (expected selection) where the bundled head fits the

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -610,6 +611,70 @@ TEST(DecoderAdaptive, ConfidenceCutVerifiesTheDraftsTheProposerIsSureOf) {
     for (const auto& r : res2) wrong += r.metrics.drafted - r.metrics.accepted;
     EXPECT_GT(wrong, 0);
   }
+}
+
+// The step observer sees, for every request of every step, the whole proposal (before the cut), how much of it was
+// verified and what the target accepted: here every step proposes at the bound, the cut stops just before the first
+// unsure (wrong) draft, and the trace adds up to the request's metrics.
+TEST(DecoderAdaptive, StepObserverSeesEachProposalItsCutAndWhatWasAccepted) {
+  Fixture f(2, 60);
+  RecordingLookup p = unsure_every_fourth(f, true);
+  sd::SpeculativeDecoder dec(p, f.target, Fixture::options(6, 0.2));
+  struct Seen {
+    std::int64_t step, position;
+    std::int32_t proposed, verified, accepted, emitted;
+    std::vector<float> confidence;
+  };
+  std::map<sd::RequestId, std::vector<Seen>> seen;
+  std::int64_t calls = 0;
+  dec.set_step_observer([&](const sd::StepTrace& t) {
+    ++calls;
+    EXPECT_FALSE(t.tree);
+    seen[t.id].push_back({t.step, t.position, t.proposed, t.verified, t.accepted, t.emitted,
+                          std::vector<float>(t.confidence.begin(), t.confidence.end())});
+  });
+  const auto res = dec.generate(f.requests);
+  ASSERT_EQ(seen.size(), res.size());
+  std::int64_t cut_at_unsure = 0;
+  for (std::size_t b = 0; b < res.size(); ++b) {
+    SCOPED_TRACE("request " + std::to_string(b));
+    EXPECT_EQ(res[b].tokens, f.reference[b]);
+    const auto& steps = seen.at(res[b].id);
+    EXPECT_EQ(static_cast<std::int64_t>(steps.size()), res[b].metrics.target_forwards);
+    std::int64_t verified = 0, accepted = 0, emitted = 0;
+    std::int64_t position = static_cast<std::int64_t>(f.requests[b].prompt.size());
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const Seen& s = steps[i];
+      if (i > 0) EXPECT_GT(s.step, steps[i - 1].step);
+      EXPECT_EQ(s.position, position) << "step " << i;
+      EXPECT_LE(s.verified, s.proposed);
+      EXPECT_LE(s.accepted, s.verified);
+      EXPECT_EQ(s.accepted, s.verified);  // cut before every wrong draft
+      EXPECT_EQ(static_cast<std::int32_t>(s.confidence.size()), s.proposed);
+      for (std::int32_t j = 0; j < s.proposed; ++j) {
+        // the fixture's drafts: right (0.95) except at positions p with p % 4 == 3 (0.05)
+        const bool right = (s.position + j) % 4 != 3;
+        EXPECT_FLOAT_EQ(s.confidence[static_cast<std::size_t>(j)], right ? 0.95f : 0.05f) << "step " << i << " draft " << j;
+      }
+      if (s.verified < s.proposed) {
+        EXPECT_FLOAT_EQ(s.confidence[static_cast<std::size_t>(s.verified)], 0.05f);
+        ++cut_at_unsure;
+      }
+      verified += s.verified;
+      accepted += s.accepted;
+      emitted += s.emitted;
+      position += s.emitted;
+    }
+    EXPECT_EQ(verified, res[b].metrics.drafted);
+    EXPECT_EQ(accepted, res[b].metrics.accepted);
+    EXPECT_EQ(emitted, static_cast<std::int64_t>(res[b].tokens.size()));
+  }
+  EXPECT_GT(cut_at_unsure, 10);
+  // Unset: no more calls.
+  const std::int64_t before = calls;
+  dec.set_step_observer({});
+  (void)dec.generate(f.requests);
+  EXPECT_EQ(calls, before);
 }
 
 // A sampled request choosing alone against the fixed sampled cost, whose proposer drafts deterministic chains with

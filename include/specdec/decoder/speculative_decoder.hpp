@@ -264,6 +264,9 @@ class SpeculativeDecoder {
       const std::size_t before = r.context.size();
       for (std::size_t i = 0; i < toks.size() && r.finish == FinishReason::kNone; ++i) emit(r, toks[i]);
       r.metrics.emitted += static_cast<std::int64_t>(r.context.size() - before);
+      if (step_observer_) observe_step(r, cut && proposed.num_requests() == B ? proposed : drafts, drafts, b,
+                                       positions[static_cast<std::size_t>(b)], n_acc,
+                                       static_cast<std::int64_t>(r.context.size() - before));
       ++r.metrics.target_forwards;
       if (k > 0) ++r.metrics.steps_with_drafts;
       if (cut && lengths_of(r.req) == Lengths::kJoint && proposed.num_requests() == B && !proposed.request_has_probs(b)) {
@@ -356,6 +359,8 @@ class SpeculativeDecoder {
 
   /// The callback step() streams tokens through.
   void set_callback(TokenCallback callback) { callback_ = std::move(callback); }
+  /// Called in step() for every request of the step, after its tokens are emitted (StepTrace); empty to stop.
+  void set_step_observer(StepObserver observer) { step_observer_ = std::move(observer); }
   /// The result of a finished request (removed from the decoder). Throws specdec::error for an id that has none.
   GenerationResult take_result(RequestId id) {
     auto it = results_.find(id);
@@ -476,6 +481,26 @@ class SpeculativeDecoder {
       g[b] = choose_draft_lengths(std::span<const LengthChoice>(&alone, 1), alone_cost, 0.0)[0];
     }
     return g;
+  }
+
+  /// Tells the step observer what request b's step drafted (`proposed`: the proposal before any cut), verified
+  /// (`verified`) and accepted.
+  void observe_step(const Request& r, const proposers::DraftBatch& proposed, const proposers::DraftBatch& verified,
+                    std::int64_t b, std::int64_t position, std::int64_t accepted, std::int64_t emitted) const {
+    StepTrace t;
+    t.id = r.id;
+    t.step = metrics_.steps;
+    t.position = position;
+    t.proposed = static_cast<std::int32_t>(proposed.num_drafts(b));
+    t.verified = static_cast<std::int32_t>(verified.num_drafts(b));
+    t.accepted = static_cast<std::int32_t>(accepted);
+    t.emitted = static_cast<std::int32_t>(emitted);
+    t.tree = proposed.request_is_tree(b);
+    if (!proposed.confidence.empty() && t.proposed > 0)
+      t.confidence = std::span<const float>(proposed.confidence)
+                         .subspan(static_cast<std::size_t>(proposed.cu_num_drafts[static_cast<std::size_t>(b)]),
+                                  static_cast<std::size_t>(t.proposed));
+    step_observer_(t);
   }
 
   /// out[g] = 1 + the sum over request b's drafts at depth <= g of the product of the confidences on the path to each
@@ -810,6 +835,7 @@ class SpeculativeDecoder {
   std::map<RequestId, GenerationResult> results_;
   RequestId next_id_ = 0;
   TokenCallback callback_;
+  StepObserver step_observer_;
   DecoderMetrics metrics_;
   ForwardCostModel cost_model_;          // F(B, T) of verification steps, learned from this run's steps
   std::vector<float> verify_workspace_;  // host verification's rows, kept across steps (no fresh [N + B, V] rows a step)

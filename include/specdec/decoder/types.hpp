@@ -135,6 +135,24 @@ struct GenerationResult {
 /// its last call.
 using TokenCallback = std::function<void(RequestId id, std::span<const std::int64_t> tokens, bool finished)>;
 
+/// One request's part of a decoding step, for a step observer (SpeculativeDecoder::set_step_observer): what the
+/// proposer drafted, how many of those drafts the policy verified and how many the target accepted. Offline analyses of
+/// drafters and draft-length policies read these (bench/policy_ceiling.py). The spans are valid during the call only.
+struct StepTrace {
+  RequestId id = -1;
+  std::int64_t step = 0;       ///< the decoder's step() calls that did work before this one (DecoderMetrics::steps)
+  std::int64_t position = 0;   ///< sequence index of the request's first draft (its context length before the step)
+  std::int32_t proposed = 0;   ///< drafts the proposer returned (a tree: its nodes), before any cut by the policy
+  std::int32_t verified = 0;   ///< drafts verified (a chain: the first `verified` of the proposal)
+  std::int32_t accepted = 0;   ///< verified drafts the target accepted
+  std::int32_t emitted = 0;    ///< tokens the step emitted (accepted + the recovered or bonus token, less a stop's cut)
+  bool tree = false;           ///< the proposal is a tree (confidence is then per node, in the proposal's node order)
+  /// Per proposed draft, the proposer's chance that it is accepted given the drafts before it on its path (a chain:
+  /// conditional per position); empty when the proposer reports none.
+  std::span<const float> confidence;
+};
+using StepObserver = std::function<void(const StepTrace&)>;
+
 /// Turns one token id into its bytes (for stop strings). Keep the decoder tokenizer-agnostic: any function will do.
 using Detokenizer = std::function<std::string(std::int64_t token)>;
 /// A Detokenizer over a tokenizer with token_to_piece(int32) (models::Tokenizer, or an engine's own). The tokenizer must
