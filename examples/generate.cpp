@@ -601,6 +601,20 @@ void check_utf8(const std::string& text, const std::string& where) {
                      static_cast<unsigned char>(text[*at])));
 }
 
+#if defined(SPECDEC_HAVE_EAGLE)
+/// Why the EAGLE head in head_dir cannot draft for the GGUF model (the widths and vocabulary it reads differ), or ""
+/// when it fits. Reads the two configs only; throws specdec::error where either does not read.
+std::string eagle_head_misfit(const fs::path& head_dir, const std::string& model) {
+  const auto target = specdec::models::llama_config_from_gguf(specdec::models::GgufFile(model));
+  const auto head = specdec::proposers::load_eagle_head_config(head_dir);
+  const std::int64_t head_hidden = head.target_hidden_size > 0 ? head.target_hidden_size : head.layer.hidden_size;
+  if (head_hidden == target.hidden_size && head.layer.vocab_size == target.vocab_size) return "";
+  return fmt::format("the EAGLE head in '{}' reads a target of hidden size {} and vocabulary {}, and '{}' has {} and {}",
+                     head_dir.string(), head_hidden, head.layer.vocab_size, fs::path(model).filename().string(),
+                     target.hidden_size, target.vocab_size);
+}
+#endif
+
 /// The proposer when --proposer is not given: the best measured for the run (docs/adaptive-policy.md, "The default
 /// proposer").
 /// One request on the CPU whose model the EAGLE head fits (--eagle-head, else the bundled head; the same hidden size and
@@ -614,10 +628,7 @@ std::string default_proposer(const Options& o, std::size_t num_prompts) {
   const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
   if (!fs::is_regular_file(head_dir / "config.json") || !fs::is_regular_file(head_dir / "model.safetensors")) return "suffix";
   try {
-    const auto target = specdec::models::llama_config_from_gguf(specdec::models::GgufFile(o.model));
-    const auto head = specdec::proposers::load_eagle_head_config(head_dir);
-    const std::int64_t head_hidden = head.target_hidden_size > 0 ? head.target_hidden_size : head.layer.hidden_size;
-    if (head_hidden == target.hidden_size && head.layer.vocab_size == target.vocab_size) return "suffix,eagle";
+    if (eagle_head_misfit(head_dir, o.model).empty()) return "suffix,eagle";
   } catch (const std::exception&) {
     // A model or head that does not read is reported when it loads; the default then stays suffix decoding.
   }
@@ -781,6 +792,20 @@ Prepared check_options(Options& o, const CLI::App& app) {
       fail(fmt::format("--corpus-table: {}", e.what()));
     }
   }
+#if defined(SPECDEC_HAVE_EAGLE)
+  if (uses_eagle && fs::is_regular_file(o.model)) {  // before the model loads: a head for another model is refused
+    const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
+    std::string why;
+    try {
+      if (fs::is_regular_file(head_dir / "config.json")) why = eagle_head_misfit(head_dir, o.model);
+    } catch (const std::exception&) {
+      // a head or model that does not read is reported, naming it, where it loads
+    }
+    if (!why.empty())
+      fail(fmt::format("--proposer {}: {} (--eagle-head DIR takes a head trained for this model: specdec-train eagle)",
+                       p.proposer, why));
+  }
+#endif
   if (given("--eagle-head") && !uses_eagle)
     fail(fmt::format("--eagle-head: applies to --proposer eagle or a chain with eagle, got --proposer {}", p.proposer));
   if (o.baseline_last && !o.compare) fail("--baseline-last: applies with --compare (it orders the baseline's run)");

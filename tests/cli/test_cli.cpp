@@ -423,6 +423,23 @@ TEST_F(CliModel, DefaultRunPrintsEveryPromptsTextAndWritesJsonThatConformsToTheS
   EXPECT_TRUE(leftovers() == std::vector<std::string>{"run.json"});  // no .partial left
 }
 
+// An EAGLE head trained for another model (its widths and vocabulary) is refused by name before the model loads.
+TEST_F(CliModel, EagleHeadForAnotherModelIsRefusedBeforeTheModelLoads) {
+  auto config = nlohmann::json::parse(read_file(kSourceDir / "models" / "smollm2-135m-eagle" / "config.json"));
+  config["hidden_size"] = 640;
+  config["vocab_size"] = 262144;
+  const fs::path head = dir_ / "other_head";  // beside the run's directory, which must stay empty
+  fs::create_directories(head);
+  std::ofstream(head / "config.json") << config.dump();
+  fs::create_symlink(kSourceDir / "models" / "smollm2-135m-eagle" / "model.safetensors",
+                     head / "model.safetensors");  // the weights' header is read, not checked
+  expect_refused(kGenerate, {"--prompt", "hi", "--proposer", "eagle", "--eagle-head", head.string()},
+                 {"--proposer eagle", "other_head", "hidden size 640 and vocabulary 262144", "has 576 and 49152",
+                  "--eagle-head"});
+  expect_refused(kGenerate, {"--prompt", "hi", "--proposer", "suffix,eagle", "--eagle-head", head.string()},
+                 {"--proposer suffix,eagle", "hidden size 640"});
+}
+
 // --trace-steps: one JSON line per request and step of the speculative run, adding up to the run's figures.
 TEST_F(CliModel, TraceStepsWritesEveryRequestsStepsAsJsonLines) {
   const Outcome o = run(kGenerate, {"--max-new-tokens", "6", "--threads", "2", "--quiet", "--json", "run.json",
