@@ -31,7 +31,14 @@ beyond the first, as on a device where a forward is bound by reading its weights
 --measured runs (e.g. the CLI's default policy on the same prompts, with
 --compare): the ratio of their baselines' total time to their speculative runs' total time.
 
+Trees (runs with --tree --tree-nodes N --tree-top-k K --fixed-g -g G --draft-min-path-prob 0: every node verified):
+the tau of the n best nodes by path probability (EAGLE-2's rerank), timing-free, and the speedups of those cuts, of each
+step's best n by the tree's value 1 + the sum of the kept path probabilities over r(n + 1), and of the oracle (the
+accepted path only), a deeper level of w head rows costing warm (1 + --row-extra (w - 1)) (bench_drafts:
+BM_Eagle/weights:2/bits:16/rows:4/batch:1/cold:0 over rows:1, less 1, over 3).
+
 Usage: bench/policy_ceiling.py --runs DIR [DIR ...] --measured DIR [DIR ...] --cold C --warm W [--bound 0.15]
+                               [--row-extra F]
 """
 import argparse
 import glob
@@ -59,8 +66,10 @@ def json_files(dirs, flag):
 
 
 def load_steps(files):
-    """(a, confidences) for every traced step of the fixed-g greedy runs."""
-    steps = []
+    """(a, confidences) for every traced chain step and (parents, confidences, accepted nodes) for every tree step of the
+    fixed-g greedy runs."""
+    steps, trees = [], []
+    plain = 0
     g_max = 0
     for f in files:
         with open(f) as fh:
@@ -79,15 +88,24 @@ def load_steps(files):
                 if e["verified"] != e["proposed"]:
                     fail(f"--runs: {trace}:{n}: {e['verified']} of {e['proposed']} drafts verified; the replay needs "
                          f"runs that verify every draft (--fixed-g)")
-                if e.get("tree"):
-                    fail(f"--runs: {trace}:{n}: a tree; the replay takes chains")
                 c = e.get("confidence", [])
                 if e["proposed"] > 0 and len(c) != e["proposed"]:
                     fail(f"--runs: {trace}:{n}: the proposer reported no confidences (EAGLE and the draft model do)")
-                steps.append((e["accepted"], c))
-    if not steps:
+                if e["proposed"] == 0:
+                    plain += 1  # no room left to draft (a request's last token): a plain step under any policy
+                elif e.get("tree"):
+                    trees.append((e["parents"], c, e["accepted_nodes"]))
+                else:
+                    steps.append((e["accepted"], c))
+    if not steps and not trees:
         fail("--runs: the traces hold no steps")
-    return steps, g_max
+    if steps and trees:
+        fail("--runs: chains and trees in one replay; give the runs of one kind")
+    if trees:
+        trees += [([], [], [])] * plain
+    else:
+        steps += [(0, [])] * plain
+    return steps, trees, g_max
 
 
 def load_profile_and_speedup(files):
@@ -146,6 +164,91 @@ def replay(steps, r, cold, warm, policy, bound=0.15, lam=0.0, g=0):
     return tokens / cost
 
 
+def tree_nodes_by_value(parents, conf):
+    """A tree's nodes (1-based) best first by path probability (ties: the lower index, so ancestors first), with each
+    node's path probability and depth."""
+    path, depth = [1.0], [0]
+    for j, (p, c) in enumerate(zip(parents, conf)):
+        path.append(path[p] * c)
+        depth.append(depth[p] + 1)
+    order = sorted(range(1, len(path)), key=lambda j: (-path[j], j))
+    return order, path, depth
+
+
+def replay_trees(trees, r, cold, warm, policy, n=0, row_extra=0.0):
+    """Trees cut to their n best nodes (EAGLE-2's rerank; "top"), to the n <= the profile's best by the tree's value
+    1 + the sum of the kept nodes' path probabilities over r(n + 1) ("value"), or to the accepted path ("oracle").
+    Drafting the kept tree costs cold for its first level and, for each deeper level, warm (1 + row_extra (w - 1)) with
+    w the kept nodes' distinct parents there (the head rows that level ran; rows expanded and not kept are left out)."""
+    tokens = cost = 0.0
+    for parents, conf, accepted in trees:
+        order, path, depth = tree_nodes_by_value(parents, conf)
+        if policy == "oracle":
+            kept = set(accepted)
+        else:
+            limit = min(len(order), len(r) - 1)
+            if policy == "top":
+                k = min(n, len(order))
+            elif policy == "depth":  # every node down to a depth, the depth by the same value
+                value, best, kept = 1.0, 1.0 / r[0], set()
+                for g in range(1, max(depth) + 1):
+                    s_g = [j for j in order if depth[j] <= g]
+                    if len(s_g) > limit:
+                        break
+                    v = 1.0 + sum(path[j] for j in s_g)
+                    if v / r[len(s_g)] > best:
+                        best, kept = v / r[len(s_g)], set(s_g)
+                k = None
+            else:
+                value, best, k = 1.0, 1.0 / r[0], 0
+                for i in range(limit):
+                    value += path[order[i]]
+                    if value / r[i + 1] > best:
+                        best, k = value / r[i + 1], i + 1
+            if k is not None:
+                kept = set(order[:k])
+        got = 0
+        for a in accepted:
+            if a not in kept:
+                break
+            got += 1
+        rows = len(kept)
+        tokens += got + 1
+        if rows >= len(r):
+            cost = float("nan")
+        elif rows == 0:
+            cost += 1.0
+        else:
+            heads = {}  # level -> the distinct parents of its kept nodes
+            for j in kept:
+                heads.setdefault(depth[j], set()).add(parents[j - 1])
+            cost += r[rows] + cold + sum(warm * (1 + row_extra * (len(w) - 1)) for lvl, w in heads.items() if lvl > 1)
+    return tokens / len(trees), tokens / cost
+
+
+def main_trees(trees, r, a, measured, n_measured):
+    n_max = max(len(p) for p, _, _ in trees)
+    tau = sum(len(acc) + 1 for _, _, acc in trees) / len(trees)
+    print(f"{len(trees)} tree steps of up to {n_max} nodes: tau {tau:.2f} with every node verified")
+    print("r(k), k = 1.. " + " ".join(f"{x:.2f}" for x in r) + f"; cold {a.cold:.3f}, warm {a.warm:.3f}")
+    print("")
+    print("| tree policy | tau | speedup over plain decoding |")
+    print("|---|---:|---:|")
+    t, sp = replay_trees(trees, r, a.cold, a.warm, "oracle", row_extra=a.row_extra)
+    print(f"| oracle (verifies the accepted path only) | {t:.2f} | {sp:.2f}x |")
+    t, sp = replay_trees(trees, r, a.cold, a.warm, "value", row_extra=a.row_extra)
+    print(f"| each step's best n <= {len(r) - 1} nodes by the tree's value over r(n + 1) | {t:.2f} | {sp:.2f}x |")
+    t, sp = replay_trees(trees, r, a.cold, a.warm, "depth", row_extra=a.row_extra)
+    print(f"| each step's best depth by the same value, every node down to it (the CLI's cut) | {t:.2f} | {sp:.2f}x |")
+    for n in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
+        if n > n_max:
+            break
+        t, sp = replay_trees(trees, r, a.cold, a.warm, "top", n, row_extra=a.row_extra)
+        shown = f"{sp:.2f}x" if sp == sp else f"(no cost profile for {n + 1} rows)"
+        print(f"| the {n} best nodes by path probability | {t:.2f} | {shown} |")
+    print(f"| measured: --measured, {n_measured} runs | | {measured:.2f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", nargs="+", required=True)
@@ -153,15 +256,21 @@ def main():
     ap.add_argument("--cold", type=float, required=True)
     ap.add_argument("--warm", type=float, required=True)
     ap.add_argument("--bound", type=float, default=0.15)
+    ap.add_argument("--row-extra", type=float, default=0.0)
     a = ap.parse_args()
     for name in ("cold", "warm"):
         v = getattr(a, name)
         if not (0 <= v < 10):
             fail(f"--{name}: expected a fraction of a 1-token forward in [0, 10), got {v}")
+    if not (0 <= a.row_extra < 10):
+        fail(f"--row-extra: expected a fraction of a warm step in [0, 10), got {a.row_extra}")
     if not (0 <= a.bound <= 1):
         fail(f"--bound: expected a probability in [0, 1], got {a.bound}")
-    steps, g_max = load_steps(json_files(a.runs, "--runs"))
+    steps, trees, g_max = load_steps(json_files(a.runs, "--runs"))
     r, measured, n_measured = load_profile_and_speedup(json_files(a.measured, "--measured"))
+    if trees:
+        main_trees(trees, r, a, measured, n_measured)
+        return
     hist = {}
     for k, _ in steps:
         hist[k] = hist.get(k, 0) + 1

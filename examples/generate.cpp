@@ -327,7 +327,11 @@ RunOutcome run(Proposer& proposer, Target& target, const std::vector<GenerationR
       e["verified"] = t.verified;
       e["accepted"] = t.accepted;
       e["emitted"] = t.emitted;
-      if (t.tree) e["tree"] = true;
+      if (t.tree) {
+        e["tree"] = true;
+        e["parents"] = std::vector<std::int64_t>(t.parents.begin(), t.parents.end());
+        e["accepted_nodes"] = std::vector<std::int64_t>(t.accepted_nodes.begin(), t.accepted_nodes.end());
+      }
       if (!t.confidence.empty()) e["confidence"] = std::vector<float>(t.confidence.begin(), t.confidence.end());
       out.trace.push_back(std::move(e));
     });
@@ -1464,7 +1468,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace-steps", o.trace_steps,
                  "write one JSON line per request and step of the speculative run to this file: round, prompt, step, "
                  "position, drafts proposed (before the adaptive policy's cut), verified and accepted, tokens emitted, the "
-                 "proposer's confidences (bench/policy_ceiling.py reads it)");
+                 "proposer's confidences, a tree's parents and accepted nodes (bench/policy_ceiling.py reads it)");
   app.add_option("--suffix-alpha", o.suffix_alpha, "suffix proposer: draft nodes per matched token (the paper's alpha)")
       ->capture_default_str();
   app.add_option("--suffix-min-match", o.suffix_min_match,

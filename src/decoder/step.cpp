@@ -215,22 +215,50 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int6
   return depth;
 }
 
-proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const std::int32_t> limit) {
+std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& d, std::int64_t b) {
+  const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
+  const std::int64_t k = d.num_drafts(b);
+  const auto& parents = d.parents[static_cast<std::size_t>(b)];
+  std::vector<double> path(static_cast<std::size_t>(k) + 1, 1.0);  // by node (0: the root)
+  for (std::int64_t j = 0; j < k; ++j)
+    path[static_cast<std::size_t>(j) + 1] =
+        path[static_cast<std::size_t>(parents[static_cast<std::size_t>(j)])] *
+        static_cast<double>(d.confidence.at(static_cast<std::size_t>(s + j)));
+  std::vector<std::int64_t> order(static_cast<std::size_t>(k));
+  for (std::int64_t j = 0; j < k; ++j) order[static_cast<std::size_t>(j)] = j;
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+    return path[static_cast<std::size_t>(x) + 1] > path[static_cast<std::size_t>(y) + 1];
+  });
+  return order;
+}
+
+proposers::DraftBatch cut_drafts(const proposers::DraftBatch& d, std::span<const std::int32_t> limit,
+                                 std::span<const std::uint8_t> best_nodes) {
   proposers::DraftBatch out;
   out.cu_num_drafts.push_back(0);
   std::vector<std::int64_t> tokens, parents, renumber, kept;
+  std::vector<std::uint8_t> keep;
   for (std::int64_t b = 0; b < d.num_requests(); ++b) {
     const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
     const auto depth = draft_depths(d, b);
     const bool tree = d.request_is_tree(b);
-    const bool cuts = std::any_of(depth.begin(), depth.end(), [&](std::int32_t x) { return x > limit[static_cast<std::size_t>(b)]; });
+    const std::int32_t lim = limit[static_cast<std::size_t>(b)];
+    keep.assign(depth.size(), 0);
+    if (tree && !best_nodes.empty() && best_nodes[static_cast<std::size_t>(b)]) {
+      const auto order = best_tree_nodes(d, b);
+      for (std::size_t i = 0; i < order.size() && static_cast<std::int64_t>(i) < lim; ++i)
+        keep[static_cast<std::size_t>(order[i])] = 1;
+    } else {
+      for (std::size_t j = 0; j < depth.size(); ++j) keep[j] = depth[j] <= lim ? 1 : 0;
+    }
+    const bool cuts = std::find(keep.begin(), keep.end(), 0) != keep.end();
     if (cuts && d.request_has_probs(b))  // a sampled request's drafts are verified as drawn: only deterministic ones are cut
       throw error(Status::kInvalidArgument, "cut_drafts: request " + std::to_string(b) + ": drafts with draft probabilities");
     tokens.clear();
     parents.clear();
     renumber.assign(depth.size() + 1, 0);  // old node index -> new (node 0, the root, stays 0)
     for (std::size_t j = 0; j < depth.size(); ++j) {
-      if (depth[j] > limit[static_cast<std::size_t>(b)]) continue;
+      if (!keep[j]) continue;
       kept.push_back(s + static_cast<std::int64_t>(j));
       tokens.push_back(d.token_ids[static_cast<std::size_t>(s) + j]);
       if (tree) parents.push_back(renumber[static_cast<std::size_t>(d.parents[static_cast<std::size_t>(b)][j])]);

@@ -25,6 +25,15 @@ def write_run(d, name, steps, temperature=0.0, adaptive=False, g=3):
                                 "confidence": conf}) + "\n")
 
 
+def write_tree_run(d, name, steps, g=3):
+    with open(os.path.join(d, name + ".json"), "w") as f:
+        json.dump({"temperature": 0.0, "adaptive": False, "num_speculative_tokens": g}, f)
+    with open(os.path.join(d, name + ".trace.jsonl"), "w") as f:
+        for parents, conf, accepted in steps:
+            f.write(json.dumps({"proposed": len(conf), "verified": len(conf), "accepted": len(accepted), "tree": True,
+                                "parents": parents, "confidence": conf, "accepted_nodes": accepted}) + "\n")
+
+
 def write_measured(d, base_s, spec_s):
     j = {"cost_profile": PROFILE, "baseline": {"tokens": 100, "tokens_per_second": 100 / base_s},
          "speculative": {"tokens": 100, "tokens_per_second": 100 / spec_s}}
@@ -83,6 +92,25 @@ class PolicyCeiling(unittest.TestCase):
         # none of it (E(1) / r(2) = 1.1 / 1.1 = 1 ties d = 0, the shorter wins): 1 token for 1 + 0.1 + 2 * 0.05 = 1.2
         out = self.ceiling("--bound", "0.01")
         self.assertAlmostEqual(row(out, "confidence cut"), round(5 / 3.0, 2))
+
+    def test_trees(self):
+        # One tree: nodes 1, 2 under the root, node 3 under node 1 (path confidences 0.6, 0.3, 0.3); the target accepts
+        # nodes 1 then 3.
+        write_tree_run(self.runs, "t", [([0, 0, 1], [0.6, 0.3, 0.5], [1, 3])])
+        out = self.ceiling()
+        self.assertIn("tau 3.00 with every node verified", out)
+        # oracle: nodes 1 and 3, 3 tokens for r(3) + cold + one deeper level's warm = 1.45
+        self.assertAlmostEqual(row(out, "oracle"), round(3 / 1.45, 2))
+        # the 2 best: nodes 1 and 2 (the tie at 0.3 goes to the lower index), node 3 cut: 2 tokens for r(3) + cold
+        self.assertAlmostEqual(row(out, "the 2 best nodes"), round(2 / 1.4, 2))
+        self.assertAlmostEqual(row(out, "the 3 best nodes"), round(3 / 1.75, 2))
+        # by value: 1.6 / 1.1, 1.9 / 1.3 (the best), 2.2 / 1.6 -> the 2 best; by depth: depth 1 (the same two nodes)
+        self.assertAlmostEqual(row(out, "each step's best n"), round(2 / 1.4, 2))
+        self.assertAlmostEqual(row(out, "each step's best depth"), round(2 / 1.4, 2))
+        write_run(self.runs, "a", [(1, [0.5, 0.5])])
+        p = run(["--runs", self.runs, "--measured", self.meas, "--cold", "0.1", "--warm", "0.05"])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("chains and trees", p.stderr)
 
     def test_refusals(self):
         write_run(self.runs, "a", [(1, [0.5, 0.5])], temperature=0.7)

@@ -433,6 +433,60 @@ TEST(DecoderAdaptive, ShadowProbesCompareATreesFirstLevel) {
   EXPECT_EQ(m.shadow_accepted, m.shadow_probes);
 }
 
+// A tree's step trace carries its parents and the accepted path's nodes: here two siblings under the root every step,
+// the second one right, verified every step (no adaptive policy).
+TEST(DecoderAdaptive, StepObserverSeesATreesParentsAndAcceptedPath) {
+  Fixture f(1, 30);
+  SiblingLookup p;
+  auto& ref = p.references[f.requests[0].prompt];
+  ref = f.requests[0].prompt;
+  ref.insert(ref.end(), f.reference[0].begin(), f.reference[0].end());
+  sd::DecoderOptions o;
+  o.num_speculative_tokens = 2;
+  o.calibrate = false;
+  sd::SpeculativeDecoder dec(p, f.target, o);
+  std::int64_t trees = 0;
+  dec.set_step_observer([&](const sd::StepTrace& t) {
+    if (t.proposed == 0) return;  // no room left to draft
+    ++trees;
+    EXPECT_TRUE(t.tree);
+    EXPECT_EQ(t.proposed, 2);
+    EXPECT_EQ(t.verified, 2);
+    EXPECT_EQ(std::vector<std::int64_t>(t.parents.begin(), t.parents.end()), (std::vector<std::int64_t>{0, 0}));
+    EXPECT_EQ(std::vector<std::int64_t>(t.accepted_nodes.begin(), t.accepted_nodes.end()), (std::vector<std::int64_t>{2}));
+    EXPECT_EQ(t.accepted, 1);
+    EXPECT_TRUE(t.confidence.empty());
+  });
+  const auto res = dec.generate(f.requests);
+  EXPECT_EQ(res[0].tokens, f.reference[0]);
+  EXPECT_GT(trees, 5);
+}
+
+// A tree cut to its n best nodes by path confidence (EAGLE-2's rerank): the kept nodes form a tree (ancestors first),
+// in their order, parents renumbered, with their confidences; other requests are cut by depth as before.
+TEST(DecoderDetail, CutDraftsKeepsATreesBestNodesByPathConfidence) {
+  sp::DraftBatch d;
+  // node:       1    2    3    4    5    6
+  // parent:     0    0    1    1    2    3
+  // confidence: 0.5  0.4  0.9  0.1  0.9  0.5  -> paths 0.5, 0.4, 0.45, 0.05, 0.36, 0.225
+  d.append(std::vector<std::int64_t>{10, 11, 12, 13, 14, 15}, std::vector<std::int64_t>{0, 0, 1, 1, 2, 3});
+  d.append(std::vector<std::int64_t>{20, 21, 22});  // a chain
+  d.confidence = {0.5f, 0.4f, 0.9f, 0.1f, 0.9f, 0.5f, 0.9f, 0.9f, 0.9f};
+  EXPECT_EQ(sd::detail::best_tree_nodes(d, 0), (std::vector<std::int64_t>{0, 2, 1, 4, 5, 3}));
+  const std::vector<std::uint8_t> best = {1, 0};
+  const auto cut = sd::detail::cut_drafts(d, std::vector<std::int32_t>{4, 2}, best);
+  // the 4 best: nodes 1, 3, 2, 5 -> in their order 1, 2, 3, 5 (tokens 10, 11, 12, 14), parents 0, 0, 1, 2
+  ASSERT_EQ(cut.num_requests(), 2);
+  EXPECT_EQ(cut.num_drafts(0), 4);
+  EXPECT_EQ(std::vector<std::int64_t>(cut.token_ids.begin(), cut.token_ids.begin() + 4), (std::vector<std::int64_t>{10, 11, 12, 14}));
+  EXPECT_EQ(cut.parents[0], (std::vector<std::int64_t>{0, 0, 1, 2}));
+  EXPECT_EQ(cut.num_drafts(1), 2);  // the chain by depth
+  EXPECT_EQ(cut.confidence, (std::vector<float>{0.5f, 0.4f, 0.9f, 0.9f, 0.9f, 0.9f}));
+  // n = every node keeps the tree whole; n = 0 keeps nothing
+  EXPECT_EQ(sd::detail::cut_drafts(d, std::vector<std::int32_t>{6, 3}, best).num_drafts(0), 6);
+  EXPECT_EQ(sd::detail::cut_drafts(d, std::vector<std::int32_t>{0, 3}, best).num_drafts(0), 0);
+}
+
 TEST(DecoderDetail, CutDraftsKeepsEachRequestsDraftsDownToItsDepth) {
   sp::DraftBatch d;
   d.append(std::vector<std::int64_t>{10, 11, 12, 13});                                         // a chain
@@ -630,6 +684,8 @@ TEST(DecoderAdaptive, StepObserverSeesEachProposalItsCutAndWhatWasAccepted) {
   dec.set_step_observer([&](const sd::StepTrace& t) {
     ++calls;
     EXPECT_FALSE(t.tree);
+    EXPECT_TRUE(t.parents.empty());
+    for (std::size_t i = 0; i < t.accepted_nodes.size(); ++i) EXPECT_EQ(t.accepted_nodes[i], static_cast<std::int64_t>(i) + 1);
     seen[t.id].push_back({t.step, t.position, t.proposed, t.verified, t.accepted, t.emitted,
                           std::vector<float>(t.confidence.begin(), t.confidence.end())});
   });

@@ -30,8 +30,14 @@ models::ForwardBatch build_forward(const proposers::DraftBatch& drafts, std::spa
 std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& drafts, std::int64_t b);
 /// The drafts of each request b down to depth[b] (a chain's first depth[b] drafts; a tree's nodes at depth <= depth[b],
 /// in their order, parents renumbered), with their rows of probs and their confidences. Deterministic drafts only: throws
-/// rather than cut a request whose drafts come with probabilities (request_has_probs).
-proposers::DraftBatch cut_drafts(const proposers::DraftBatch& drafts, std::span<const std::int32_t> depth);
+/// rather than cut a request whose drafts come with probabilities (request_has_probs). A tree request b with
+/// best_nodes[b] set keeps instead its depth[b] best nodes by path confidence (best_tree_nodes).
+proposers::DraftBatch cut_drafts(const proposers::DraftBatch& drafts, std::span<const std::int32_t> depth,
+                                 std::span<const std::uint8_t> best_nodes = {});
+/// Request b's tree nodes (0-based draft indices) best first by path confidence, the product of the confidences from the
+/// root (EAGLE-2's value of a node; ties: the lower index). A node's path confidence is at most its parent's, so every
+/// prefix of the order holds its nodes' ancestors: a tree. Needs DraftBatch::confidence for every node of b.
+std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& drafts, std::int64_t b);
 /// How many of `emitted` (the tokens a step emitted, in order) follow one root path of request b's drafts: a chain's
 /// matching prefix, a tree's deepest matching path (so many of its drafts would have been accepted, and when that is
 /// fewer than both the drafts' depth and emitted.size(), the next one would have been rejected).

@@ -150,6 +150,10 @@ struct StepTrace {
   /// Per proposed draft, the proposer's chance that it is accepted given the drafts before it on its path (a chain:
   /// conditional per position); empty when the proposer reports none.
   std::span<const float> confidence;
+  /// A tree's parent node per proposed draft (0 = the root, j = draft j - 1; DraftBatch::parents); empty for a chain.
+  std::span<const std::int64_t> parents;
+  /// The accepted path's node indices (1-based, in the verified drafts: the proposal's when nothing was cut).
+  std::span<const std::int64_t> accepted_nodes;
 };
 using StepObserver = std::function<void(const StepTrace&)>;
 
