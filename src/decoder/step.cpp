@@ -215,11 +215,13 @@ std::vector<std::int32_t> draft_depths(const proposers::DraftBatch& d, std::int6
   return depth;
 }
 
-std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& d, std::int64_t b) {
+std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& d, std::int64_t b, std::vector<double>* path_out) {
   const auto s = d.cu_num_drafts[static_cast<std::size_t>(b)];
   const std::int64_t k = d.num_drafts(b);
   const auto& parents = d.parents[static_cast<std::size_t>(b)];
-  std::vector<double> path(static_cast<std::size_t>(k) + 1, 1.0);  // by node (0: the root)
+  std::vector<double> local;
+  std::vector<double>& path = path_out ? *path_out : local;  // by node (0: the root)
+  path.assign(static_cast<std::size_t>(k) + 1, 1.0);
   for (std::int64_t j = 0; j < k; ++j)
     path[static_cast<std::size_t>(j) + 1] =
         path[static_cast<std::size_t>(parents[static_cast<std::size_t>(j)])] *

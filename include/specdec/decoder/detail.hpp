@@ -36,8 +36,10 @@ proposers::DraftBatch cut_drafts(const proposers::DraftBatch& drafts, std::span<
                                  std::span<const std::uint8_t> best_nodes = {});
 /// Request b's tree nodes (0-based draft indices) best first by path confidence, the product of the confidences from the
 /// root (EAGLE-2's value of a node; ties: the lower index). A node's path confidence is at most its parent's, so every
-/// prefix of the order holds its nodes' ancestors: a tree. Needs DraftBatch::confidence for every node of b.
-std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& drafts, std::int64_t b);
+/// prefix of the order holds its nodes' ancestors: a tree. Needs DraftBatch::confidence for every node of b. With
+/// `path`, also each node's path confidence (index 0: the root, 1; index j + 1: draft j).
+std::vector<std::int64_t> best_tree_nodes(const proposers::DraftBatch& drafts, std::int64_t b,
+                                          std::vector<double>* path = nullptr);
 /// How many of `emitted` (the tokens a step emitted, in order) follow one root path of request b's drafts: a chain's
 /// matching prefix, a tree's deepest matching path (so many of its drafts would have been accepted, and when that is
 /// fewer than both the drafts' depth and emitted.size(), the next one would have been rejected).

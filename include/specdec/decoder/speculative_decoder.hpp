@@ -533,12 +533,8 @@ class SpeculativeDecoder {
     if (k == 0) return false;
     for (std::int64_t j = 0; j < k; ++j)
       if (d.confidence[static_cast<std::size_t>(s + j)] < 0.f) return false;
-    const auto& parents = d.parents[static_cast<std::size_t>(b)];
-    std::vector<double> path(static_cast<std::size_t>(k) + 1, 1.0);
-    for (std::int64_t j = 0; j < k; ++j)
-      path[static_cast<std::size_t>(j) + 1] = path[static_cast<std::size_t>(parents[static_cast<std::size_t>(j)])] *
-                                              static_cast<double>(d.confidence[static_cast<std::size_t>(s + j)]);
-    const auto order = detail::best_tree_nodes(d, b);
+    std::vector<double> path;
+    const auto order = detail::best_tree_nodes(d, b, &path);
     out.assign(static_cast<std::size_t>(k) + 1, 1.0);
     for (std::size_t i = 0; i < order.size(); ++i) out[i + 1] = out[i] + path[static_cast<std::size_t>(order[i]) + 1];
     return true;
