@@ -797,7 +797,8 @@ Prepared check_options(Options& o, const CLI::App& app) {
     }
   }
 #if defined(SPECDEC_HAVE_EAGLE)
-  if (uses_eagle && fs::is_regular_file(o.model)) {  // before the model loads: a head for another model is refused
+  // Before the model loads, a head for another model is refused (the default proposer only takes EAGLE where it fits).
+  if (uses_eagle && !o.proposer.empty() && fs::is_regular_file(o.model)) {
     const fs::path head_dir = o.eagle_head.empty() ? kDefaultEagleHead : fs::path(o.eagle_head);
     std::string why;
     try {

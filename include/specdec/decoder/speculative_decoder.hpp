@@ -462,13 +462,12 @@ class SpeculativeDecoder {
       const Request& r = *reqs[b];
       const auto depths = detail::draft_depths(d, static_cast<std::int64_t>(b));
       const std::int32_t depth = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end());
-      if (d.request_is_tree(static_cast<std::int64_t>(b)) && !d.request_has_probs(static_cast<std::int64_t>(b)) &&
-          best_tree_node_tokens(d, static_cast<std::int64_t>(b), tokens[b])) {
+      if (d.request_is_tree(static_cast<std::int64_t>(b)) && best_tree_node_tokens(d, static_cast<std::int64_t>(b), tokens[b])) {
         best_nodes[b] = 1;
         from_confidences[b] = true;
         const auto k = static_cast<std::int32_t>(depths.size());
         choices[b].max_g = k;
-        choices[b].fixed = lengths_of(r.req) != Lengths::kJoint;
+        choices[b].fixed = lengths_of(r.req) != Lengths::kJoint || d.request_has_probs(static_cast<std::int64_t>(b));
         choices[b].rows_per_depth = 1.0;
         choices[b].tokens = tokens[b];
         continue;
@@ -540,29 +539,19 @@ class SpeculativeDecoder {
     return true;
   }
 
-  /// out[g] = 1 + the sum over request b's drafts at depth <= g of the product of the confidences on the path to each
-  /// (a chain: 1 + sum_{i<=g} c_1 ... c_i; a tree: each node's path probability, EAGLE-2's value of a node), when every
-  /// draft has a confidence (DraftBatch::confidence); false (out untouched) otherwise.
+  /// out[g] = 1 + c_1 + c_1 c_2 + ... + c_1 ... c_g over request b's chain of drafts, when every draft has a confidence
+  /// (DraftBatch::confidence); false (out untouched) otherwise. (A tree's value is best_tree_node_tokens'.)
   static bool draft_confidence_tokens(const proposers::DraftBatch& d, std::int64_t b, std::span<double> out) {
     if (d.confidence.empty()) return false;
     const std::int64_t s = d.cu_num_drafts[static_cast<std::size_t>(b)], k = d.num_drafts(b);
     for (std::int64_t j = 0; j < k; ++j)
       if (d.confidence[static_cast<std::size_t>(s + j)] < 0.f) return false;
-    const std::vector<std::int64_t>* parents =
-        d.request_is_tree(b) ? &d.parents[static_cast<std::size_t>(b)] : nullptr;
-    std::vector<double> at_depth(out.size(), 0.0);  // summed path products of the drafts at each depth
-    std::vector<double> path(static_cast<std::size_t>(k));
-    std::vector<std::size_t> depth(static_cast<std::size_t>(k));
-    for (std::int64_t j = 0; j < k; ++j) {
-      const std::int64_t p = parents ? (*parents)[static_cast<std::size_t>(j)] : j;  // parent node (0 = the root)
-      const double up = p == 0 ? 1.0 : path[static_cast<std::size_t>(p - 1)];
-      path[static_cast<std::size_t>(j)] = up * d.confidence[static_cast<std::size_t>(s + j)];
-      depth[static_cast<std::size_t>(j)] = p == 0 ? 1 : depth[static_cast<std::size_t>(p - 1)] + 1;
-      if (depth[static_cast<std::size_t>(j)] < out.size()) at_depth[depth[static_cast<std::size_t>(j)]] += path[static_cast<std::size_t>(j)];
-    }
-    double sum = 1.0;
+    double path = 1.0;
     out[0] = 1.0;
-    for (std::size_t g = 1; g < out.size(); ++g) out[g] = sum += at_depth[g];
+    for (std::size_t g = 1; g < out.size(); ++g) {
+      path *= static_cast<std::int64_t>(g) <= k ? d.confidence[static_cast<std::size_t>(s) + g - 1] : 0.0;
+      out[g] = out[g - 1] + path;
+    }
     return true;
   }
 
