@@ -1,6 +1,6 @@
 // Helpers of the command-line programs (specdec-generate, specdec-train) that check what a user typed before any model
 // loads, and describe a run: a seed parsed without wrapping, the first invalid UTF-8 byte of a text, whether a JSON
-// output path can be written, and the SHA-256 of a model file. Header-only, std only, so tests/cli checks them directly.
+// output path can be written, the SHA-256 of a model file, and the CPU a run measured on. Header-only, std only, so tests/cli checks them directly.
 #pragma once
 
 #include <unistd.h>
@@ -159,6 +159,60 @@ inline std::string sha256_file(const std::filesystem::path& path) {
   const bool ok = std::ferror(f) == 0;
   std::fclose(f);
   return ok ? h.hex() : std::string();
+}
+
+/// The CPU a run was measured on, as /proc/cpuinfo names it: results from different hosts (a Zen 4 and a Zen 5 EPYC
+/// both call themselves "AMD EPYC" under a hypervisor) are told apart by family and model.
+struct CpuDescription {
+  std::string vendor;      ///< vendor_id, e.g. "AuthenticAMD"; empty when not listed
+  std::string model_name;  ///< "model name"
+  int family = -1;         ///< "cpu family" (-1 when not listed)
+  int model = -1;          ///< "model"
+  int logical_cpus = 0;    ///< "processor" entries
+};
+
+/// Parses the text of /proc/cpuinfo: the first processor's vendor, name, family and model, and how many processors
+/// are listed. Lines it does not know are skipped; a field missing or not a number stays at its default.
+inline CpuDescription parse_cpuinfo(std::string_view text) {
+  CpuDescription d;
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t' || v.back() == '\r')) v.remove_suffix(1);
+    return v;
+  };
+  auto number = [](std::string_view v) -> int {
+    const auto n = parse_u64(v);
+    return n && *n <= 1000000 ? static_cast<int>(*n) : -1;
+  };
+  while (!text.empty()) {
+    const std::size_t end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = trim(line.substr(0, colon)), value = trim(line.substr(colon + 1));
+    if (key == "processor") {
+      ++d.logical_cpus;
+    } else if (d.logical_cpus <= 1) {  // the first processor's fields
+      if (key == "vendor_id" && d.vendor.empty()) d.vendor = value;
+      else if (key == "model name" && d.model_name.empty()) d.model_name = value;
+      else if (key == "cpu family" && d.family < 0) d.family = number(value);
+      else if (key == "model" && d.model < 0) d.model = number(value);
+    }
+  }
+  return d;
+}
+
+/// parse_cpuinfo of this machine's /proc/cpuinfo; all defaults where it cannot be read (not Linux).
+inline CpuDescription read_cpu_description() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "rb");
+  if (!f) return {};
+  std::string text;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) text.append(buf.data(), n);
+  std::fclose(f);
+  return parse_cpuinfo(text);
 }
 
 }  // namespace specdec::cli

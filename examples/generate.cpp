@@ -1251,6 +1251,17 @@ int run_on(const Options& o, const Prepared& p, const TokenizerSource& ts, Targe
     j["rounds"] = o.rounds;
     j["chat"] = p.chat;
     j["threads"] = o.threads;
+    {
+      const specdec::cli::CpuDescription cpu = specdec::cli::read_cpu_description();
+      nlohmann::json h;
+      if (!cpu.vendor.empty()) h["vendor"] = cpu.vendor;
+      if (!cpu.model_name.empty()) h["cpu"] = cpu.model_name;
+      if (cpu.family >= 0) h["family"] = cpu.family;
+      if (cpu.model >= 0) h["model"] = cpu.model;
+      h["logical_cpus"] = cpu.logical_cpus;
+      if constexpr (std::is_same_v<Target, LlamaModel>) h["kernels"] = target.kernel_name();
+      j["host"] = std::move(h);
+    }
     j["aten_threads"] = o.aten_threads;
     j["device"] = o.device;
     if (o.device == "cpu") {

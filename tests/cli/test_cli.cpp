@@ -323,6 +323,30 @@ TEST(CliUtil, Sha256KnownAnswers) {
   EXPECT_EQ(hex(std::string(1000000, 'a'), 4096), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+TEST(CliUtil, CpuinfoGivesTheFirstProcessorAndTheCount) {
+  const std::string two = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                          "model name\t: AMD EPYC 9B14\nflags\t\t: fpu avx512f\n\n"
+                          "processor\t: 1\nvendor_id\t: OtherVendor\ncpu family\t: 26\nmodel\t\t: 2\n"
+                          "model name\t: Something else\n";
+  const auto d = specdec::cli::parse_cpuinfo(two);
+  EXPECT_EQ(d.vendor, "AuthenticAMD");
+  EXPECT_EQ(d.model_name, "AMD EPYC 9B14");
+  EXPECT_EQ(d.family, 25);
+  EXPECT_EQ(d.model, 17);
+  EXPECT_EQ(d.logical_cpus, 2);
+  // Missing or malformed fields keep their defaults; nothing at all gives an empty description.
+  const auto odd = specdec::cli::parse_cpuinfo("processor : 0\ncpu family : x25\nno colon here\nmodel : -3\r\n");
+  EXPECT_EQ(odd.family, -1);
+  EXPECT_EQ(odd.model, -1);
+  EXPECT_TRUE(odd.model_name.empty());
+  EXPECT_EQ(odd.logical_cpus, 1);
+  EXPECT_EQ(specdec::cli::parse_cpuinfo("").logical_cpus, 0);
+  // This machine's own: at least one processor where /proc/cpuinfo exists.
+  if (std::filesystem::exists("/proc/cpuinfo")) {
+    EXPECT_GE(specdec::cli::read_cpu_description().logical_cpus, 1);
+  }
+}
+
 nlohmann::json load_schema() { return nlohmann::json::parse(read_file(kSourceDir / "docs" / "generate.schema.json")); }
 
 TEST(JsonSchema, CatchesWhatTheSchemaForbids) {
@@ -407,6 +431,9 @@ TEST_F(CliModel, DefaultRunPrintsEveryPromptsTextAndWritesJsonThatConformsToTheS
   EXPECT_EQ(j["proposer"], "suffix");
   EXPECT_EQ(j["num_speculative_tokens"], 8);
   EXPECT_EQ(j["threads"], 2);
+  ASSERT_TRUE(j.contains("host"));
+  EXPECT_GE(j["host"]["logical_cpus"].get<int>(), 1);
+  EXPECT_FALSE(j["host"]["kernels"].get<std::string>().empty());
   EXPECT_EQ(j["seed"], 0);
   EXPECT_EQ(j["kv_cache"], "f16");
   EXPECT_TRUE(j.contains("cost_profile"));
@@ -456,7 +483,9 @@ TEST_F(CliModel, TraceStepsWritesEveryRequestsStepsAsJsonLines) {
     const std::int64_t prompt = e["prompt"];
     ASSERT_GE(prompt, 0);
     ASSERT_LT(prompt, 3);
-    if (position.count(prompt)) EXPECT_EQ(e["position"].get<std::int64_t>(), position[prompt]) << line;
+    if (position.count(prompt)) {
+      EXPECT_EQ(e["position"].get<std::int64_t>(), position[prompt]) << line;
+    }
     position[prompt] = e["position"].get<std::int64_t>() + e["emitted"].get<std::int64_t>();
     EXPECT_LE(e["verified"].get<int>(), e["proposed"].get<int>()) << line;
     EXPECT_LE(e["accepted"].get<int>(), e["verified"].get<int>()) << line;
