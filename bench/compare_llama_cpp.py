@@ -143,6 +143,26 @@ def without_extra_buffer_types():
     return setting == "0"
 
 
+def cpu_description():
+    """The first processor's vendor, name, family and model from /proc/cpuinfo (as specdec-generate's --json "host"):
+    hosts that all call themselves "AMD EPYC" under a hypervisor differ in family and model. Empty where unreadable."""
+    keys = {"vendor_id": "vendor", "model name": "cpu", "cpu family": "family", "model": "model"}
+    out = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends here
+                key, _, value = line.partition(":")
+                name = keys.get(key.strip())
+                if name and name not in out:
+                    value = value.strip()
+                    out[name] = int(value) if name in ("family", "model") and value.isdigit() else value
+    except OSError:
+        pass
+    return out
+
+
 def open_llama(model, threads, draft=False):
     import llama_cpp
     from llama_cpp import Llama
@@ -807,7 +827,8 @@ def cmd_report(a):
     table = "\n".join(lines)
     print(table)
     combined = {"model": a.model, "threads": threads, "max_new_tokens": a.max_new_tokens,
-                "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "loadavg_at_report": os.getloadavg()},
+                "host": {"machine": platform.machine(), "cpus": os.cpu_count(), **cpu_description(),
+                         "loadavg_at_report": os.getloadavg()},
                 "isa": a.isa,
                 "table": {"columns": [c for c, _ in cols], "rows": dict(zip(names, table_rows)), "mean": means},
                 "specdec_plain_over_llama_plain": ratio,
