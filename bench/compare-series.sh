@@ -38,7 +38,7 @@ for cfg in "$@"; do
   [[ -x "$b" ]] || { echo "compare-series: $b not built (cmake --build <dir> --target specdec-generate)" >&2; exit 1; }
 done
 mkdir -p "$out"
-rm -f "$out"/prompt-*.jsonl
+rm -f "$out"/prompt-*.jsonl "$out"/prompt-*.name  # an earlier series' prompts
 if [[ -n "$prompts" ]]; then
   [[ -f "$prompts" ]] || { echo "compare-series: --prompts: '$prompts' is not a file" >&2; exit 2; }
   python3 - "$prompts" "$out" <<'PY'

@@ -1,6 +1,7 @@
 // Helpers of the command-line programs (specdec-generate, specdec-train) that check what a user typed before any model
 // loads, and describe a run: a seed parsed without wrapping, the first invalid UTF-8 byte of a text, whether a JSON
-// output path can be written, the SHA-256 of a model file, and the CPU a run measured on. Header-only, std only, so tests/cli checks them directly.
+// output path can be written, the SHA-256 of a model file, and the CPU a run measured on. Header-only, std only, so
+// tests/cli checks them directly.
 #pragma once
 
 #include <unistd.h>
